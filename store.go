@@ -1,0 +1,158 @@
+package tenure
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxResourceLen is the longest resource name, in bytes.
+const MaxResourceLen = 256
+
+// MaxOwnerLen is the longest owner string a store must keep, in bytes: a
+// readable id of at most MaxOwnerIDLen bytes, the separator and the nonce.
+const MaxOwnerLen = MaxOwnerIDLen + 1 + 16
+
+// MaxOwnerIDLen is the longest readable owner id, in bytes.
+const MaxOwnerIDLen = 200
+
+// Record is a live lease as a store sees it.
+type Record struct {
+	// Resource is the name of what is locked.
+	Resource string
+	// Owner is the holder's owner string: a readable id, "#", and a 64-bit
+	// random nonce in hex (see NewOwner).
+	Owner string
+	// Token is the lease's fencing token. It strictly increases with every
+	// new grant of the resource and never goes back. Zero means that the
+	// store mode keeps no fencing token (Cassandra's Jaeger-compatible
+	// mode); a real token is never zero.
+	Token uint64
+	// TTL is the TTL last written by the holder, where the store keeps it;
+	// zero when it does not.
+	TTL time.Duration
+	// Remaining is the time left before the store expires the lease, as the
+	// store saw it when it answered; zero when the store does not know.
+	Remaining time.Duration
+}
+
+// Store is a backend that keeps leases. Each method is one atomic operation
+// in the store (see the lease contract in docs/design.md). Implementations
+// must be safe for concurrent use, must validate their input before any I/O
+// (ValidateResource, ValidateOwner, ValidateTTL plus their own TTL limits),
+// must wrap driver errors with %w, and must report an operation whose
+// outcome is unknown with UnknownOutcome(cause), never as success or
+// failure.
+//
+// Users rarely call a Store directly: a Locker does, and adds local
+// deadlines, renewal and the other client-side rules.
+type Store interface {
+	// Acquire grants the resource to owner for ttl when no live lease exists,
+	// with the next fencing token. When owner already holds it, the same
+	// lease is renewed for ttl and returned (so a retry after an unknown
+	// outcome is safe). When another owner holds it, Acquire returns a
+	// *HeldError.
+	Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (Record, error)
+
+	// Renew extends the lease to ttl from now only when the live lease has
+	// this owner and token. Otherwise it returns an error wrapping
+	// ErrLeaseLost, and it never re-creates an expired or replaced lease.
+	Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error
+
+	// Release frees the resource only when the live lease has this owner and
+	// token; otherwise (including a lease already gone) it returns an error
+	// wrapping ErrLeaseLost and changes nothing.
+	Release(ctx context.Context, resource, owner string, token uint64) error
+
+	// Get returns the live lease on resource, or an error wrapping ErrNotHeld.
+	Get(ctx context.Context, resource string) (Record, error)
+
+	// List returns the live leases whose resource starts with prefix, sorted
+	// by resource.
+	List(ctx context.Context, prefix string) ([]Record, error)
+
+	// Close releases the store's connections. It does not release leases.
+	Close() error
+}
+
+// Notifier is implemented by stores that can wake a waiting Acquire when a
+// resource may have become free (PostgreSQL LISTEN/NOTIFY, etcd watches,
+// Redis pub/sub). Without it, a blocking Acquire polls with backoff.
+type Notifier interface {
+	// Subscribe returns a channel that receives a value, coalesced and
+	// without blocking the sender, whenever resource may have become free,
+	// and a function that ends the subscription. A notification is only a
+	// hint: the waiter still acquires through Store.Acquire.
+	Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error)
+}
+
+// ValidateResource checks a resource name: 1 to MaxResourceLen bytes of
+// valid UTF-8 without NUL. The error wraps ErrInvalidResource.
+func ValidateResource(resource string) error {
+	switch {
+	case resource == "":
+		return fmt.Errorf("%w: empty", ErrInvalidResource)
+	case len(resource) > MaxResourceLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidResource, len(resource), MaxResourceLen)
+	case !utf8.ValidString(resource):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidResource)
+	case strings.IndexByte(resource, 0) >= 0:
+		return fmt.Errorf("%w: contains NUL", ErrInvalidResource)
+	}
+	return nil
+}
+
+// ValidatePrefix checks a List prefix: like a resource name, but it may be
+// empty.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return ValidateResource(prefix)
+}
+
+// ValidateOwner checks an owner string as stores receive it: 1 to
+// MaxOwnerLen bytes of valid UTF-8 without NUL. The error wraps
+// ErrInvalidOwner.
+func ValidateOwner(owner string) error {
+	switch {
+	case owner == "":
+		return fmt.Errorf("%w: empty", ErrInvalidOwner)
+	case len(owner) > MaxOwnerLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidOwner, len(owner), MaxOwnerLen)
+	case !utf8.ValidString(owner):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidOwner)
+	case strings.IndexByte(owner, 0) >= 0:
+		return fmt.Errorf("%w: contains NUL", ErrInvalidOwner)
+	}
+	return nil
+}
+
+// ValidateTTL checks that ttl is positive. Stores add their own limits. The
+// error wraps ErrInvalidTTL.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: %v is not positive", ErrInvalidTTL, ttl)
+	}
+	return nil
+}
+
+// ValidateAcquire checks the arguments of Store.Acquire and Store.Renew
+// (resource, owner, TTL) with ValidateResource, ValidateOwner and
+// ValidateTTL. Stores call it before any I/O.
+func ValidateAcquire(resource, owner string, ttl time.Duration) error {
+	if err := ValidateRelease(resource, owner); err != nil {
+		return err
+	}
+	return ValidateTTL(ttl)
+}
+
+// ValidateRelease checks the arguments of Store.Release.
+func ValidateRelease(resource, owner string) error {
+	if err := ValidateResource(resource); err != nil {
+		return err
+	}
+	return ValidateOwner(owner)
+}

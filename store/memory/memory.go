@@ -1,0 +1,228 @@
+// Package memory is an in-process tenure.Store for unit tests of code that
+// uses tenure, and for examples. Leases live in a map guarded by a mutex and
+// expire on the store's clock (injectable, so tests need no sleeps). It
+// keeps fencing tokens per resource for the store's lifetime and notifies
+// waiters on release (tenure.Notifier).
+//
+// It is not a stand-in for a real store in that store's own tests: it shares
+// no state between processes and survives no restart.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/tenure-go/tenure"
+)
+
+// Store is an in-memory tenure.Store. It is safe for concurrent use.
+type Store struct {
+	clock clockwork.Clock
+
+	mu     sync.Mutex
+	leases map[string]*lease
+	tokens map[string]uint64 // last token granted per resource; never goes back
+	subs   map[string]map[chan struct{}]struct{}
+	closed bool
+}
+
+type lease struct {
+	owner   string
+	token   uint64
+	ttl     time.Duration
+	expires time.Time
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock on which leases expire (default: the real clock).
+func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clock = c } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{
+		clock:  clockwork.NewRealClock(),
+		leases: make(map[string]*lease),
+		tokens: make(map[string]uint64),
+		subs:   make(map[string]map[chan struct{}]struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+var errClosed = fmt.Errorf("memory store: %w", tenure.ErrClosed)
+
+// live returns the live lease on resource; the caller holds s.mu.
+func (s *Store) live(resource string, now time.Time) *lease {
+	l := s.leases[resource]
+	if l == nil {
+		return nil
+	}
+	if !now.Before(l.expires) {
+		delete(s.leases, resource)
+		return nil
+	}
+	return l
+}
+
+func record(resource string, l *lease, now time.Time) tenure.Record {
+	return tenure.Record{Resource: resource, Owner: l.owner, Token: l.token, TTL: l.ttl, Remaining: l.expires.Sub(now)}
+}
+
+// Acquire implements tenure.Store.
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+		return tenure.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return tenure.Record{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return tenure.Record{}, errClosed
+	}
+	now := s.clock.Now()
+	if l := s.live(resource, now); l != nil {
+		if l.owner != owner {
+			return tenure.Record{}, &tenure.HeldError{Holder: record(resource, l, now)}
+		}
+		l.ttl, l.expires = ttl, now.Add(ttl)
+		return record(resource, l, now), nil
+	}
+	s.tokens[resource]++
+	l := &lease{owner: owner, token: s.tokens[resource], ttl: ttl, expires: now.Add(ttl)}
+	s.leases[resource] = l
+	return record(resource, l, now), nil
+}
+
+// Renew implements tenure.Store.
+func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
+	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	now := s.clock.Now()
+	l := s.live(resource, now)
+	if l == nil || l.owner != owner || l.token != token {
+		return fmt.Errorf("memory store: renew %q: %w", resource, tenure.ErrLeaseLost)
+	}
+	l.ttl, l.expires = ttl, now.Add(ttl)
+	return nil
+}
+
+// Release implements tenure.Store.
+func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
+	if err := tenure.ValidateRelease(resource, owner); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	l := s.live(resource, s.clock.Now())
+	if l == nil || l.owner != owner || l.token != token {
+		return fmt.Errorf("memory store: release %q: %w", resource, tenure.ErrLeaseLost)
+	}
+	delete(s.leases, resource)
+	for ch := range s.subs[resource] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Get implements tenure.Store.
+func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
+	if err := tenure.ValidateResource(resource); err != nil {
+		return tenure.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return tenure.Record{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	l := s.live(resource, now)
+	if l == nil {
+		return tenure.Record{}, fmt.Errorf("memory store: %q: %w", resource, tenure.ErrNotHeld)
+	}
+	return record(resource, l, now), nil
+}
+
+// List implements tenure.Store.
+func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
+	if err := tenure.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	var out []tenure.Record
+	for r := range s.leases {
+		if l := s.live(r, now); l != nil && strings.HasPrefix(r, prefix) {
+			out = append(out, record(r, l, now))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out, nil
+}
+
+// Subscribe implements tenure.Notifier: the channel receives a value when a
+// lease on resource is released.
+func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	if err := tenure.ValidateResource(resource); err != nil {
+		return nil, nil, err
+	}
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.subs[resource] == nil {
+		s.subs[resource] = make(map[chan struct{}]struct{})
+	}
+	s.subs[resource][ch] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.subs[resource], ch)
+			if len(s.subs[resource]) == 0 {
+				delete(s.subs, resource)
+			}
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+// Close makes later operations fail. It is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,170 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/tenure-go/tenure"
+)
+
+// Fault is what a Faulty store does to one kind of operation.
+type Fault int
+
+// Faults.
+const (
+	// Pass forwards the call to the real store.
+	Pass Fault = iota
+	// Fail returns ErrInjected without calling the real store (connection
+	// refused).
+	Fail
+	// Hang blocks until the call's context ends, without calling the real
+	// store (a black-holed network), then returns an unknown outcome.
+	Hang
+	// DropReply calls the real store, then loses its answer: the operation is
+	// applied but the caller sees an unknown outcome (a CAS write timeout
+	// after the write was applied).
+	DropReply
+	// DropRequest loses the request: nothing is applied and the caller sees
+	// an unknown outcome.
+	DropRequest
+)
+
+// Operation names for Faulty.Set.
+const (
+	OpAcquire = "acquire"
+	OpRenew   = "renew"
+	OpRelease = "release"
+	OpGet     = "get"
+)
+
+// ErrInjected is the error a Faulty store returns for Fail.
+var ErrInjected = errors.New("storetest: injected failure (connection refused)")
+
+// Faulty wraps a real store and injects faults between the caller and it, as
+// a network between a client and its store would. With every fault at Pass
+// it behaves exactly like the store it wraps. It is safe for concurrent use.
+type Faulty struct {
+	tenure.Store
+
+	mu     sync.Mutex
+	faults map[string]Fault
+	counts map[string]int // faults left before an operation passes again; 0 = forever
+	hook   func(op string)
+	calls  map[string]int
+	hung   int
+}
+
+// NewFaulty wraps s.
+func NewFaulty(s tenure.Store) *Faulty {
+	return &Faulty{Store: s, faults: map[string]Fault{}, counts: map[string]int{}, calls: map[string]int{}}
+}
+
+// Set makes op fail with f from now on (n = 0) or for its next n calls.
+func (f *Faulty) Set(op string, fault Fault, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults[op] = fault
+	f.counts[op] = n
+}
+
+// Heal makes every operation pass again.
+func (f *Faulty) Heal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.faults)
+	clear(f.counts)
+}
+
+// OnCall sets a function called at the start of every call with the
+// operation's name (before the fault is applied).
+func (f *Faulty) OnCall(hook func(op string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hook = hook
+}
+
+// Calls returns how many calls of op reached the Faulty store.
+func (f *Faulty) Calls(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+func (f *Faulty) fault(op string) Fault {
+	f.mu.Lock()
+	f.calls[op]++
+	hook := f.hook
+	fault := f.faults[op]
+	if fault != Pass && f.counts[op] > 0 {
+		f.counts[op]--
+		if f.counts[op] == 0 {
+			f.faults[op] = Pass
+		}
+	}
+	f.mu.Unlock()
+	if hook != nil {
+		hook(op)
+	}
+	return fault
+}
+
+// Hung returns how many calls are blocked in a Hang fault right now.
+func (f *Faulty) Hung() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hung
+}
+
+func apply[T any](ctx context.Context, f *Faulty, op string, call func() (T, error)) (T, error) {
+	var zero T
+	switch f.fault(op) {
+	case Fail:
+		return zero, ErrInjected
+	case Hang:
+		f.mu.Lock()
+		f.hung++
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		f.hung--
+		f.mu.Unlock()
+		return zero, tenure.UnknownOutcome(context.Cause(ctx))
+	case DropRequest:
+		return zero, tenure.UnknownOutcome(errors.New("storetest: request lost"))
+	case DropReply:
+		v, err := call()
+		if err != nil {
+			return v, err
+		}
+		return zero, tenure.UnknownOutcome(errors.New("storetest: reply lost"))
+	}
+	return call()
+}
+
+// Acquire implements tenure.Store.
+func (f *Faulty) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	return apply(ctx, f, OpAcquire, func() (tenure.Record, error) { return f.Store.Acquire(ctx, resource, owner, ttl) })
+}
+
+// Renew implements tenure.Store.
+func (f *Faulty) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
+	_, err := apply(ctx, f, OpRenew, func() (struct{}, error) {
+		return struct{}{}, f.Store.Renew(ctx, resource, owner, token, ttl)
+	})
+	return err
+}
+
+// Release implements tenure.Store.
+func (f *Faulty) Release(ctx context.Context, resource, owner string, token uint64) error {
+	_, err := apply(ctx, f, OpRelease, func() (struct{}, error) {
+		return struct{}{}, f.Store.Release(ctx, resource, owner, token)
+	})
+	return err
+}
+
+// Get implements tenure.Store.
+func (f *Faulty) Get(ctx context.Context, resource string) (tenure.Record, error) {
+	return apply(ctx, f, OpGet, func() (tenure.Record, error) { return f.Store.Get(ctx, resource) })
+}
