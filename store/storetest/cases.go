@@ -413,27 +413,43 @@ func CaseC05BlackHole(t *testing.T, cfg Config) {
 }
 
 // CaseC06cPauseBeforeWrite: a holder that pauses between taking its send
-// time and receiving the store's answer for longer than the TTL must not
-// trust the lease: its deadline counts from the send time. It frees the
-// lease it was granted too late.
+// time and the store's answer for longer than the TTL must not trust the
+// lease, since its deadline counts from the send time, and must leave
+// nothing held: a pause before the write reaches the store ends the call by
+// its bound; a pause after the store granted it makes the answer late, and
+// the Locker frees what it was granted too late.
 func CaseC06cPauseBeforeWrite(t *testing.T, cfg Config) {
 	e, ctx := newEnv(t, cfg), ctxT(t)
-	clock := clockwork.NewFakeClock()
-	f := NewFaulty(e.store)
 	ttl := 5 * time.Second
-	f.OnCall(func(op string) {
-		if op == OpAcquire {
-			clock.Advance(ttl + ttl/5) // a 6 s pause with a 5 s TTL
-		}
-	})
-	lk := e.locker(f, tenure.WithClock(clock))
-	r := e.res("r")
-	_, err := lk.TryAcquire(ctx, r, ttl)
-	if !errors.Is(err, tenure.ErrLeaseLost) {
-		t.Fatalf("TryAcquire answered after a pause longer than the TTL: %v; want ErrLeaseLost", err)
+	pause := ttl + ttl/5 // a 6 s pause with a 5 s TTL
+	for _, when := range []string{"BeforeWrite", "AfterWrite"} {
+		t.Run(when, func(t *testing.T) {
+			clock := clockwork.NewFakeClock()
+			f := NewFaulty(e.store)
+			hook := func(op string) {
+				if op == OpAcquire {
+					clock.Advance(pause)
+				}
+			}
+			if when == "BeforeWrite" {
+				f.OnCall(hook)
+			} else {
+				f.AfterCall(hook)
+			}
+			lk := e.locker(f, tenure.WithClock(clock))
+			r := e.res(when)
+			l, err := lk.TryAcquire(ctx, r, ttl)
+			if err == nil {
+				t.Fatalf("TryAcquire across a %v pause with TTL %v returned a lease (token %d, deadline %v, now %v)", pause, ttl, l.Token(), l.Deadline(), clock.Now())
+			}
+			if when == "AfterWrite" && !errors.Is(err, tenure.ErrLeaseLost) {
+				t.Fatalf("TryAcquire answered after the deadline: %v; want ErrLeaseLost", err)
+			}
+			f.OnCall(nil)
+			f.AfterCall(nil)
+			waitFree(t, ctx, e.store, r)
+		})
 	}
-	f.OnCall(nil)
-	waitFree(t, ctx, e.store, r)
 }
 
 // CaseC07PartitionedHolderFencing: a holder cut off from the store for twice

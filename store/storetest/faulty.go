@@ -52,6 +52,7 @@ type Faulty struct {
 	faults map[string]Fault
 	counts map[string]int // faults left before an operation passes again; 0 = forever
 	hook   func(op string)
+	after  func(op string)
 	calls  map[string]int
 	hung   int
 }
@@ -83,6 +84,14 @@ func (f *Faulty) OnCall(hook func(op string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hook = hook
+}
+
+// AfterCall sets a function called when a call returns, with the
+// operation's name (after the fault is applied).
+func (f *Faulty) AfterCall(hook func(op string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.after = hook
 }
 
 // Calls returns how many calls of op reached the Faulty store.
@@ -118,6 +127,14 @@ func (f *Faulty) Hung() int {
 }
 
 func apply[T any](ctx context.Context, f *Faulty, op string, call func() (T, error)) (T, error) {
+	defer func() {
+		f.mu.Lock()
+		after := f.after
+		f.mu.Unlock()
+		if after != nil {
+			after(op)
+		}
+	}()
 	var zero T
 	switch f.fault(op) {
 	case Fail:
