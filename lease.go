@@ -47,8 +47,9 @@ type Lease struct {
 	deadline time.Time
 	lastSend time.Time // tSend of the last confirmed acquire or renew
 	watchdog clockwork.Timer
-	renewT   clockwork.Timer
 	failures int // consecutive failed background renewals
+
+	sched *schedEntry // guarded by the Locker's scheduler
 }
 
 func newLease(lk *Locker, parent context.Context, resource string, ttl time.Duration, token uint64, tSend, deadline time.Time) *Lease {
@@ -184,23 +185,12 @@ func (l *Lease) stopTimersLocked() {
 	if l.watchdog != nil {
 		l.watchdog.Stop()
 	}
-	if l.renewT != nil {
-		l.renewT.Stop()
-	}
+	l.lk.sched.cancel(l)
 }
 
 func (l *Lease) scheduleLocked(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	if l.renewT == nil {
-		l.renewT = l.lk.clock.AfterFunc(d, l.renewTick)
-		return
-	}
-	l.renewT.Reset(d)
+	l.lk.sched.schedule(l, l.lk.clock.Now().Add(max(d, 0)))
 }
-
-func (l *Lease) renewTick() { l.lk.runner.submit(l.backgroundRenew) }
 
 // backgroundRenew renews once and schedules the next renewal: at the
 // interval after the confirmed request was sent, or after a backoff delay

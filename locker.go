@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"time"
 
@@ -121,6 +120,7 @@ type Locker struct {
 	cfg    config
 	log    *slog.Logger
 	runner *runner
+	sched  *scheduler
 	tel    *telemetry
 
 	mu     sync.Mutex
@@ -175,6 +175,7 @@ func New(store Store, opts ...Option) (*Locker, error) {
 		runner: &runner{max: c.maxRenewals},
 		held:   make(map[string]*Lease),
 	}
+	lk.sched = &scheduler{clock: c.clock, submit: lk.runner.submit}
 	lk.tel = newTelemetry(c.telemetry)
 	return lk, nil
 }
@@ -556,20 +557,14 @@ func (lk *Locker) forget(l *Lease) {
 	lk.mu.Unlock()
 }
 
-// bounded returns ctx limited to d on the Locker's clock.
+// bounded returns ctx limited to d. The limit is in real time even when the
+// Locker runs on a fake clock: a store call is I/O, and drivers read
+// ctx.Deadline() to bound it.
 func (lk *Locker) bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if reflect.TypeOf(lk.clock) == realClockType {
-		// A real deadline: drivers read ctx.Deadline() to bound their I/O.
-		return context.WithTimeoutCause(ctx, d, errCallBound)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	t := lk.clock.AfterFunc(d, func() { cancel(errCallBound) })
-	return ctx, func() { t.Stop(); cancel(context.Canceled) }
+	return context.WithTimeoutCause(ctx, d, errCallBound)
 }
 
 var errCallBound = fmt.Errorf("tenure: store call ran out of lease time: %w", context.DeadlineExceeded)
-
-var realClockType = reflect.TypeOf(clockwork.NewRealClock())
 
 // runner runs functions on at most max goroutines, started on demand and
 // gone when there is no work: background renewals of any number of leases

@@ -1,0 +1,113 @@
+package tenure
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// scheduler runs each lease's next background renewal at its time, with one
+// timer for all the leases of a Locker (a min-heap of due times), so that
+// thousands of leases cost one timer and no goroutine while they wait. Due
+// renewals go to the Locker's bounded runner.
+type scheduler struct {
+	clock  clockwork.Clock
+	submit func(func())
+
+	mu    sync.Mutex
+	h     schedHeap
+	timer clockwork.Timer
+	armed time.Time // when the timer fires; zero when it is not armed
+}
+
+type schedEntry struct {
+	at    time.Time
+	l     *Lease
+	index int
+}
+
+type schedHeap []*schedEntry
+
+func (h schedHeap) Len() int           { return len(h) }
+func (h schedHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h schedHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *schedHeap) Push(x any) {
+	e := x.(*schedEntry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *schedHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.index = -1
+	return e
+}
+
+// schedule sets l's next renewal at, replacing any earlier schedule.
+func (s *scheduler) schedule(l *Lease, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := l.sched; e != nil && e.index >= 0 {
+		e.at = at
+		heap.Fix(&s.h, e.index)
+	} else {
+		l.sched = &schedEntry{at: at, l: l}
+		heap.Push(&s.h, l.sched)
+	}
+	s.armLocked()
+}
+
+// cancel removes l's next renewal, if any.
+func (s *scheduler) cancel(l *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := l.sched; e != nil && e.index >= 0 {
+		heap.Remove(&s.h, e.index)
+		s.armLocked()
+	}
+}
+
+// armLocked points the timer at the earliest due time.
+func (s *scheduler) armLocked() {
+	if len(s.h) == 0 {
+		if s.timer != nil && !s.armed.IsZero() {
+			s.timer.Stop()
+		}
+		s.armed = time.Time{}
+		return
+	}
+	at := s.h[0].at
+	if !s.armed.IsZero() && s.armed.Equal(at) {
+		return
+	}
+	d := at.Sub(s.clock.Now())
+	if s.timer == nil {
+		s.timer = s.clock.AfterFunc(d, s.fire)
+	} else {
+		s.timer.Stop()
+		s.timer.Reset(d)
+	}
+	s.armed = at
+}
+
+func (s *scheduler) fire() {
+	s.mu.Lock()
+	s.armed = time.Time{}
+	now := s.clock.Now()
+	var due []*Lease
+	for len(s.h) > 0 && !s.h[0].at.After(now) {
+		due = append(due, heap.Pop(&s.h).(*schedEntry).l)
+	}
+	s.armLocked()
+	s.mu.Unlock()
+	for _, l := range due {
+		s.submit(l.backgroundRenew)
+	}
+}
