@@ -244,6 +244,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		l.check()
 		return l.Err()
 	}
+	ctx, span := l.lk.tel.start(ctx, "tenure.renew", l.resource)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(l.opCtx, cancel)
@@ -251,7 +252,6 @@ func (l *Lease) renew(ctx context.Context) error {
 	cctx, cancelBound := l.lk.bounded(ctx, left)
 	defer cancelBound()
 
-	ctx, span := l.lk.tel.start(ctx, "tenure.renew", l.resource)
 	tSend := l.lk.clock.Now()
 	err := l.lk.store.Renew(cctx, l.resource, l.lk.owner, l.token, l.ttl)
 	l.lk.tel.renewed(ctx, span, l.resource, l.lk.clock.Since(tSend), err)

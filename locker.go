@@ -253,13 +253,15 @@ func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Dura
 	if err := lk.checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	ctx, span := lk.tel.start(ctx, "tenure.acquire", resource)
-	lease, err := lk.tryAcquire(ctx, resource, ttl)
-	lk.tel.acquired(ctx, span, resource, lease, err)
+	sctx, span := lk.tel.start(ctx, "tenure.acquire", resource)
+	lease, err := lk.tryAcquire(ctx, sctx, resource, ttl)
+	lk.tel.acquired(sctx, span, resource, lease, err)
 	return lease, err
 }
 
-func (lk *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
+// tryAcquire makes the store calls with ctx (which carries tenure's span)
+// and derives the lease's context from parent (the caller's).
+func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
 	if err := lk.reserve(resource); err != nil {
 		return nil, err
 	}
@@ -269,7 +271,7 @@ func (lk *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Dura
 	rec, err := lk.store.Acquire(cctx, resource, lk.owner, ttl)
 	cancel()
 	if err == nil {
-		return lk.grant(ctx, resource, ttl, rec, tSend)
+		return lk.grant(parent, resource, ttl, rec, tSend)
 	}
 	if !errors.Is(err, ErrUnknownOutcome) {
 		lk.unreserve(resource)
@@ -279,7 +281,7 @@ func (lk *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Dura
 		}
 		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, err)
 	}
-	return lk.resolveAcquire(ctx, resource, ttl, tSend, err)
+	return lk.resolveAcquire(parent, ctx, resource, ttl, tSend, err)
 }
 
 // resolveAcquire settles an acquire whose answer was lost (design rule 6):
@@ -287,7 +289,7 @@ func (lk *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Dura
 // as a renewal of the same lease. If the first attempt was applied, its
 // lease lives at least until tSend+TTL, so any answer before tSend+TTL·(1−ρ)
 // that names another holder proves it was not.
-func (lk *Locker) resolveAcquire(ctx context.Context, resource string, ttl time.Duration, tSend time.Time, cause error) (*Lease, error) {
+func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, ttl time.Duration, tSend time.Time, cause error) (*Lease, error) {
 	until := tSend.Add(lk.trust(ttl))
 	lk.log.Warn("acquire outcome unknown; resolving", "resource", resource, "err", cause)
 	lk.tel.unknownOutcome(ctx, resource, "acquire")
@@ -305,7 +307,7 @@ func (lk *Locker) resolveAcquire(ctx context.Context, resource string, ttl time.
 		cancel()
 		if err == nil {
 			lk.log.Info("acquire outcome resolved: granted", "resource", resource, "token", rec.Token)
-			return lk.grant(ctx, resource, ttl, rec, now)
+			return lk.grant(parent, resource, ttl, rec, now)
 		}
 		var held *HeldError
 		if errors.As(err, &held) {
