@@ -1,0 +1,85 @@
+package netfault
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+// echo serves lines back, and reports each line it received.
+func echo(t *testing.T) (string, <-chan string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan string, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					got <- line
+					c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), got
+}
+
+func TestModes(t *testing.T) {
+	addr, got := echo(t)
+	p, err := Start(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	roundTrip := func(line string) (string, error) {
+		c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Write([]byte(line)); err != nil {
+			return "", err
+		}
+		return r.ReadString('\n')
+	}
+	if s, err := roundTrip("a\n"); err != nil || s != "a\n" {
+		t.Fatalf("pass: %q %v", s, err)
+	}
+	<-got
+	p.SetMode(DropReplies)
+	if _, err := roundTrip("b\n"); err == nil {
+		t.Fatal("drop replies: got a reply")
+	}
+	if s := <-got; s != "b\n" {
+		t.Fatalf("drop replies: server got %q", s)
+	}
+	p.SetMode(Blackhole)
+	c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	c.Write([]byte("c\n"))
+	select {
+	case s := <-got:
+		t.Fatalf("black hole: server got %q", s)
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.SetMode(Pass)
+	p.Reset()
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("reset: connection still open")
+	}
+}
