@@ -1,0 +1,287 @@
+// Command tenure runs a command while it holds a named lease, and inspects
+// and frees leases: flock(1) for a fleet, with fencing tokens.
+//
+//	tenure run nightly-backup -- /usr/local/bin/backup --full
+//	tenure status nightly-backup
+//	tenure list
+//	tenure release nightly-backup --owner web-3:4711
+//
+// Leases live in a store named by a URL (--store, or $TENURE_STORE); the
+// default is a SQLite file under $XDG_STATE_HOME, shared by every process on
+// the host. Run "tenure help run" for the exit codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/storeurl"
+)
+
+// Exit codes. The 6x and 7x codes are those of sysexits.h.
+const (
+	exitOK          = 0
+	exitFree        = 1   // status: not held; release: nothing released
+	exitUsage       = 64  // EX_USAGE: bad arguments or input
+	exitUnavailable = 69  // EX_UNAVAILABLE: the store cannot be opened or reached
+	exitSoftware    = 70  // EX_SOFTWARE: an internal error
+	exitNotAcquired = 75  // EX_TEMPFAIL: the lease is held by another owner
+	exitLost        = 79  // the lease was lost while the command ran
+	exitCannotExec  = 126 // the command was found but cannot be executed
+	exitNotFound    = 127 // the command was not found
+	exitSignalBase  = 128 // 128+N: the command (or tenure, while waiting) was killed by signal N
+)
+
+// envStore names the environment variable that holds the default store URL.
+const envStore = "TENURE_STORE"
+
+// storeTimeout bounds opening the store and the store calls of status, list
+// and release.
+const storeTimeout = 30 * time.Second
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// exitError is an error with the exit code it calls for. Its message is
+// printed as one line prefixed "tenure: "; an empty message prints nothing.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// fail returns an exitError whose message is formatted like fmt.Sprintf.
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// exitWith returns an exitError that prints nothing.
+func exitWith(code int) error { return &exitError{code: code} }
+
+// usage returns an exitError with code 64.
+func usage(format string, args ...any) error { return fail(exitUsage, format, args...) }
+
+// oneLine turns an error message into one line without a leading "tenure: "
+// (the library's errors start with it, and so will ours when printed).
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+	for strings.HasPrefix(s, "tenure: ") {
+		s = strings.TrimPrefix(s, "tenure: ")
+	}
+	return s
+}
+
+// errText is oneLine(err.Error()) with the "tenure: " inside wrapped and
+// joined errors removed as well.
+func errText(err error) string {
+	s := oneLine(err.Error())
+	s = strings.ReplaceAll(s, "; tenure: ", "; ")
+	return strings.ReplaceAll(s, ": tenure: ", ": ")
+}
+
+// app holds what every command shares.
+type app struct {
+	stdin          *os.File
+	stdout, stderr io.Writer
+	errFile        *os.File // stderr as a file, to detect a terminal; may be nil
+	storeURL       string
+	logLevel       string
+	log            *slog.Logger
+	root           *cobra.Command
+}
+
+// Main runs tenure with args (without the program name) and returns the exit
+// code.
+func Main(args []string, stdin *os.File, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	if f, ok := stderr.(*os.File); ok {
+		a.errFile = f
+	}
+	root := a.newRoot()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var xe *exitError
+	if errors.As(err, &xe) {
+		if xe.msg != "" {
+			fmt.Fprintf(stderr, "tenure: %s\n", oneLine(xe.msg))
+		}
+		return xe.code
+	}
+	// Errors that cobra itself returns: an unknown command or flag, a wrong
+	// number of arguments.
+	fmt.Fprintf(stderr, "tenure: %s (see tenure --help)\n", oneLine(err.Error()))
+	return exitUsage
+}
+
+func (a *app) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tenure",
+		Short: "Run commands under distributed leases, and inspect and free leases",
+		Long: `tenure holds a named lease while it runs a command, so that at most one
+command per name runs at a time, on one host or across many: flock(1) with
+timeouts, automatic renewal and fencing tokens.
+
+A lease has a TTL. tenure renews it in the background while the command
+runs; if tenure cannot renew it (the store is unreachable, tenure was paused,
+an operator freed it), the lease is lost, and tenure stops the command. Each
+grant carries a fencing token, a number that grows with every new grant of
+the name; the command finds it in $TENURE_TOKEN and can pass it to whatever
+it writes to, so that a writer that lost its lease is turned away.
+
+Leases live in a store named by a URL: --store, else $TENURE_STORE, else the
+SQLite file ` + storeurl.DefaultSQLitePathDoc + `.
+Store URLs:
+` + schemeHelp(),
+		Example: `  # Run the backup unless another one is running; wait for it to finish first.
+  tenure run nightly-backup -- /usr/local/bin/backup --full
+
+  # Give up at once if the lease is held (exit code 75).
+  tenure run --no-wait reindex -- ./reindex.sh
+
+  # Who holds what?
+  tenure list
+  tenure status nightly-backup --json`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: a.setup,
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usage("%s (see %s --help)", err, c.CommandPath())
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
+	pf.StringVar(&a.logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
+
+	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd())
+	a.root = root
+	return root
+}
+
+func schemeHelp() string {
+	var b strings.Builder
+	for _, s := range storeurl.Schemes() {
+		fmt.Fprintf(&b, "  %s\n", s.Doc)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// setup parses the global flags; it runs before every command, before any
+// I/O.
+func (a *app) setup(cmd *cobra.Command, args []string) error {
+	var level slog.Level
+	switch strings.ToLower(a.logLevel) {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return usage("--log-level %q: use debug, info, warn or error", a.logLevel)
+	}
+	a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, at slog.Attr) slog.Attr {
+			if at.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.String(slog.TimeKey, at.Value.Time().Format("15:04:05.000"))
+			}
+			return at
+		},
+	})).With("prog", "tenure")
+	if cmd.Flags().Changed("store") && strings.TrimSpace(a.storeURL) == "" {
+		return usage("--store is empty; give a store URL such as sqlite:/var/lib/tenure/leases.db")
+	}
+	return nil
+}
+
+// openStore opens the store that --store, $TENURE_STORE or the default
+// names. A bad URL is a usage error (64) and names the known schemes; a
+// store that cannot be opened is exit code 69.
+func (a *app) openStore(ctx context.Context) (tenure.Store, error) {
+	raw := a.storeURL
+	if raw == "" {
+		raw = os.Getenv(envStore)
+	}
+	if strings.TrimSpace(raw) == "" {
+		p, err := storeurl.DefaultSQLitePath()
+		if err != nil {
+			return nil, fail(exitUnavailable, "%s", errText(err))
+		}
+		raw = "sqlite:" + p
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	s, err := storeurl.Open(ctx, raw)
+	switch {
+	case err == nil:
+		a.log.Debug("store opened", "store", raw)
+		return s, nil
+	case errors.Is(err, storeurl.ErrBadURL):
+		return nil, usage("%s", errText(err))
+	default:
+		return nil, fail(exitUnavailable, "%s", errText(err))
+	}
+}
+
+// storeErr maps an error of a store call to an exit code: bad input is 64,
+// anything else means that the store could not be used (69).
+func storeErr(err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...) + ": " + errText(err)
+	if errors.Is(err, tenure.ErrInvalidResource) || errors.Is(err, tenure.ErrInvalidOwner) || errors.Is(err, tenure.ErrInvalidTTL) {
+		return usage("%s", msg)
+	}
+	return fail(exitUnavailable, "%s", msg)
+}
+
+// fmtDur formats a duration for people: milliseconds below a second, tenths
+// of a second below a minute, whole seconds above.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// describeHolder says who holds a lease, for messages.
+func describeHolder(rec tenure.Record) string {
+	s := fmt.Sprintf("%s is held by %s", quoteName(rec.Resource), rec.Owner)
+	var parts []string
+	if rec.Token != 0 {
+		parts = append(parts, fmt.Sprintf("token %d", rec.Token))
+	} else {
+		parts = append(parts, "no fencing token")
+	}
+	if rec.Remaining > 0 {
+		parts = append(parts, fmtDur(rec.Remaining)+" left")
+	}
+	return s + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// quoteName quotes a resource name for messages.
+func quoteName(s string) string { return fmt.Sprintf("%q", s) }

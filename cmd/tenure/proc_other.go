@@ -1,0 +1,14 @@
+//go:build unix && !linux
+
+package main
+
+// canForeground is false: reclaimTTY is not implemented here.
+const canForeground = false
+
+// waitExited cannot wait without reaping here; the caller reaps at once.
+func waitExited(pid int) bool { return false }
+
+// reclaimTTY gives the terminal's foreground back to tenure's process group.
+// Not implemented outside Linux, where the command does not take the
+// foreground (see foregroundTTY).
+func reclaimTTY(fd, pgid int) {}

@@ -1,0 +1,537 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Two "tenure run --no-wait" on one resource started together: exactly one
+// runs its command, the other exits 75 and names the holder.
+func TestRunNoWaitExcludes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ran := e.path("ran")
+	start := func(name string) *proc {
+		return e.start(name, startOpt{stdinPipe: true}, "run", "--no-wait", "--owner", name, "job", "--",
+			helper("-out", ran, "-ready", e.path(name+".ready"), "-hold", "stdin"))
+	}
+	a, b := start("alpha"), start("beta")
+
+	var winner, loser *proc
+	select {
+	case <-a.done:
+		loser, winner = a, b
+	case <-b.done:
+		loser, winner = b, a
+	case <-time.After(30 * time.Second):
+		t.Fatalf("neither exited; stderr:\n%s\n%s", a.stderr(), b.stderr())
+	}
+	if loser.code != exitNotAcquired {
+		t.Fatalf("%s exited %d, want %d; stderr:\n%s", loser.name, loser.code, exitNotAcquired, loser.stderr())
+	}
+	// The winner's command is running; it holds the lease.
+	info := waitReady(t, e.path(winner.name+".ready"), 10*time.Second)
+	if !strings.HasPrefix(info.owner, winner.name+"#") {
+		t.Fatalf("winner's TENURE_OWNER = %q, want %s#NONCE", info.owner, winner.name)
+	}
+	msg := loser.stderr()
+	if !strings.HasPrefix(msg, "tenure: ") || !strings.Contains(msg, info.owner) || !strings.Contains(msg, "token "+strconv.FormatUint(info.token, 10)) || !strings.Contains(msg, " left") {
+		t.Fatalf("loser's stderr should name the holder %s, its token %d and the time left:\n%s", info.owner, info.token, msg)
+	}
+	if _, err := os.Stat(e.path(loser.name + ".ready")); err == nil {
+		t.Fatalf("the loser's command ran too")
+	}
+
+	winner.stdin.Close()
+	if code := winner.wait(30 * time.Second); code != 0 {
+		t.Fatalf("winner exited %d; stderr:\n%s", code, winner.stderr())
+	}
+	if n := len(filter(readEvents(t, ran), "start")); n != 1 {
+		t.Fatalf("%d commands ran, want exactly 1", n)
+	}
+}
+
+// Ten "tenure run --wait 60s" on one resource: all run, one at a time, with
+// increasing fencing tokens.
+func TestRunWaitSerializes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	out := e.path("events")
+	const n = 10
+	var procs []*proc
+	for i := range n {
+		procs = append(procs, e.start("p"+strconv.Itoa(i), startOpt{}, "run", "--wait", "60s", "--ttl", "5s", "job", "--",
+			helper("-out", out, "-hold", "30ms")))
+	}
+	for _, p := range procs {
+		if code := p.wait(60 * time.Second); code != 0 {
+			t.Fatalf("%s exited %d; stderr:\n%s", p.name, code, p.stderr())
+		}
+	}
+	evs := readEvents(t, out)
+	starts, ends := filter(evs, "start"), filter(evs, "end")
+	if len(starts) != n || len(ends) != n {
+		t.Fatalf("%d starts and %d ends, want %d each", len(starts), len(ends), n)
+	}
+	endOf := map[uint64]int64{}
+	for _, e := range ends {
+		endOf[e.token] = e.mono
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i].mono < starts[j].mono })
+	for i, s := range starts {
+		end, ok := endOf[s.token]
+		if !ok || end < s.mono {
+			t.Fatalf("token %d: no end after its start", s.token)
+		}
+		if i == 0 {
+			continue
+		}
+		prev := starts[i-1]
+		if s.token <= prev.token {
+			t.Fatalf("tokens do not increase in start order: %d then %d", prev.token, s.token)
+		}
+		if endOf[prev.token] >= s.mono {
+			t.Fatalf("token %d started %v before token %d ended", s.token, time.Duration(endOf[prev.token]-s.mono), prev.token)
+		}
+	}
+	span := time.Duration(endOf[starts[n-1].token] - starts[0].mono)
+	t.Logf("%d commands ran one at a time in %v", n, span.Round(time.Millisecond))
+}
+
+// A holder killed with SIGKILL (tenure and its command): a waiting process
+// gets the lease once the store expires it, within TTL plus one retry
+// interval, and not before the dead holder's lease ran out.
+func TestRunTakeoverAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 2 * time.Second
+	const retry = time.Second // tenure.DefaultRetryInterval
+	a := e.start("alpha", startOpt{}, "run", "--ttl", ttl.String(), "--owner", "alpha", "job", "--",
+		helper("-ready", e.path("alpha.ready"), "-hold", "1h"))
+	ai := waitReady(t, e.path("alpha.ready"), 10*time.Second)
+
+	out := e.path("beta.events")
+	b := e.start("beta", startOpt{}, "--log-level", "info", "run", "--ttl", ttl.String(), "--wait", "30s", "--owner", "beta", "job", "--",
+		helper("-out", out))
+	waitFor(t, 10*time.Second, "beta to wait", func() bool { return strings.Contains(b.stderr(), "resource is held; waiting") })
+
+	killed := mono()
+	syscall.Kill(-a.pid(), syscall.SIGKILL)
+	syscall.Kill(-ai.pid, syscall.SIGKILL)
+	if code := b.wait(30 * time.Second); code != 0 {
+		t.Fatalf("beta exited %d; stderr:\n%s", code, b.stderr())
+	}
+	starts := filter(readEvents(t, out), "start")
+	if len(starts) != 1 {
+		t.Fatalf("beta's command started %d times", len(starts))
+	}
+	takeover := time.Duration(starts[0].mono - killed)
+	t.Logf("SIGKILL to takeover: %v (TTL %v, retry interval %v)", takeover.Round(time.Millisecond), ttl, retry)
+	// The store kept the lease for at least 2/3 of the TTL (the holder renewed
+	// every TTL/3), and the waiter retries at least once per retry interval.
+	if takeover < ttl/2 {
+		t.Fatalf("beta got the lease %v after the holder died: before the holder's lease expired", takeover)
+	}
+	if limit := ttl + retry + 1500*time.Millisecond; takeover > limit {
+		t.Fatalf("beta got the lease %v after the holder died, more than %v", takeover, limit)
+	}
+	if starts[0].token <= ai.token {
+		t.Fatalf("beta's token %d is not above alpha's %d", starts[0].token, ai.token)
+	}
+}
+
+// A holder's process groups (tenure and its command) stopped with SIGSTOP for
+// twice the TTL, then resumed: meanwhile another process got the lease with
+// a larger token; the stopped holder's command is terminated at once on
+// resuming and the stopped tenure exits 79.
+func TestRunStoppedHolderLosesLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = time.Second
+	aOut := e.path("alpha.events")
+	a := e.start("alpha", startOpt{}, "run", "--ttl", ttl.String(), "--grace", "5s", "--owner", "alpha", "job", "--",
+		helper("-out", aOut, "-ready", e.path("alpha.ready"), "-hold", "1h", "-beat"))
+	ai := waitReady(t, e.path("alpha.ready"), 10*time.Second)
+
+	bOut := e.path("beta.events")
+	b := e.start("beta", startOpt{stdinPipe: true}, "--log-level", "info", "run", "--ttl", ttl.String(), "--wait", "30s", "--owner", "beta", "job", "--",
+		helper("-out", bOut, "-hold", "stdin"))
+	waitFor(t, 10*time.Second, "beta to wait", func() bool { return strings.Contains(b.stderr(), "resource is held; waiting") })
+
+	stopped := mono()
+	syscall.Kill(-a.pid(), syscall.SIGSTOP)
+	syscall.Kill(-ai.pid, syscall.SIGSTOP)
+	var bStart event
+	waitFor(t, 15*time.Second, "beta's command to start", func() bool {
+		s := filter(readEvents(t, bOut), "start")
+		if len(s) > 0 {
+			bStart = s[0]
+		}
+		return len(s) > 0
+	})
+	if bStart.token <= ai.token {
+		t.Fatalf("beta's token %d is not above alpha's %d", bStart.token, ai.token)
+	}
+	// The fault: the holder stays stopped for twice its TTL.
+	if d := time.Duration(stopped + int64(2*ttl) - mono()); d > 0 {
+		time.Sleep(d)
+	}
+	resumed := mono()
+	syscall.Kill(-a.pid(), syscall.SIGCONT)
+	syscall.Kill(-ai.pid, syscall.SIGCONT)
+
+	if code := a.wait(10 * time.Second); code != exitLost {
+		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
+	}
+	if msg := a.stderr(); !strings.Contains(msg, "lost") || !strings.Contains(msg, "SIGTERM") {
+		t.Fatalf("alpha's stderr should say the lease was lost and the command stopped:\n%s", msg)
+	}
+	waitFor(t, 5*time.Second, "alpha's command to be gone", func() bool { return processGone(ai.pid) })
+	evs := readEvents(t, aOut)
+	if len(filter(evs, "end")) != 0 {
+		t.Fatalf("alpha's command ran to its end")
+	}
+	var last int64
+	for _, ev := range filter(evs, "beat") {
+		last = max(last, ev.mono)
+	}
+	ranOn := time.Duration(last - resumed)
+	t.Logf("alpha's command: last beat %v after SIGCONT; beta got token %d (alpha had %d) %v after SIGSTOP",
+		ranOn.Round(time.Millisecond), bStart.token, ai.token, time.Duration(bStart.mono-stopped).Round(time.Millisecond))
+	if ranOn > 500*time.Millisecond {
+		t.Fatalf("alpha's command ran on for %v after it resumed", ranOn)
+	}
+
+	b.stdin.Close()
+	if code := b.wait(10 * time.Second); code != 0 {
+		t.Fatalf("beta exited %d; stderr:\n%s", code, b.stderr())
+	}
+}
+
+// The lease freed under a running command by "tenure release --force": the
+// command, which ignores SIGTERM, gets SIGTERM, then SIGKILL after --grace;
+// tenure exits 79.
+func TestRunLostLeaseGraceThenKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const grace = time.Second
+	out := e.path("alpha.events")
+	a := e.start("alpha", startOpt{}, "run", "--ttl", "3s", "--grace", grace.String(), "--owner", "alpha", "job", "--",
+		helper("-out", out, "-ready", e.path("alpha.ready"), "-hold", "1h", "-beat", "-signals", "ignore"))
+	ai := waitReady(t, e.path("alpha.ready"), 10*time.Second)
+
+	code, stdout, stderr := e.run("release", "--force", "job")
+	if code != 0 || !strings.Contains(stdout, "released") {
+		t.Fatalf("release --force: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code := a.wait(15 * time.Second); code != exitLost {
+		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
+	}
+	if msg := a.stderr(); !strings.Contains(msg, "lost") || !strings.Contains(msg, "SIGKILL") {
+		t.Fatalf("alpha's stderr should report the loss and the SIGKILL:\n%s", msg)
+	}
+	waitFor(t, 5*time.Second, "alpha's command to be gone", func() bool { return processGone(ai.pid) })
+
+	evs := readEvents(t, out)
+	sigs := filter(evs, "signal")
+	if len(sigs) != 1 || sigs[0].sig != "SIGTERM" {
+		t.Fatalf("the command got signals %+v, want one SIGTERM", sigs)
+	}
+	var last int64
+	for _, ev := range filter(evs, "beat") {
+		last = max(last, ev.mono)
+	}
+	ranOn := time.Duration(last - sigs[0].mono)
+	t.Logf("the command ran %v after SIGTERM (grace %v)", ranOn.Round(time.Millisecond), grace)
+	if ranOn < grace-200*time.Millisecond || ranOn > grace+500*time.Millisecond {
+		t.Fatalf("the command ran %v after SIGTERM, want about the grace period %v", ranOn, grace)
+	}
+	if len(filter(evs, "end")) != 0 {
+		t.Fatalf("the command ran to its end")
+	}
+}
+
+// SIGINT, SIGTERM and SIGHUP sent to tenure reach the command; tenure then
+// releases the lease and exits with the command's status.
+func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		name := strings.ToLower(strings.TrimPrefix(sigName(sig), "SIG"))
+		out := e.path(name + ".events")
+		ready := e.path(name + ".ready")
+		p := e.start(name, startOpt{}, "run", "--owner", name, "job", "--",
+			helper("-out", out, "-ready", ready, "-hold", "1h", "-signals", "exit42"))
+		waitReady(t, ready, 10*time.Second)
+		if err := syscall.Kill(p.pid(), sig); err != nil { // tenure alone, not its group
+			t.Fatal(err)
+		}
+		if code := p.wait(10 * time.Second); code != 42 {
+			t.Fatalf("%s: tenure exited %d, want the command's 42; stderr:\n%s", sigName(sig), code, p.stderr())
+		}
+		got := filter(readEvents(t, out), "signal")
+		if len(got) != 1 || got[0].sig != sigName(sig) {
+			t.Fatalf("the command got %+v, want %s", got, sigName(sig))
+		}
+		if code, stdout, _ := e.run("status", "job"); code != exitFree {
+			t.Fatalf("%s: status exit %d after tenure exited, want 1 (free):\n%s", sigName(sig), code, stdout)
+		}
+	}
+}
+
+func sigName(s syscall.Signal) string {
+	return map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP"}[s]
+}
+
+// SIGTERM or SIGINT while waiting for the lease: tenure stops waiting and
+// exits 128+N without running the command.
+func TestRunSignalWhileWaiting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.start("alpha", startOpt{stdinPipe: true}, "run", "--owner", "alpha", "job", "--",
+		helper("-ready", e.path("alpha.ready"), "-hold", "stdin"))
+	waitReady(t, e.path("alpha.ready"), 10*time.Second)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		out := e.path("waiter.events")
+		w := e.start("waiter-"+sigName(sig), startOpt{}, "--log-level", "info", "run", "--owner", "waiter", "job", "--", helper("-out", out))
+		waitFor(t, 10*time.Second, "the waiter to wait", func() bool { return strings.Contains(w.stderr(), "resource is held; waiting") })
+		start := time.Now()
+		syscall.Kill(w.pid(), sig)
+		if code := w.wait(10 * time.Second); code != 128+int(sig) {
+			t.Fatalf("waiter exited %d after %s, want %d; stderr:\n%s", code, sigName(sig), 128+int(sig), w.stderr())
+		}
+		t.Logf("%s: the waiter exited %v after the signal", sigName(sig), time.Since(start).Round(time.Millisecond))
+		if !strings.Contains(w.stderr(), "stopped waiting") {
+			t.Fatalf("waiter's stderr:\n%s", w.stderr())
+		}
+		if len(readEvents(t, out)) != 0 {
+			t.Fatalf("the waiter's command ran")
+		}
+	}
+	a.stdin.Close()
+	if code := a.wait(10 * time.Second); code != 0 {
+		t.Fatalf("alpha exited %d; stderr:\n%s", code, a.stderr())
+	}
+}
+
+// Exit codes of bad arguments, bad stores and commands that cannot run.
+func TestRunExitCodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cmd := helper()
+	usageCases := []struct {
+		name string
+		args []string
+	}{
+		{"empty resource", []string{"run", "", "--", cmd[0]}},
+		{"resource not UTF-8", []string{"run", "a\xffb", "--", cmd[0]}},
+		{"resource too long", []string{"run", strings.Repeat("r", 257), "--", cmd[0]}},
+		{"ttl 0", []string{"run", "--ttl", "0", "job", "--", cmd[0]}},
+		{"ttl -1s", []string{"run", "--ttl", "-1s", "job", "--", cmd[0]}},
+		{"ttl not a duration", []string{"run", "--ttl", "soon", "job", "--", cmd[0]}},
+		{"wait and no-wait", []string{"run", "--wait", "5s", "--no-wait", "job", "--", cmd[0]}},
+		{"negative wait", []string{"run", "--wait", "-5s", "job", "--", cmd[0]}},
+		{"negative grace", []string{"run", "--grace", "-1s", "job", "--", cmd[0]}},
+		{"bad owner", []string{"run", "--owner", "a#b", "job", "--", cmd[0]}},
+		{"empty owner", []string{"run", "--owner", "", "job", "--", cmd[0]}},
+		{"no command", []string{"run", "job"}},
+		{"no command after --", []string{"run", "job", "--"}},
+		{"no --", []string{"run", "job", cmd[0]}},
+		{"two resources", []string{"run", "a", "b", "--", cmd[0]}},
+		{"nothing", []string{"run"}},
+		{"unknown flag", []string{"run", "--frobnicate", "job", "--", cmd[0]}},
+		{"bad log level", []string{"--log-level", "loud", "run", "job", "--", cmd[0]}},
+		{"unknown command", []string{"frobnicate"}},
+		{"status without resource", []string{"status"}},
+		{"release without owner or force", []string{"release", "job"}},
+		{"release with owner and force", []string{"release", "job", "--owner", "x", "--force"}},
+		{"list with two prefixes", []string{"list", "a", "b"}},
+	}
+	for _, c := range usageCases {
+		code, _, stderr := e.run(c.args)
+		if code != exitUsage {
+			t.Errorf("%s: exit %d, want %d; stderr:\n%s", c.name, code, exitUsage, stderr)
+			continue
+		}
+		if !strings.HasPrefix(stderr, "tenure: ") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%s: want one line starting with \"tenure: \", got:\n%s", c.name, stderr)
+		}
+	}
+	// Arguments are checked before any I/O: the store was never even opened.
+	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
+		t.Fatalf("the store file exists after usage errors only (%v)", err)
+	}
+	if code, stdout, _ := e.run("list", "--json"); code != 0 || strings.TrimSpace(stdout) != "[]" {
+		t.Fatalf("list after usage errors: exit %d, %s", code, stdout)
+	}
+
+	// An unknown scheme is a usage error that names the known schemes.
+	code, _, stderr := e.run("--store", "bogus://x", "run", "job", "--", cmd[0])
+	if code != exitUsage || !strings.Contains(stderr, "sqlite") || !strings.Contains(stderr, "bogus") {
+		t.Fatalf("--store bogus://x: exit %d, want %d naming sqlite:\n%s", code, exitUsage, stderr)
+	}
+
+	// A store that cannot be opened: 69, quickly.
+	start := time.Now()
+	code, _, stderr = e.run("--store", "sqlite:/nonexistent-dir/x.db", "run", "job", "--", cmd[0])
+	if code != exitUnavailable || !strings.HasPrefix(stderr, "tenure: ") {
+		t.Fatalf("unreachable store: exit %d, want %d:\n%s", code, exitUnavailable, stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("unreachable store: took %v", d)
+	}
+
+	// A command that cannot be run: 127 or 126, and the lease is released.
+	notExec := e.path("not-executable")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd  string
+		want int
+	}{
+		{"tenure-test-no-such-command", exitNotFound},
+		{e.path("no-such-file"), exitNotFound},
+		{notExec, exitCannotExec},
+		{e.dir, exitCannotExec},
+	} {
+		code, _, stderr := e.run("run", "job", "--", c.cmd)
+		if code != c.want || !strings.Contains(stderr, "cannot run") {
+			t.Errorf("run %s: exit %d, want %d:\n%s", c.cmd, code, c.want, stderr)
+		}
+		if code, stdout, _ := e.run("status", "job"); code != exitFree {
+			t.Errorf("run %s: the lease was not released: status exit %d\n%s", c.cmd, code, stdout)
+		}
+	}
+
+	// The command's exit status, and 128+N when a signal killed it.
+	if code, _, stderr := e.run("run", "job", "--", helper("-exit", "3")); code != 3 {
+		t.Errorf("command exiting 3: tenure exited %d\n%s", code, stderr)
+	}
+	if code, _, stderr := e.run("run", "job", "--", "/bin/sh", "-c", "kill -KILL $$"); code != 128+9 {
+		t.Errorf("command killed by SIGKILL: tenure exited %d, want 137\n%s", code, stderr)
+	}
+}
+
+// status, list and release, in text and JSON.
+func TestStatusListRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	holders := map[string]*proc{}
+	infos := map[string]readyInfo{}
+	for _, h := range []struct{ owner, resource string }{{"alpha", "jobs/a"}, {"beta", "jobs/b"}, {"gamma", "other/c"}} {
+		holders[h.resource] = e.start(h.owner, startOpt{stdinPipe: true}, "run", "--ttl", "3s", "--owner", h.owner, h.resource, "--",
+			helper("-ready", e.path(h.owner+".ready"), "-hold", "stdin"))
+	}
+	for _, o := range []string{"alpha", "beta", "gamma"} {
+		infos[o] = waitReady(t, e.path(o+".ready"), 10*time.Second)
+	}
+	alpha := infos["alpha"]
+
+	// status, text.
+	code, stdout, stderr := e.run("status", "jobs/a")
+	if code != 0 {
+		t.Fatalf("status jobs/a: exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"jobs/a", alpha.owner, "token:", strconv.FormatUint(alpha.token, 10), "ttl:", "3s", "left:"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("status jobs/a should show %q:\n%s", want, stdout)
+		}
+	}
+	// status, JSON.
+	code, stdout, _ = e.run("status", "jobs/a", "--json")
+	var st leaseJSON
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, %v:\n%s", code, err, stdout)
+	}
+	if !st.Held || st.Resource != "jobs/a" || st.Owner != alpha.owner || st.OwnerID != "alpha" || st.Token != alpha.token ||
+		st.TTLMs != 3000 || st.RemainingMs <= 0 || st.RemainingMs > 3000 {
+		t.Fatalf("status --json = %+v", st)
+	}
+	// status of a free resource.
+	code, stdout, _ = e.run("status", "jobs/none")
+	if code != exitFree || !strings.Contains(stdout, "free") {
+		t.Fatalf("status of a free resource: exit %d:\n%s", code, stdout)
+	}
+	code, stdout, _ = e.run("status", "jobs/none", "--json")
+	st = leaseJSON{}
+	if err := json.Unmarshal([]byte(stdout), &st); code != exitFree || err != nil || st.Held || st.Resource != "jobs/none" {
+		t.Fatalf("status --json of a free resource: exit %d, %+v, %v", code, st, err)
+	}
+
+	// list, table.
+	code, stdout, _ = e.run("list")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || len(lines) != 4 || strings.Join(strings.Fields(lines[0]), " ") != "RESOURCE OWNER TOKEN TTL LEFT" {
+		t.Fatalf("list: exit %d:\n%s", code, stdout)
+	}
+	for i, want := range []string{"jobs/a", "jobs/b", "other/c"} {
+		f := strings.Fields(lines[i+1])
+		owner := []string{"alpha", "beta", "gamma"}[i]
+		if len(f) != 5 || f[0] != want || f[1] != infos[owner].owner || f[2] != strconv.FormatUint(infos[owner].token, 10) || f[3] != "3s" {
+			t.Fatalf("list row %d = %q, want %s held by %s", i, lines[i+1], want, infos[owner].owner)
+		}
+	}
+	// list with a prefix, JSON.
+	code, stdout, _ = e.run("list", "jobs/", "--json")
+	var list []leaseJSON
+	if err := json.Unmarshal([]byte(stdout), &list); code != 0 || err != nil {
+		t.Fatalf("list --json: exit %d, %v:\n%s", code, err, stdout)
+	}
+	if len(list) != 2 || list[0].Resource != "jobs/a" || list[1].Resource != "jobs/b" || list[1].Owner != infos["beta"].owner || !list[0].Held {
+		t.Fatalf("list jobs/ --json = %+v", list)
+	}
+
+	// release with the wrong owner: refused, the lease stays.
+	for _, wrong := range []string{"beta", "alpha#0000000000000000", "alph"} {
+		code, _, stderr = e.run("release", "jobs/a", "--owner", wrong)
+		if code != exitFree || !strings.Contains(stderr, "nothing released") || !strings.Contains(stderr, alpha.owner) {
+			t.Fatalf("release --owner %s: exit %d:\n%s", wrong, code, stderr)
+		}
+	}
+	code, stdout, _ = e.run("status", "jobs/a", "--json")
+	st = leaseJSON{}
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil || st.Owner != alpha.owner || st.Token != alpha.token {
+		t.Fatalf("after refused releases: exit %d, %+v", code, st)
+	}
+
+	// release with the readable id, then with the full owner string: the
+	// holders' tenure processes notice at their next renewal and exit 79.
+	code, stdout, stderr = e.run("release", "jobs/a", "--owner", "alpha")
+	if code != 0 || !strings.Contains(stdout, "released") {
+		t.Fatalf("release --owner alpha: exit %d:\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = e.run("release", "jobs/b", "--owner", infos["beta"].owner)
+	if code != 0 || !strings.Contains(stdout, "released") {
+		t.Fatalf("release --owner %s: exit %d:\n%s%s", infos["beta"].owner, code, stdout, stderr)
+	}
+	for _, r := range []string{"jobs/a", "jobs/b"} {
+		if code := holders[r].wait(10 * time.Second); code != exitLost {
+			t.Fatalf("the holder of %s exited %d, want %d:\n%s", r, code, exitLost, holders[r].stderr())
+		}
+	}
+	code, _, stderr = e.run("release", "jobs/a", "--owner", "alpha")
+	if code != exitFree || !strings.Contains(stderr, "not held") {
+		t.Fatalf("release of a free resource: exit %d:\n%s", code, stderr)
+	}
+	code, stdout, _ = e.run("list", "--json")
+	list = nil
+	if err := json.Unmarshal([]byte(stdout), &list); code != 0 || err != nil || len(list) != 1 || list[0].Resource != "other/c" {
+		t.Fatalf("list after the releases: %+v, %v", list, err)
+	}
+	holders["other/c"].stdin.Close()
+	if code := holders["other/c"].wait(10 * time.Second); code != 0 {
+		t.Fatalf("gamma exited %d:\n%s", code, holders["other/c"].stderr())
+	}
+	if code, _, _ := e.run("status", "other/c"); code != exitFree {
+		t.Fatalf("other/c still held after its command ended")
+	}
+}
