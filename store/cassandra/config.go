@@ -1,0 +1,458 @@
+package cassandra
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+// Mode selects the table layout and statements a Store uses.
+type Mode string
+
+const (
+	// ModeNative is tenure's own table: one row per resource with the owner
+	// and the requested TTL (both written with the lease's TTL), a per-write
+	// id, and the fencing token (written without TTL, so it survives release
+	// and expiry and never goes back). Grants change owner and token in one
+	// conditional batch, so a grant and its token are one Paxos round.
+	ModeNative Mode = "native"
+
+	// ModeJaeger is the table and the conditional statements of Jaeger's
+	// Cassandra lock (jaegertracing/jaeger,
+	// internal/storage/distributedlock/cassandra/lock.go): leases (name text
+	// PRIMARY KEY, owner text), INSERT ... IF NOT EXISTS USING TTL to grant,
+	// UPDATE ... USING TTL ... IF owner = ? to renew, DELETE ... IF owner = ?
+	// to release. Jaeger collectors and tenure sharing one table exclude each
+	// other.
+	//
+	// This mode keeps NO fencing token: every Record.Token and Lease.Token is
+	// 0, and a holder that was paused or partitioned past its TTL cannot be
+	// fenced off by the resource it protects. Use ModeNative unless you must
+	// share a lock with Jaeger.
+	ModeJaeger Mode = "jaeger"
+)
+
+// Defaults.
+const (
+	// DefaultPort is Cassandra's native protocol port.
+	DefaultPort = 9042
+	// DefaultKeyspace is the keyspace used when Config.Keyspace is empty.
+	DefaultKeyspace = "tenure"
+	// DefaultNativeTable is the table of ModeNative when Config.Table is empty.
+	DefaultNativeTable = "tenure_leases"
+	// DefaultJaegerTable is the table of ModeJaeger when Config.Table is
+	// empty: the name Jaeger uses.
+	DefaultJaegerTable = "leases"
+	// DefaultTimeout bounds every query (and so every store call, together
+	// with the caller's context). It is above Cassandra's default server-side
+	// timeouts (write_request_timeout 2 s, cas_contention_timeout 1 s,
+	// read_request_timeout 5 s), so that a server's own, more informative
+	// timeout (for example a CAS write timeout) normally arrives first.
+	DefaultTimeout = 10 * time.Second
+	// DefaultConnectTimeout bounds each connection attempt (TCP, TLS and the
+	// protocol handshake) to one host.
+	DefaultConnectTimeout = 5 * time.Second
+	// MaxTimeout is the largest Timeout or ConnectTimeout accepted.
+	MaxTimeout = 10 * time.Minute
+)
+
+// ErrBadConfig is wrapped by every error that Open, Init, Schema and
+// ParseURL return for a configuration or URL that cannot work (a bad
+// identifier, an unknown mode or consistency, an unreadable TLS file, an
+// unknown URL parameter). It is never returned for an unreachable cluster.
+var ErrBadConfig = errors.New("cassandra store: bad configuration")
+
+// Config configures a Store. The zero value of every field but Hosts means
+// its default.
+type Config struct {
+	// Hosts are the contact points: host names or IP addresses, optionally
+	// with ":port" ("[v6]:port" for IPv6). The driver discovers the other
+	// nodes from them. At least one is required.
+	Hosts []string
+
+	// Port is the native protocol port for hosts given without one (default
+	// 9042).
+	Port int
+
+	// Keyspace holds the lease table (default "tenure"). It must match
+	// ^[a-zA-Z][a-zA-Z0-9_]{0,47}$ and, like an unquoted CQL name, is case
+	// insensitive: it is used in lower case.
+	Keyspace string
+
+	// Table is the lease table (default "tenure_leases" in ModeNative,
+	// "leases" in ModeJaeger). Same rules as Keyspace.
+	Table string
+
+	// Mode is ModeNative (default) or ModeJaeger. ModeJaeger has no fencing
+	// tokens: every token is 0 (see ModeJaeger).
+	Mode Mode
+
+	// SerialConsistency is the consistency of the Paxos (condition) phase of
+	// every conditional write and of Get's linearizable read: gocql.Serial
+	// (default) or gocql.LocalSerial. LocalSerial is only safe when every
+	// client of a resource runs in the same data center: two clients using
+	// LOCAL_SERIAL in different data centers can both be granted the same
+	// resource.
+	SerialConsistency gocql.Consistency
+
+	// CommitConsistency is the consistency of the commit phase of
+	// conditional writes and of List's scan: gocql.Quorum (default) or
+	// gocql.LocalQuorum.
+	CommitConsistency gocql.Consistency
+
+	// LocalDC, when set, makes the driver prefer the coordinators of this
+	// data center (DC-aware round robin, token aware).
+	LocalDC string
+
+	// Timeout bounds each query, in addition to the caller's context
+	// (default DefaultTimeout, at most MaxTimeout). A store call makes at
+	// most three queries (two conditional writes, or a conditional write and
+	// the read that resolves its unknown outcome), so it returns within
+	// 3·Timeout even when the cluster does not answer.
+	Timeout time.Duration
+
+	// ConnectTimeout bounds each connection attempt to one host (default
+	// DefaultConnectTimeout, at most MaxTimeout). Open gives up after
+	// (len(Hosts)+1)·ConnectTimeout at the latest, or when its context ends.
+	ConnectTimeout time.Duration
+
+	// Username and Password, when Username is set, authenticate with
+	// Cassandra's PasswordAuthenticator.
+	Username, Password string
+
+	// TLS enables TLS. It is implied by CAFile, CertFile or KeyFile.
+	TLS bool
+	// CAFile is a PEM file of certificate authorities that sign the nodes'
+	// certificates (default: the system's roots).
+	CAFile string
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// clusters that require client certificates. Give both or neither.
+	CertFile, KeyFile string
+	// SkipHostVerification, when true, still verifies each node's
+	// certificate chain against CAFile (or the system roots) but not that
+	// the certificate names the host dialled: for clusters whose node
+	// certificates do not carry their addresses. Verification is never
+	// switched off entirely.
+	SkipHostVerification bool
+
+	// Replication is the keyspace's replication, used only by Schema and
+	// Init when they create the keyspace (default: SimpleStrategy with
+	// replication factor 1, for development; production clusters need 3 or
+	// more per data center).
+	Replication Replication
+
+	// CreateSchema makes Open create the keyspace and table (Init) when they
+	// do not exist. Without it, Open fails with an error that says to run
+	// Init (or `tenure init`).
+	CreateSchema bool
+
+	// ClusterHook, when set, is called with the driver's cluster
+	// configuration after the store filled it in and before the session is
+	// created: for driver options that Config does not cover (query and
+	// batch observers for metrics or tests, a dialer, an address
+	// translator, a fixed protocol version). Do not set a retry or
+	// speculative-execution policy that resends conditional writes, and do
+	// not shorten timeouts below the server's: the store's guarantees rest on
+	// each conditional write being sent once and its outcome resolved.
+	ClusterHook func(*gocql.ClusterConfig)
+
+	// TokenCacheSize bounds the per-store cache of the last fencing token
+	// seen per resource, which lets an acquire of a free resource take one
+	// lightweight transaction instead of two (default 65536 resources). When
+	// it is full, entries are dropped at random; a dropped entry only costs
+	// one more round trip on the next acquire of that resource.
+	TokenCacheSize int
+}
+
+// Replication is a keyspace's replication strategy.
+type Replication struct {
+	// Factor is SimpleStrategy's replication factor, used when DataCenters
+	// is empty (default 1).
+	Factor int
+	// DataCenters maps data-center names to replication factors, for
+	// NetworkTopologyStrategy.
+	DataCenters map[string]int
+}
+
+// String returns the replication as a CQL map literal.
+func (r Replication) String() string {
+	if len(r.DataCenters) == 0 {
+		f := r.Factor
+		if f == 0 {
+			f = 1
+		}
+		return fmt.Sprintf("{'class': 'SimpleStrategy', 'replication_factor': %d}", f)
+	}
+	dcs := make([]string, 0, len(r.DataCenters))
+	for dc := range r.DataCenters {
+		dcs = append(dcs, dc)
+	}
+	sort.Strings(dcs)
+	var b strings.Builder
+	b.WriteString("{'class': 'NetworkTopologyStrategy'")
+	for _, dc := range dcs {
+		fmt.Fprintf(&b, ", '%s': %d", dc, r.DataCenters[dc])
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+var (
+	identRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
+	dcRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
+)
+
+// maxReplicationFactor is a sanity bound on replication factors.
+const maxReplicationFactor = 64
+
+func (r Replication) validate() error {
+	if len(r.DataCenters) == 0 {
+		if r.Factor < 0 || r.Factor > maxReplicationFactor {
+			return fmt.Errorf("%w: replication factor %d outside 1..%d", ErrBadConfig, r.Factor, maxReplicationFactor)
+		}
+		return nil
+	}
+	if r.Factor != 0 {
+		return fmt.Errorf("%w: give a replication factor or per-data-center factors, not both", ErrBadConfig)
+	}
+	for dc, f := range r.DataCenters {
+		if !dcRE.MatchString(dc) {
+			return fmt.Errorf("%w: data-center name %q: want letters, digits, '_', '.' or '-' (at most 64)", ErrBadConfig, dc)
+		}
+		if f < 1 || f > maxReplicationFactor {
+			return fmt.Errorf("%w: replication factor %d for data center %q outside 1..%d", ErrBadConfig, f, dc, maxReplicationFactor)
+		}
+	}
+	return nil
+}
+
+// resolved is a validated Config with its defaults filled in.
+type resolved struct {
+	Config
+	keyspace, table string // lower case, validated
+}
+
+// withDefaults validates c and fills in its defaults. Errors wrap
+// ErrBadConfig.
+func (c Config) resolve() (resolved, error) {
+	r := resolved{Config: c}
+	if len(c.Hosts) == 0 {
+		return r, fmt.Errorf("%w: no hosts", ErrBadConfig)
+	}
+	for _, h := range c.Hosts {
+		if err := validateHost(h); err != nil {
+			return r, err
+		}
+	}
+	if r.Port == 0 {
+		r.Port = DefaultPort
+	}
+	if r.Port < 1 || r.Port > 65535 {
+		return r, fmt.Errorf("%w: port %d outside 1..65535", ErrBadConfig, c.Port)
+	}
+	if r.Mode == "" {
+		r.Mode = ModeNative
+	}
+	switch r.Mode {
+	case ModeNative, ModeJaeger:
+	default:
+		return r, fmt.Errorf("%w: mode %q: want %q or %q", ErrBadConfig, c.Mode, ModeNative, ModeJaeger)
+	}
+	if r.Keyspace == "" {
+		r.Keyspace = DefaultKeyspace
+	}
+	if r.Table == "" {
+		r.Table = DefaultNativeTable
+		if r.Mode == ModeJaeger {
+			r.Table = DefaultJaegerTable
+		}
+	}
+	if !identRE.MatchString(r.Keyspace) {
+		return r, fmt.Errorf("%w: keyspace %q: want a letter then up to 47 letters, digits or '_'", ErrBadConfig, r.Keyspace)
+	}
+	if !identRE.MatchString(r.Table) {
+		return r, fmt.Errorf("%w: table %q: want a letter then up to 47 letters, digits or '_'", ErrBadConfig, r.Table)
+	}
+	r.keyspace, r.table = strings.ToLower(r.Keyspace), strings.ToLower(r.Table)
+	switch r.SerialConsistency {
+	case 0:
+		r.SerialConsistency = gocql.Serial
+	case gocql.Serial, gocql.LocalSerial:
+	default:
+		return r, fmt.Errorf("%w: serial consistency %v: want SERIAL or LOCAL_SERIAL", ErrBadConfig, c.SerialConsistency)
+	}
+	switch r.CommitConsistency {
+	case 0:
+		// gocql.Any is 0; ANY is never a valid commit consistency for a
+		// lease, so the zero value means the default.
+		r.CommitConsistency = gocql.Quorum
+	case gocql.Quorum, gocql.LocalQuorum:
+	default:
+		return r, fmt.Errorf("%w: commit consistency %v: want QUORUM or LOCAL_QUORUM", ErrBadConfig, c.CommitConsistency)
+	}
+	if r.LocalDC != "" && !dcRE.MatchString(r.LocalDC) {
+		return r, fmt.Errorf("%w: local data center %q: want letters, digits, '_', '.' or '-' (at most 64)", ErrBadConfig, r.LocalDC)
+	}
+	if r.Timeout == 0 {
+		r.Timeout = DefaultTimeout
+	}
+	if r.ConnectTimeout == 0 {
+		r.ConnectTimeout = DefaultConnectTimeout
+	}
+	if r.Timeout < 0 || r.Timeout > MaxTimeout {
+		return r, fmt.Errorf("%w: timeout %v outside (0, %v]", ErrBadConfig, c.Timeout, MaxTimeout)
+	}
+	if r.ConnectTimeout < 0 || r.ConnectTimeout > MaxTimeout {
+		return r, fmt.Errorf("%w: connect timeout %v outside (0, %v]", ErrBadConfig, c.ConnectTimeout, MaxTimeout)
+	}
+	if r.Username == "" && r.Password != "" {
+		return r, fmt.Errorf("%w: a password without a user name", ErrBadConfig)
+	}
+	if (r.CertFile == "") != (r.KeyFile == "") {
+		return r, fmt.Errorf("%w: a client certificate needs both a certificate file and a key file", ErrBadConfig)
+	}
+	if r.CAFile != "" || r.CertFile != "" {
+		r.TLS = true
+	}
+	if r.SkipHostVerification && !r.TLS {
+		return r, fmt.Errorf("%w: host verification is a TLS setting, but TLS is off", ErrBadConfig)
+	}
+	if err := r.Replication.validate(); err != nil {
+		return r, err
+	}
+	if r.TokenCacheSize == 0 {
+		r.TokenCacheSize = 1 << 16
+	}
+	if r.TokenCacheSize < 0 {
+		return r, fmt.Errorf("%w: token cache size %d is negative", ErrBadConfig, c.TokenCacheSize)
+	}
+	return r, nil
+}
+
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9._\-]{1,253}$`)
+
+// validateHost checks a contact point: a name or IPv4 address, "[v6]" or a
+// bare IPv6 address, optionally with a port.
+func validateHost(h string) error {
+	host, port := h, ""
+	if strings.HasPrefix(h, "[") {
+		end := strings.Index(h, "]")
+		if end < 0 {
+			return fmt.Errorf("%w: host %q: missing ']'", ErrBadConfig, h)
+		}
+		host, port = h[1:end], strings.TrimPrefix(h[end+1:], ":")
+		if h[end+1:] != "" && !strings.HasPrefix(h[end+1:], ":") {
+			return fmt.Errorf("%w: host %q: unexpected text after ']'", ErrBadConfig, h)
+		}
+		if net.ParseIP(host) == nil {
+			return fmt.Errorf("%w: host %q: not an IPv6 address", ErrBadConfig, h)
+		}
+	} else if net.ParseIP(h) != nil {
+		return nil // a bare IPv4 or IPv6 address
+	} else if i := strings.LastIndex(h, ":"); i >= 0 {
+		host, port = h[:i], h[i+1:]
+	}
+	if port != "" || strings.HasSuffix(h, ":") {
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("%w: host %q: port %q is not in 1..65535", ErrBadConfig, h, port)
+		}
+	}
+	if net.ParseIP(host) == nil && !hostRE.MatchString(host) {
+		return fmt.Errorf("%w: host %q: not a host name or IP address", ErrBadConfig, h)
+	}
+	return nil
+}
+
+// tlsConfig builds the TLS configuration, or nil when TLS is off.
+func (r resolved) tlsConfig() (*tls.Config, error) {
+	if !r.TLS {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.CAFile != "" {
+		pem, err := os.ReadFile(r.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CA file: %w", ErrBadConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrBadConfig, r.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if r.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(r.CertFile, r.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client certificate: %w", ErrBadConfig, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if r.SkipHostVerification {
+		// Verify the chain ourselves, without the host name: Go's
+		// InsecureSkipVerify alone would accept any certificate at all.
+		roots := cfg.RootCAs
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("cassandra store: the node sent no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+				return fmt.Errorf("cassandra store: node certificate: %w", err)
+			}
+			return nil
+		}
+	}
+	return cfg, nil
+}
+
+// cluster builds the driver's cluster configuration.
+func (r resolved) cluster() (*gocql.ClusterConfig, error) {
+	c := gocql.NewCluster(r.Hosts...)
+	c.Port = r.Port
+	c.Timeout = r.Timeout
+	c.WriteTimeout = r.Timeout
+	c.ConnectTimeout = r.ConnectTimeout
+	c.Consistency = r.CommitConsistency
+	c.SerialConsistency = r.SerialConsistency
+	c.MaxWaitSchemaAgreement = 60 * time.Second
+	// No retries and no speculative executions: a conditional write is sent
+	// once, and an unknown outcome is resolved by a linearizable read.
+	c.RetryPolicy = nil
+	c.DefaultIdempotence = false
+	c.ReconnectionPolicy = &gocql.ConstantReconnectionPolicy{MaxRetries: 3, Interval: time.Second}
+	c.ReconnectInterval = 10 * time.Second
+	if r.LocalDC != "" {
+		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(r.LocalDC))
+	} else {
+		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
+	}
+	if r.Username != "" {
+		c.Authenticator = gocql.PasswordAuthenticator{Username: r.Username, Password: r.Password}
+	}
+	tc, err := r.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		c.SslOpts = &gocql.SslOptions{Config: tc, EnableHostVerification: !r.SkipHostVerification}
+	}
+	if r.ClusterHook != nil {
+		r.ClusterHook(c)
+	}
+	return c, nil
+}

@@ -1,0 +1,785 @@
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/tenure-go/tenure"
+)
+
+// Store is a tenure.Store on Apache Cassandra (or ScyllaDB). It is safe for
+// concurrent use by many goroutines; many processes and hosts share leases
+// through the cluster. Open one Store per process and share it: each holds
+// a driver session with its own connection pools.
+type Store struct {
+	cfg     resolved
+	session *gocql.Session
+	st      statements
+	cache   *tokenCache
+
+	closeOnce sync.Once
+}
+
+// statements are the store's CQL, with the validated keyspace and table
+// names spliced in once; every value is a bound parameter.
+type statements struct {
+	// ModeNative
+	grantNewInsert, grantNewOwner   string // batch: a never-seen resource
+	grantFreeOwner, grantFreeToken  string // batch: a free resource with a known token
+	renew, release, get, list, find string
+	// ModeJaeger
+	jInsert, jUpdate, jDelete string
+}
+
+func newStatements(r resolved) statements {
+	t := quote(r.keyspace) + "." + quote(r.table)
+	if r.Mode == ModeJaeger {
+		return statements{
+			// The three statements of Jaeger's lock, on the same table shape.
+			jInsert: `INSERT INTO ` + t + ` (name, owner) VALUES (?, ?) IF NOT EXISTS USING TTL ?`,
+			jUpdate: `UPDATE ` + t + ` USING TTL ? SET owner = ? WHERE name = ? IF owner = ?`,
+			jDelete: `DELETE FROM ` + t + ` WHERE name = ? IF owner = ?`,
+			get:     `SELECT owner, TTL(owner) AS remaining FROM ` + t + ` WHERE name = ?`,
+			list:    `SELECT name, owner, TTL(owner) AS remaining FROM ` + t,
+			find:    `SELECT name, owner FROM ` + t + ` LIMIT 1`,
+		}
+	}
+	return statements{
+		grantNewInsert: `INSERT INTO ` + t + ` (resource, fencing_token) VALUES (?, ?) IF NOT EXISTS`,
+		grantNewOwner:  `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ?`,
+		grantFreeOwner: `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = null AND fencing_token = ?`,
+		grantFreeToken: `UPDATE ` + t + ` SET fencing_token = ? WHERE resource = ?`,
+		renew:          `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
+		release:        `UPDATE ` + t + ` SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
+		get:            `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
+		list:           `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
+		find:           `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` LIMIT 1`,
+	}
+}
+
+// quote returns a validated, lower-case identifier as a quoted CQL name, so
+// that reserved words such as "table" work too.
+func quote(ident string) string { return `"` + ident + `"` }
+
+// Open connects to the cluster and returns a Store. It checks that the
+// keyspace and table exist with the columns the mode needs; when they do
+// not, it creates them if cfg.CreateSchema is set (see Init), and otherwise
+// returns an error that says to run Init. It returns an error wrapping
+// ErrBadConfig for a configuration that cannot work, and the driver's error
+// (wrapped) when the cluster cannot be reached; it gives up when ctx ends or
+// after (len(Hosts)+1)·ConnectTimeout + Timeout, whichever comes first.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	r, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	session, err := connect(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: r, session: session, st: newStatements(r), cache: newTokenCache(r.TokenCacheSize)}
+	if r.CreateSchema {
+		if err := createSchema(ctx, r, session); err != nil {
+			session.Close()
+			return nil, err
+		}
+	}
+	if err := s.checkSchema(ctx); err != nil {
+		session.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect creates the driver session, bounded by ctx and by the
+// configuration's timeouts (gocql's NewSession takes no context).
+func connect(ctx context.Context, r resolved) (*gocql.Session, error) {
+	cluster, err := r.cluster()
+	if err != nil {
+		return nil, err
+	}
+	bound := time.Duration(len(r.Hosts)+1)*r.ConnectTimeout + r.Timeout
+	type result struct {
+		s   *gocql.Session
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := cluster.CreateSession()
+		done <- result{s, err}
+	}()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	abandon := func() {
+		// Close the session if it ever comes up, so nothing leaks.
+		go func() {
+			if res := <-done; res.s != nil {
+				res.s.Close()
+			}
+		}()
+	}
+	select {
+	case res := <-done:
+		if res.err != nil {
+			return nil, fmt.Errorf("cassandra store: connect to %s: %w", strings.Join(r.Hosts, ","), res.err)
+		}
+		return res.s, nil
+	case <-ctx.Done():
+		abandon()
+		return nil, fmt.Errorf("cassandra store: connect to %s: %w", strings.Join(r.Hosts, ","), context.Cause(ctx))
+	case <-timer.C:
+		abandon()
+		return nil, fmt.Errorf("cassandra store: connect to %s: no session after %v", strings.Join(r.Hosts, ","), bound)
+	}
+}
+
+// checkSchema reads one row with every column the mode uses, so that a
+// missing keyspace, table or column fails Open with a clear message.
+func (s *Store) checkSchema(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	iter := s.session.Query(s.st.find).Consistency(gocql.One).IterContext(qctx)
+	err := iter.Close()
+	if err == nil {
+		return nil
+	}
+	var inv *gocql.RequestErrInvalid
+	if errors.As(err, &inv) {
+		return fmt.Errorf("cassandra store: table %s.%s is missing or lacks the columns of %s mode (create it with cassandra.Init, `tenure init`, or the CQL of cassandra.Schema): %w",
+			s.cfg.keyspace, s.cfg.table, s.cfg.Mode, err)
+	}
+	return fmt.Errorf("cassandra store: check table %s.%s: %w", s.cfg.keyspace, s.cfg.table, err)
+}
+
+// Close closes the driver session. It does not release leases. It is safe
+// to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.session.Close)
+	return nil
+}
+
+// Mode returns the store's mode.
+func (s *Store) Mode() Mode { return s.cfg.Mode }
+
+// Keyspace returns the keyspace the store uses (lower case).
+func (s *Store) Keyspace() string { return s.cfg.keyspace }
+
+// Table returns the table the store uses (lower case).
+func (s *Store) Table() string { return s.cfg.table }
+
+// Session returns the driver session, for tools and tests that inspect the
+// table. Writing to the lease table other than through the Store breaks the
+// lease contract.
+func (s *Store) Session() *gocql.Session { return s.session }
+
+// row is a lease row as Cassandra returned it, read by column name; absent
+// columns and nulls read as zero values (owner is never empty and tokens and
+// write ids are never zero when set).
+type row struct {
+	present   bool   // the partition exists
+	owner     string // "" when free
+	token     uint64
+	ttlMs     int64
+	writeID   int64
+	remaining int // TTL(owner) in seconds; 0 when unknown
+}
+
+func rowFrom(m map[string]any) row {
+	r := row{present: len(m) > 0}
+	r.owner = colString(m["owner"])
+	if t := colInt(m["fencing_token"]); t > 0 {
+		r.token = uint64(t)
+	}
+	r.ttlMs = colInt(m["ttl_ms"])
+	r.writeID = colInt(m["write_id"])
+	r.remaining = int(colInt(m["remaining"]))
+	return r
+}
+
+func colString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case *string:
+		if v != nil {
+			return *v
+		}
+	}
+	return ""
+}
+
+func colInt(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case int:
+		return int64(v)
+	case int32:
+		return int64(v)
+	case *int64:
+		if v != nil {
+			return *v
+		}
+	case *int:
+		if v != nil {
+			return int64(*v)
+		}
+	}
+	return 0
+}
+
+func (r row) String() string {
+	switch {
+	case !r.present:
+		return "no row"
+	case r.owner == "":
+		return fmt.Sprintf("free, last token %d", r.token)
+	default:
+		return fmt.Sprintf("held by %s, token %d", r.owner, r.token)
+	}
+}
+
+// record describes the row as a tenure.Record.
+func (r row) record(resource string) tenure.Record {
+	rec := tenure.Record{Resource: resource, Owner: r.owner, Token: r.token, Remaining: remaining(r.remaining)}
+	if r.ttlMs > 0 {
+		rec.TTL = time.Duration(r.ttlMs) * time.Millisecond
+	}
+	return rec
+}
+
+func (r row) held(resource string) error {
+	return &tenure.HeldError{Holder: r.record(resource)}
+}
+
+// newWriteID returns a random non-zero id for one conditional write, so
+// that a read after a lost answer can tell whether that very write was
+// applied. math/rand/v2's generator is seeded from the operating system.
+func newWriteID() int64 {
+	for {
+		if id := rand.Int64(); id != 0 {
+			return id
+		}
+	}
+}
+
+// definitelyNotApplied reports whether err proves that a conditional write
+// was never executed: the coordinator refused it before Paxos began
+// (unavailable replicas, overload, bootstrapping), the request was invalid,
+// or the driver never sent it. Every other error (timeouts, CAS write
+// timeouts and CAS_WRITE_UNKNOWN, lost connections, cancellations, write
+// failures) leaves the outcome unknown.
+func definitelyNotApplied(err error) bool {
+	var (
+		unavail *gocql.RequestErrUnavailable
+		over    *gocql.RequestErrOverloaded
+		boot    *gocql.RequestErrBootstrapping
+		inv     *gocql.RequestErrInvalid
+		syn     *gocql.RequestErrSyntax
+		unauth  *gocql.RequestErrUnauthorized
+		conf    *gocql.RequestErrConfig
+		cred    *gocql.RequestErrCredentials
+	)
+	switch {
+	case errors.As(err, &unavail), errors.As(err, &over), errors.As(err, &boot), errors.As(err, &inv),
+		errors.As(err, &syn), errors.As(err, &unauth), errors.As(err, &conf), errors.As(err, &cred):
+		return true
+	case errors.Is(err, gocql.ErrNoConnections), errors.Is(err, gocql.ErrSessionClosed),
+		errors.Is(err, gocql.ErrNoStreams), errors.Is(err, gocql.ErrQueryArgLength):
+		return true
+	}
+	return false
+}
+
+// casQuery runs one conditional statement (one lightweight transaction) and
+// returns whether it was applied and, when not, the current row. The
+// statement is sent once: never retried by the driver.
+func (s *Store) casQuery(ctx context.Context, stmt string, args ...any) (bool, row, error) {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	m := map[string]any{}
+	applied, err := s.session.Query(stmt, args...).
+		Consistency(s.cfg.CommitConsistency).
+		SerialConsistency(s.cfg.SerialConsistency).
+		Idempotent(false).
+		MapScanCASContext(qctx, m)
+	if err != nil {
+		return false, row{}, err
+	}
+	return applied, rowFrom(m), nil
+}
+
+type batchStmt struct {
+	stmt string
+	args []any
+}
+
+// casBatch runs a single-partition conditional batch: one lightweight
+// transaction.
+func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, error) {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	b := s.session.Batch(gocql.UnloggedBatch).
+		Consistency(s.cfg.CommitConsistency).
+		SerialConsistency(s.cfg.SerialConsistency)
+	for _, st := range stmts {
+		b.Query(st.stmt, st.args...)
+	}
+	m := map[string]any{}
+	applied, iter, err := b.MapExecCASContext(qctx, m)
+	if iter != nil {
+		if cerr := iter.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return false, row{}, err
+	}
+	return applied, rowFrom(m), nil
+}
+
+// read returns the resource's row from a linearizable (SERIAL or
+// LOCAL_SERIAL) read, which also completes any Paxos round in flight on it.
+func (s *Store) read(ctx context.Context, resource string) (row, error) {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	m := map[string]any{}
+	err := s.session.Query(s.st.get, resource).
+		Consistency(s.cfg.SerialConsistency).
+		Idempotent(true).
+		MapScanContext(qctx, m)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return row{}, nil
+	}
+	if err != nil {
+		return row{}, err
+	}
+	return rowFrom(m), nil
+}
+
+// resolve settles a conditional write whose answer was lost (cause): it
+// reads the row at serial consistency. When the write may not have been
+// sent, or the read fails too, or ctx has ended, it returns an error
+// wrapping tenure.ErrUnknownOutcome; a write that was certainly never
+// executed returns the cause as it is.
+func (s *Store) resolve(ctx context.Context, op, resource string, cause error) (row, error) {
+	if definitelyNotApplied(cause) {
+		return row{}, fmt.Errorf("cassandra store: %s %q: %w", op, resource, cause)
+	}
+	if ctx.Err() != nil {
+		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w (no time left to read the outcome)", op, resource, cause))
+	}
+	r, err := s.read(ctx, resource)
+	if err != nil {
+		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w; the serial read to resolve it failed too: %w", op, resource, cause, err))
+	}
+	return r, nil
+}
+
+func unknownf(op, resource string, cause error, format string, args ...any) error {
+	return tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), cause))
+}
+
+func lostf(op, resource string, format string, args ...any) error {
+	return fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), tenure.ErrLeaseLost)
+}
+
+// Acquire implements tenure.Store. In ModeNative a grant is one conditional
+// batch that sets the owner (with the TTL, see StoreTTL) and the next
+// fencing token together; with the last token of the resource in the
+// store's cache, acquiring a free resource is one lightweight transaction,
+// and never more than two (a stale cache, or a lease of the same owner that
+// is renewed). When the second also finds the resource changed hands, the
+// result is a *tenure.HeldError describing the row it saw; its Holder.Owner
+// is empty when the resource was granted and freed again meanwhile.
+//
+// Errors: tenure.ErrInvalidResource, ErrInvalidOwner or ErrInvalidTTL before
+// any I/O; *tenure.HeldError when another owner holds the resource (Holder
+// carries owner and token; Remaining is 0 because Cassandra's
+// not-applied result carries no TTL); an error wrapping
+// tenure.ErrUnknownOutcome when the answer was lost and a serial read could
+// not show that this very write was applied; other driver errors wrapped.
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+		return tenure.Record{}, err
+	}
+	secs, err := StoreTTL(ttl)
+	if err != nil {
+		return tenure.Record{}, err
+	}
+	if s.cfg.Mode == ModeJaeger {
+		return s.acquireJaeger(ctx, resource, owner, ttl, secs)
+	}
+	g := grant{s: s, resource: resource, owner: owner, ttl: ttl, secs: secs, ttlMs: ttlMillis(ttl), wid: newWriteID()}
+	var res attempt
+	if last, ok := s.cache.get(resource); ok {
+		res = g.free(ctx, last)
+	} else {
+		res = g.fresh(ctx, 1)
+	}
+	if res.done {
+		return res.rec, res.err
+	}
+	// The first attempt was not applied and its row says why; one more try.
+	cur := res.row
+	switch {
+	case !cur.present:
+		// The row was deleted behind our back (an operator); start after
+		// the last token we know, so tokens do not go back as far as this
+		// store can tell.
+		last, _ := s.cache.get(resource)
+		res = g.fresh(ctx, last+1)
+	case cur.owner == owner:
+		res = g.renewal(ctx, cur.token)
+	case cur.owner != "":
+		s.cache.set(resource, cur.token)
+		return tenure.Record{}, cur.held(resource)
+	default:
+		res = g.free(ctx, cur.token)
+	}
+	if res.done {
+		return res.rec, res.err
+	}
+	s.cache.set(resource, res.row.token)
+	return tenure.Record{}, res.row.held(resource)
+}
+
+// grant is one Acquire in ModeNative.
+type grant struct {
+	s          *Store
+	resource   string
+	owner      string
+	ttl        time.Duration
+	secs       int
+	ttlMs, wid int64
+}
+
+// attempt is the result of one conditional write of a grant: done with a
+// record or an error, or not applied with the current row.
+type attempt struct {
+	done bool
+	rec  tenure.Record
+	err  error
+	row  row
+}
+
+func (g grant) granted(token uint64) attempt {
+	g.s.cache.set(g.resource, token)
+	return attempt{done: true, rec: tenure.Record{
+		Resource:  g.resource,
+		Owner:     g.owner,
+		Token:     token,
+		TTL:       g.ttl,
+		Remaining: time.Duration(g.secs-1) * time.Second,
+	}}
+}
+
+// fresh grants a resource that has no row, with token next.
+func (g grant) fresh(ctx context.Context, next uint64) attempt {
+	if next > math.MaxInt64 {
+		return attempt{done: true, err: fmt.Errorf("cassandra store: acquire %q: fencing tokens exhausted", g.resource)}
+	}
+	applied, cur, err := g.s.casBatch(ctx,
+		batchStmt{g.s.st.grantNewInsert, []any{g.resource, int64(next)}},
+		batchStmt{g.s.st.grantNewOwner, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource}},
+	)
+	switch {
+	case err != nil:
+		return g.resolve(ctx, err, func(r row) bool { return !r.present })
+	case applied:
+		return g.granted(next)
+	}
+	return attempt{row: cur}
+}
+
+// free grants a resource whose row is free with fencing token last.
+func (g grant) free(ctx context.Context, last uint64) attempt {
+	if last >= math.MaxInt64 {
+		return attempt{done: true, err: fmt.Errorf("cassandra store: acquire %q: fencing tokens exhausted", g.resource)}
+	}
+	applied, cur, err := g.s.casBatch(ctx,
+		batchStmt{g.s.st.grantFreeOwner, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource, int64(last)}},
+		batchStmt{g.s.st.grantFreeToken, []any{int64(last + 1), g.resource}},
+	)
+	switch {
+	case err != nil:
+		return g.resolve(ctx, err, func(r row) bool { return r.present && r.owner == "" && r.token == last })
+	case applied:
+		return g.granted(last + 1)
+	}
+	return attempt{row: cur}
+}
+
+// renewal renews the same owner's live lease with token: Acquire by the
+// holder is the same lease, renewed.
+func (g grant) renewal(ctx context.Context, token uint64) attempt {
+	applied, cur, err := g.s.casQuery(ctx, g.s.st.renew, g.secs, g.owner, g.ttlMs, g.wid, g.resource, g.owner, int64(token))
+	switch {
+	case err != nil:
+		return g.resolve(ctx, err, func(r row) bool { return r.owner == g.owner && r.token == token })
+	case applied:
+		return g.granted(token)
+	}
+	return attempt{row: cur}
+}
+
+// resolve settles a grant attempt whose answer was lost. pending reports
+// whether, in the row read, the attempt's condition still holds, so that the
+// write may yet be applied if it is still on its way.
+func (g grant) resolve(ctx context.Context, cause error, pending func(row) bool) attempt {
+	cur, err := g.s.resolve(ctx, "acquire", g.resource, cause)
+	switch {
+	case err != nil:
+		return attempt{done: true, err: err}
+	case cur.owner == g.owner && cur.writeID == g.wid:
+		// This very write was applied, at or after the request was sent.
+		return g.granted(cur.token)
+	case pending(cur):
+		return attempt{done: true, err: unknownf("acquire", g.resource, cause, "the answer was lost and the write is not applied yet (%s); it may still be", cur)}
+	case cur.owner == g.owner:
+		return attempt{done: true, err: unknownf("acquire", g.resource, cause, "the answer was lost; this owner holds the resource by another write (%s)", cur)}
+	}
+	// Another owner holds it, or the resource changed hands: this write's
+	// condition can no longer hold.
+	g.s.cache.set(g.resource, cur.token)
+	return attempt{done: true, err: cur.held(g.resource)}
+}
+
+// Renew implements tenure.Store: one lightweight transaction that extends
+// the lease only if the row still has this owner and fencing token (so it
+// never re-creates an expired or replaced lease). Errors:
+// ErrInvalidResource, ErrInvalidOwner or ErrInvalidTTL before any I/O; an
+// error wrapping tenure.ErrLeaseLost when the lease is not this owner's
+// with this token (expired, released or replaced); one wrapping
+// tenure.ErrUnknownOutcome when the answer was lost and a serial read could
+// not show that this write was applied; other driver errors wrapped.
+func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
+	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+		return err
+	}
+	secs, err := StoreTTL(ttl)
+	if err != nil {
+		return err
+	}
+	if s.cfg.Mode == ModeJaeger {
+		return s.renewJaeger(ctx, resource, owner, token, secs)
+	}
+	if token == 0 || token > math.MaxInt64 {
+		return lostf("renew", resource, "no lease has token %d", token)
+	}
+	wid := newWriteID()
+	applied, cur, err := s.casQuery(ctx, s.st.renew, secs, owner, ttlMillis(ttl), wid, resource, owner, int64(token))
+	if err != nil {
+		cur, rerr := s.resolve(ctx, "renew", resource, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case cur.owner == owner && cur.token == token && cur.writeID == wid:
+			return nil
+		case cur.owner == owner && cur.token == token:
+			return unknownf("renew", resource, err, "the answer was lost and the renewal is not applied yet; it may still be")
+		}
+		return lostf("renew", resource, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
+	}
+	if !applied {
+		return lostf("renew", resource, "not this owner's lease with token %d (%s)", token, cur)
+	}
+	return nil
+}
+
+// Release implements tenure.Store: one lightweight transaction that frees
+// the resource only if the row has this owner and fencing token, and keeps
+// the token. Errors: ErrInvalidResource or ErrInvalidOwner before any I/O;
+// an error wrapping tenure.ErrLeaseLost when the lease is not this owner's
+// with this token (including a lease already gone); one wrapping
+// tenure.ErrUnknownOutcome when the answer was lost and a serial read could
+// not show the outcome; other driver errors wrapped.
+func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
+	if err := tenure.ValidateRelease(resource, owner); err != nil {
+		return err
+	}
+	if s.cfg.Mode == ModeJaeger {
+		return s.releaseJaeger(ctx, resource, owner, token)
+	}
+	if token == 0 || token > math.MaxInt64 {
+		return lostf("release", resource, "no lease has token %d", token)
+	}
+	wid := newWriteID()
+	applied, cur, err := s.casQuery(ctx, s.st.release, wid, resource, owner, int64(token))
+	if err != nil {
+		cur, rerr := s.resolve(ctx, "release", resource, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case cur.owner == "" && cur.token == token && cur.writeID == wid:
+			return nil // this release was applied
+		case cur.owner == owner && cur.token == token:
+			return unknownf("release", resource, err, "the answer was lost and the release is not applied yet; it may still be")
+		}
+		return lostf("release", resource, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
+	}
+	if !applied {
+		return lostf("release", resource, "not this owner's lease with token %d (%s)", token, cur)
+	}
+	return nil
+}
+
+// Get implements tenure.Store with a linearizable (serial) read, so it sees
+// every grant, renewal and release that was confirmed before it, and
+// completes any in flight. Remaining is a lower bound: Cassandra's TTL() is
+// whole seconds (see StoreTTL), so the lease lives up to one second longer;
+// it is at least 1 ms for a live lease. Errors: ErrInvalidResource before
+// any I/O; an error wrapping tenure.ErrNotHeld when no live lease exists;
+// driver errors wrapped.
+func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
+	if err := tenure.ValidateResource(resource); err != nil {
+		return tenure.Record{}, err
+	}
+	cur, err := s.read(ctx, resource)
+	if err != nil {
+		return tenure.Record{}, fmt.Errorf("cassandra store: get %q: %w", resource, err)
+	}
+	if cur.token != 0 {
+		s.cache.set(resource, cur.token)
+	}
+	if cur.owner == "" {
+		return tenure.Record{}, fmt.Errorf("cassandra store: %q: %w", resource, tenure.ErrNotHeld)
+	}
+	return cur.record(resource), nil
+}
+
+// List implements tenure.Store. It scans the whole table at the commit
+// consistency (QUORUM or LOCAL_QUORUM), page by page, and keeps the live
+// leases whose resource starts with prefix, sorted by resource: Cassandra
+// cannot select a range of partition keys by prefix. It is meant for
+// operators and tools, not for hot paths; each page is bounded by the
+// configured Timeout and the whole scan by ctx. Errors: an invalid prefix
+// (ErrInvalidResource) before any I/O; driver errors wrapped.
+func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
+	if err := tenure.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	iter := s.session.Query(s.st.list).
+		Consistency(s.cfg.CommitConsistency).
+		Idempotent(true).
+		PageSize(1000).
+		IterContext(ctx)
+	var out []tenure.Record
+	for {
+		m := map[string]any{}
+		if !iter.MapScan(m) {
+			break
+		}
+		name := colString(m["resource"])
+		if s.cfg.Mode == ModeJaeger {
+			name = colString(m["name"])
+		}
+		cur := rowFrom(m)
+		if cur.owner == "" || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		out = append(out, cur.record(name))
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("cassandra store: list %q: %w", prefix, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out, nil
+}
+
+// ModeJaeger.
+
+func (s *Store) acquireJaeger(ctx context.Context, resource, owner string, ttl time.Duration, secs int) (tenure.Record, error) {
+	granted := tenure.Record{Resource: resource, Owner: owner, TTL: ttl, Remaining: time.Duration(secs-1) * time.Second}
+	applied, cur, err := s.casQuery(ctx, s.st.jInsert, resource, owner, secs)
+	if err != nil {
+		return tenure.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
+	}
+	if applied {
+		return granted, nil
+	}
+	if cur.owner != owner {
+		return tenure.Record{}, cur.held(resource)
+	}
+	// Held by this owner: the same lease, renewed with Jaeger's update.
+	applied, cur, err = s.casQuery(ctx, s.st.jUpdate, secs, owner, resource, owner)
+	if err != nil {
+		return tenure.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
+	}
+	if applied {
+		return granted, nil
+	}
+	return tenure.Record{}, cur.held(resource)
+}
+
+// resolveJaegerGrant settles a grant in ModeJaeger whose answer was lost.
+// Without a per-write id, a row that names this owner does not prove that
+// this write made it (an earlier write of the same owner may have), so that
+// case stays unknown; the Locker then retries, which renews the lease with
+// a confirmed write.
+func (s *Store) resolveJaegerGrant(ctx context.Context, resource, owner string, cause error) error {
+	cur, err := s.resolve(ctx, "acquire", resource, cause)
+	switch {
+	case err != nil:
+		return err
+	case cur.owner == owner:
+		return unknownf("acquire", resource, cause, "the answer was lost; this owner holds the resource, but in Jaeger mode a read cannot tell which write made it")
+	case cur.owner == "":
+		return unknownf("acquire", resource, cause, "the answer was lost and the resource is free; the write may still be applied")
+	}
+	return cur.held(resource)
+}
+
+func (s *Store) renewJaeger(ctx context.Context, resource, owner string, token uint64, secs int) error {
+	if token != 0 {
+		return lostf("renew", resource, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
+	}
+	applied, cur, err := s.casQuery(ctx, s.st.jUpdate, secs, owner, resource, owner)
+	if err != nil {
+		cur, rerr := s.resolve(ctx, "renew", resource, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case cur.owner == owner:
+			return unknownf("renew", resource, err, "the answer was lost; this owner still holds the lease, but in Jaeger mode a read cannot tell whether this renewal was applied")
+		}
+		return lostf("renew", resource, "the answer was lost, and the lease is no longer this owner's (%s)", cur)
+	}
+	if !applied {
+		return lostf("renew", resource, "not this owner's lease (%s)", cur)
+	}
+	return nil
+}
+
+func (s *Store) releaseJaeger(ctx context.Context, resource, owner string, token uint64) error {
+	if token != 0 {
+		return lostf("release", resource, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
+	}
+	applied, cur, err := s.casQuery(ctx, s.st.jDelete, resource, owner)
+	if err != nil {
+		cur, rerr := s.resolve(ctx, "release", resource, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case cur.owner == owner:
+			return unknownf("release", resource, err, "the answer was lost and the release is not applied yet; it may still be")
+		}
+		// Gone or someone else's: this delete, or the TTL, freed it. A
+		// retry answers ErrLeaseLost, which the Locker takes as released
+		// after an unknown outcome.
+		return unknownf("release", resource, err, "the answer was lost; this owner no longer holds the lease (%s), but in Jaeger mode a read cannot tell whether this release or the TTL freed it", cur)
+	}
+	if !applied {
+		return lostf("release", resource, "not this owner's lease (%s)", cur)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package cassandra
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tenure-go/tenure"
+)
+
+// TTL limits.
+const (
+	// MinTTL is the shortest lease TTL the store accepts. Cassandra's TTLs
+	// are whole seconds and `USING TTL 0` means "never expires", so a TTL
+	// below one second is rejected (tenure.ErrInvalidTTL) rather than
+	// rounded to 0.
+	MinTTL = time.Second
+
+	// MaxTTL is the longest lease TTL the store accepts: one second less
+	// than Cassandra's maximum TTL of 630,720,000 s (20 years), because the
+	// store writes one second more than asked (see StoreTTL).
+	MaxTTL = (cassandraMaxTTL - 1) * time.Second
+
+	// MaxExpirySlack bounds how long after its requested TTL a lease whose
+	// holder vanished may still be live in the store: the store TTL is the
+	// requested TTL rounded up to whole seconds plus one (StoreTTL), and
+	// Cassandra expires a cell up to one second before its store TTL is up.
+	// For whole-second TTLs the slack is at most one second.
+	MaxExpirySlack = 2 * time.Second
+)
+
+// cassandraMaxTTL is Cassandra's largest TTL, in seconds
+// (org.apache.cassandra.db.Attributes.MAX_TTL).
+const cassandraMaxTTL = 630_720_000
+
+// StoreTTL returns the TTL, in whole seconds, that the store writes for a
+// lease whose holder asked for ttl: the smallest whole number of seconds T
+// with T − 1 s ≥ ttl, that is ⌈ttl⌉ + 1 s.
+//
+// Why the extra second: Cassandra computes a cell's expiry as the write's
+// time in whole seconds, truncated, plus the TTL, and treats the cell as live
+// while the current whole second is below that expiry
+// (org.apache.cassandra.db.rows.Cell / ExpirationDateOverflowHandling; see
+// docs/cassandra.md for our measurement on Cassandra 5.0.8). A cell written
+// at 12.9 s with TTL 1 expires at 13.0 s, after 0.1 s. The client trusts a
+// lease until tSend + TTL·(1−ρ); to keep mutual exclusion the store must keep
+// it at least TTL after it applied the write, and T − 1 ≥ TTL guarantees
+// that whatever the sub-second offset of the write.
+//
+// It returns an error wrapping tenure.ErrInvalidTTL for ttl below MinTTL or
+// above MaxTTL. A TTL of 0 is never returned.
+func StoreTTL(ttl time.Duration) (int, error) {
+	if err := tenure.ValidateTTL(ttl); err != nil {
+		return 0, err
+	}
+	if ttl < MinTTL {
+		return 0, fmt.Errorf("%w: %v is below the Cassandra store's minimum of %v (Cassandra TTLs are whole seconds, and TTL 0 means never expires)", tenure.ErrInvalidTTL, ttl, MinTTL)
+	}
+	if ttl > MaxTTL {
+		return 0, fmt.Errorf("%w: %v is above the Cassandra store's maximum of %v", tenure.ErrInvalidTTL, ttl, MaxTTL)
+	}
+	secs := (ttl + time.Second - 1) / time.Second
+	return int(secs) + 1, nil
+}
+
+// ttlMillis is ttl rounded up to whole milliseconds, as kept in ttl_ms.
+func ttlMillis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// remaining converts Cassandra's TTL(owner), in whole seconds, to a lower
+// bound of the time left: a cell whose TTL() reads n expires within
+// (n−1, n] seconds. A lease in its last second reports 1 ms, since a zero
+// Remaining means "unknown".
+func remaining(ttlSeconds int) time.Duration {
+	if ttlSeconds <= 0 {
+		return 0
+	}
+	return max(time.Duration(ttlSeconds-1)*time.Second, time.Millisecond)
+}
