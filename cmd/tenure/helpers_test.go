@@ -100,6 +100,7 @@ func appendLine(path, format string, args ...any) {
 //	-beat        append a beat line every 20ms while running
 //	-signals M   on SIGINT, SIGTERM and SIGHUP: "default" (die), "ignore"
 //	             (record it and go on), "exit42" (record it and exit 42)
+//	-readline F  read a line from stdin into the file F, before -hold
 //	-exit N      exit status at the end
 func helperMain(args []string) int {
 	fs := flag.NewFlagSet("helper", flag.ContinueOnError)
@@ -109,6 +110,7 @@ func helperMain(args []string) int {
 	beat := fs.Bool("beat", false, "")
 	sigMode := fs.String("signals", "default", "")
 	exitCode := fs.Int("exit", 0, "")
+	readLine := fs.String("readline", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -138,6 +140,17 @@ func helperMain(args []string) int {
 			panic(err)
 		}
 		if err := os.Rename(tmp, *ready); err != nil {
+			panic(err)
+		}
+	}
+	if *readLine != "" {
+		// Read one line from stdin (a terminal in TestRunOnTerminal) into a file.
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "helper: read stdin: %v\n", err)
+			return 3
+		}
+		if err := os.WriteFile(*readLine, []byte(line), 0o644); err != nil {
 			panic(err)
 		}
 	}
@@ -305,7 +318,8 @@ type proc struct {
 
 type startOpt struct {
 	stdinPipe bool
-	helper    string // helper mode for $TENURE_TEST_HELPER (default "on")
+	tty       *os.File // the terminal to run on, as a session leader
+	helper    string   // helper mode for $TENURE_TEST_HELPER (default "on")
 	extraEnv  []string
 }
 
@@ -353,6 +367,12 @@ func (e *env) start(name string, o startOpt, parts ...any) *proc {
 	p.cmd.Env = append(p.cmd.Env, o.extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if o.tty != nil {
+		// A new session whose controlling terminal is tty, with tenure's
+		// process group in its foreground, as an interactive shell starts it.
+		p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = o.tty, o.tty, o.tty
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	if o.stdinPipe {
 		p.stdin, err = p.cmd.StdinPipe()
 		if err != nil {
@@ -457,4 +477,48 @@ func processGone(pid int) bool {
 		return s[i+2] == 'Z'
 	}
 	return false
+}
+
+// openPTY returns the master and slave sides of a new pseudo-terminal.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals: %v", err)
+	}
+	fd := int(master.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: 200}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { master.Close(); slave.Close() })
+	return master, slave
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -14,30 +14,77 @@ import (
 // reclaimTTY can give it back.
 const canForeground = true
 
+// cldStopped is CLD_STOPPED of <signal.h>: the si_code of a child that was
+// stopped.
+const cldStopped = 5
+
 // waitExited blocks until the process pid has exited, without reaping it:
 // while it is a zombie its process id, which is also its process group id,
 // cannot be reused, so tenure can still signal what is left of the group
 // without hitting an unrelated one. The caller reaps it with cmd.Wait.
-// It returns false when it could not wait (the caller then reaps at once).
-func waitExited(pid int) bool {
+// When stops is not nil, each time the process is stopped (Ctrl-Z) a value
+// is sent on stops, without blocking. It returns false when it could not
+// wait (the caller then reaps at once).
+func waitExited(pid int, stops chan<- struct{}) bool {
 	for {
 		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		opts := unix.WEXITED | unix.WNOWAIT
+		if stops != nil {
+			opts |= unix.WSTOPPED
+		}
+		err := unix.Waitid(unix.P_PID, pid, &info, opts, nil)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		return err == nil
+		if err != nil {
+			return false
+		}
+		if stops != nil && info.Code == cldStopped {
+			// Consume the stop, so that the next wait does not report it again.
+			var consumed unix.Siginfo
+			_ = unix.Waitid(unix.P_PID, pid, &consumed, unix.WSTOPPED|unix.WNOHANG, nil)
+			select {
+			case stops <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		return true
 	}
 }
 
 // reclaimTTY gives the foreground of the terminal fd back to tenure's own
-// process group if the group pgid still has it (the command took it when it
-// started). SIGTTOU is blocked on this thread meanwhile, as tenure is then a
-// background process and the kernel would otherwise stop it.
+// process group if the command's group pgid still has it (the command took
+// it when it started).
 func reclaimTTY(fd, pgid int) {
+	if fd >= 0 {
+		moveForeground(fd, pgid, unix.Getpgrp())
+	}
+}
+
+// suspend is called when the command, which has the terminal's foreground,
+// was stopped (Ctrl-Z): tenure takes the terminal back and stops itself with
+// SIGTSTP, so that the shell sees the job stopped. Once continued ("fg" or
+// "bg"; at once if the kernel discards the SIGTSTP because no shell controls
+// tenure's process group), it hands the terminal back to the command if
+// tenure is in the foreground, and continues the command. The lease is not
+// renewed while tenure is stopped: stopped for longer than its TTL, it is
+// lost, and the command is stopped when it resumes.
+func suspend(fd, pgid int) {
 	if fd < 0 {
 		return
 	}
+	self := unix.Getpgrp()
+	moveForeground(fd, pgid, self)
+	_ = unix.Kill(unix.Getpid(), unix.SIGTSTP)
+	moveForeground(fd, self, pgid)
+	_ = unix.Kill(-pgid, unix.SIGCONT)
+}
+
+// moveForeground makes the process group to the terminal fd's foreground if
+// from has it. SIGTTOU is blocked on this thread meanwhile, since a
+// background process that changes the foreground is otherwise stopped.
+func moveForeground(fd, from, to int) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var set, old unix.Sigset_t
@@ -46,8 +93,8 @@ func reclaimTTY(fd, pgid int) {
 		return
 	}
 	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
-	if cur, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && cur == pgid {
-		_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, unix.Getpgrp())
+	if cur, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && cur == from {
+		_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, to)
 	}
 }
 

@@ -6,9 +6,12 @@ package main
 const canForeground = false
 
 // waitExited cannot wait without reaping here; the caller reaps at once.
-func waitExited(pid int) bool { return false }
+func waitExited(pid int, stops chan<- struct{}) bool { return false }
 
 // reclaimTTY gives the terminal's foreground back to tenure's process group.
 // Not implemented outside Linux, where the command does not take the
 // foreground (see foregroundTTY).
 func reclaimTTY(fd, pgid int) {}
+
+// suspend is not needed where the command never takes the foreground.
+func suspend(fd, pgid int) {}

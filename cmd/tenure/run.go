@@ -47,6 +47,11 @@ to its environment:
 Pass TENURE_TOKEN to what the command writes to when it can, so that a late
 write from a holder that lost its lease can be rejected.
 
+On a terminal, the command's process group gets the terminal's foreground,
+so an interactive command can read from it and Ctrl-C reaches it directly.
+Ctrl-Z stops the command and tenure together, as one job; the lease is not
+renewed while tenure is stopped, so a stop longer than the TTL loses it.
+
 The lease is renewed in the background every TTL/3. SIGINT, SIGTERM and
 SIGHUP sent to tenure are passed on to the command's process group. When the
 command exits, tenure releases the lease and exits with the command's exit
@@ -101,7 +106,7 @@ func (a *app) newRunCmd() *cobra.Command {
 	}
 	fl := c.Flags()
 	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL: how long the lease outlives a holder that stops renewing it")
-	fl.DurationVar(&f.wait, "wait", 0, "wait at most this long for the lease, then exit 75 (default: wait as long as it takes)")
+	fl.DurationVar(&f.wait, "wait", 0, "wait at most this long for the lease, then exit 75; 0 makes one attempt (default: wait as long as it takes)")
 	fl.BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 at once if the lease is held")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after the lease is lost, time between SIGTERM and SIGKILL to the command")
 	fl.StringVar(&f.owner, "owner", "", `readable owner id, such as "backup@web-3" (default HOST:PID)`)
@@ -296,7 +301,7 @@ func (w *waitStatus) update(h *tenure.HeldError, waited time.Duration) {
 	if w.tty == nil {
 		return
 	}
-	line := fmt.Sprintf("tenure: waiting %s: %s", fmtDur(waited), describeHolder(rec))
+	line := fmt.Sprintf("tenure: waiting %s: %s", waited.Truncate(time.Second), describeHolder(rec))
 	if width := terminalWidth(w.tty); width > 1 && utf8.RuneCountInString(line) > width-1 {
 		r := []rune(line)
 		line = string(r[:width-2]) + "…"
@@ -378,10 +383,14 @@ func (a *app) runCommand(lease *tenure.Lease, argv []string, f *runFlags, sigCh 
 	// Wait for the command's exit without reaping it (see waitExited), so that
 	// its process group id stays reserved while tenure may still signal it.
 	exited := make(chan struct{})
+	var stops chan struct{} // Ctrl-Z of a command in the terminal's foreground
+	if ttyFD >= 0 {
+		stops = make(chan struct{}, 1)
+	}
 	var waitErr error
 	reaped := false
 	go func() {
-		if !waitExited(pgid) {
+		if !waitExited(pgid, stops) {
 			waitErr = cmd.Wait()
 			reaped = true
 		}
@@ -414,8 +423,16 @@ loop:
 			if sig, ok := s.(syscall.Signal); ok {
 				a.signal(pgid, sig)
 			}
+		case <-stops:
+			a.log.Debug("the command was stopped; stopping tenure too", "pgid", pgid)
+			suspend(ttyFD, pgid)
 		case <-lostCh:
-			stopForLoss(context.Cause(lease.Context()))
+			cause := context.Cause(lease.Context())
+			if errors.Is(cause, tenure.ErrReleased) {
+				lostCh = nil // released by tenure itself: not a loss (tenure releases only after the command)
+				continue
+			}
+			stopForLoss(cause)
 		case <-graceC:
 			graceC = nil
 			fmt.Fprintf(a.stderr, "tenure: the command did not stop within %s of SIGTERM: SIGKILL\n", fmtDur(f.grace))

@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -11,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite"
 )
 
 // Two "tenure run --no-wait" on one resource started together: exactly one
@@ -533,5 +538,90 @@ func TestStatusListRelease(t *testing.T) {
 	}
 	if code, _, _ := e.run("status", "other/c"); code != exitFree {
 		t.Fatalf("other/c still held after its command ended")
+	}
+}
+
+// On a terminal: while waiting, a status line updated in place names the
+// holder; then the command gets the terminal's foreground, so that it can
+// read from it.
+func TestRunOnTerminal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.start("alpha", startOpt{stdinPipe: true}, "run", "--owner", "alpha", "job", "--",
+		helper("-ready", e.path("alpha.ready"), "-hold", "stdin"))
+	ai := waitReady(t, e.path("alpha.ready"), 10*time.Second)
+
+	master, slave := openPTY(t)
+	var screen syncBuffer
+	go io.Copy(&screen, master)
+	line := e.path("line")
+	b := e.start("beta", startOpt{tty: slave}, "run", "--owner", "beta", "job", "--",
+		helper("-ready", e.path("beta.ready"), "-readline", line))
+	slave.Close() // tenure has it; the master sees EOF-less output until tenure exits
+
+	waitFor(t, 10*time.Second, "the status line", func() bool {
+		return strings.Count(screen.String(), "\r\x1b[Ktenure: waiting") >= 2
+	})
+	if s := screen.String(); !strings.Contains(s, ai.owner) || !strings.Contains(s, "token "+strconv.FormatUint(ai.token, 10)) {
+		t.Fatalf("the status line should name the holder %s:\n%q", ai.owner, s)
+	}
+	a.stdin.Close()
+	waitReady(t, e.path("beta.ready"), 10*time.Second)
+	if _, err := master.Write([]byte("hello from the terminal\n")); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(10 * time.Second); code != 0 {
+		t.Fatalf("beta exited %d; terminal:\n%q", code, screen.String())
+	}
+	got, err := os.ReadFile(line)
+	if err != nil || string(got) != "hello from the terminal\n" {
+		t.Fatalf("the command read %q from the terminal (%v); terminal:\n%q", got, err, screen.String())
+	}
+	if code := a.wait(10 * time.Second); code != 0 {
+		t.Fatalf("alpha exited %d", code)
+	}
+}
+
+// A release that the store does not confirm (here another connection holds
+// the database's write lock) prints a warning that the lease will
+// expire by its TTL, and tenure still exits with the command's status.
+func TestRunReleaseFailureWarns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 2 * time.Second
+	a := e.start("alpha", startOpt{stdinPipe: true}, "run", "--ttl", ttl.String(), "--owner", "alpha", "job", "--",
+		helper("-ready", e.path("alpha.ready"), "-hold", "stdin", "-exit", "3"))
+	waitReady(t, e.path("alpha.ready"), 10*time.Second)
+
+	// Lock the database for writes, as a stuck writer would.
+	db, err := sql.Open("sqlite", "file:"+e.db+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, "ROLLBACK")
+
+	start := time.Now()
+	a.stdin.Close()
+	code := a.wait(30 * time.Second)
+	took := time.Since(start)
+	t.Logf("tenure exited %v after the command's exit; stderr: %s", took.Round(time.Millisecond), a.stderr())
+	if code != 3 {
+		t.Fatalf("tenure exited %d, want the command's 3; stderr:\n%s", code, a.stderr())
+	}
+	if msg := a.stderr(); !strings.Contains(msg, "warning") || !strings.Contains(msg, "will expire by its TTL") {
+		t.Fatalf("stderr should warn that the lease will expire by its TTL:\n%s", msg)
+	}
+	if took > ttl+5*time.Second {
+		t.Fatalf("the failed release took %v", took)
 	}
 }
