@@ -147,6 +147,7 @@ it writes to, so that a writer that lost its lease is turned away.
 
 Leases live in a store named by a URL: --store, else $TENURE_STORE, else the
 SQLite file ` + storeurl.DefaultSQLitePathDoc + `.
+
 Store URLs:
 ` + schemeHelp(),
 		Example: `  # Run the backup unless another one is running; wait for it to finish first.
@@ -175,10 +176,24 @@ Store URLs:
 	return root
 }
 
+// schemeHelp lists the store URLs: each scheme's form, then its
+// description, indented and wrapped.
 func schemeHelp() string {
 	var b strings.Builder
 	for _, s := range storeurl.Schemes() {
-		fmt.Fprintf(&b, "  %s\n", s.Doc)
+		form, desc, _ := strings.Cut(s.Doc, "  ")
+		fmt.Fprintf(&b, "  %s\n", strings.TrimSpace(form))
+		line := "     "
+		for _, w := range strings.Fields(desc) {
+			if len(line)+1+len(w) > 78 {
+				b.WriteString(line + "\n")
+				line = "     "
+			}
+			line += " " + w
+		}
+		if strings.TrimSpace(line) != "" {
+			b.WriteString(line + "\n")
+		}
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

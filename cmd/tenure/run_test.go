@@ -384,6 +384,17 @@ func TestRunExitCodes(t *testing.T) {
 		t.Fatalf("--store bogus://x: exit %d, want %d naming sqlite:\n%s", code, exitUsage, stderr)
 	}
 
+	// Other stores' URLs: a bad one is 64, an unreachable cluster 69; no
+	// password is shown.
+	code, _, stderr = e.run("--store", "cassandra://u:secret@127.0.0.1:1,h2/ks", "status", "job")
+	if code != exitUsage || !strings.Contains(stderr, "bad URL") || strings.Contains(stderr, "secret") {
+		t.Fatalf("bad cassandra URL: exit %d, want %d:\n%s", code, exitUsage, stderr)
+	}
+	code, _, stderr = e.run("--store", "cassandra://u:secret@127.0.0.1:1/ks?connect_timeout=1s&timeout=1s", "status", "job")
+	if code != exitUnavailable || strings.Contains(stderr, "secret") {
+		t.Fatalf("unreachable cassandra: exit %d, want %d:\n%s", code, exitUnavailable, stderr)
+	}
+
 	// A store that cannot be opened: 69, quickly.
 	start := time.Now()
 	code, _, stderr = e.run("--store", "sqlite:/nonexistent-dir/x.db", "run", "job", "--", cmd[0])

@@ -2,6 +2,7 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -57,7 +58,15 @@ func SQLitePath(u *url.URL) (string, error) {
 	return p, nil
 }
 
-func openSQLite(ctx context.Context, u *url.URL) (tenure.Store, error) {
+func openSQLite(ctx context.Context, raw string) (tenure.Store, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, raw, err)
+	}
 	path, err := SQLitePath(u)
 	if err != nil {
 		return nil, err

@@ -38,11 +38,29 @@ var (
 	ErrUnavailable = errors.New("store unavailable")
 )
 
-// OpenFunc opens a store from a parsed URL whose scheme is the one it was
-// registered for. It returns an error wrapping ErrBadURL for a URL it cannot
-// use (a missing path, an unknown parameter); any other error is reported by
-// Open as ErrUnavailable. It must honour ctx.
-type OpenFunc func(ctx context.Context, u *url.URL) (tenure.Store, error)
+// OpenFunc opens a store from the URL as the user wrote it, whose scheme
+// (compared without case) is the one it was registered for; stores parse
+// their URLs themselves, since not every store URL is one that net/url
+// accepts (Cassandra lists hosts as host1,host2:port). It returns an error
+// wrapping ErrBadURL (see BadURL) for a URL it cannot use (a missing path, an
+// unknown parameter); any other error is reported by Open as ErrUnavailable.
+// It must honour ctx.
+type OpenFunc func(ctx context.Context, raw string) (tenure.Store, error)
+
+// BadURL marks err as a bad-URL error: the result matches both ErrBadURL and
+// err with errors.Is. Open functions use it for errors of their own URL
+// parsers.
+func BadURL(err error) error {
+	if err == nil || errors.Is(err, ErrBadURL) {
+		return err
+	}
+	return &badURLError{err: err}
+}
+
+type badURLError struct{ err error }
+
+func (e *badURLError) Error() string   { return e.err.Error() }
+func (e *badURLError) Unwrap() []error { return []error{ErrBadURL, e.err} }
 
 // Scheme describes a registered scheme.
 type Scheme struct {
@@ -109,6 +127,17 @@ func schemeList() string {
 	return "known schemes: " + strings.Join(names, ", ")
 }
 
+// Registered reports whether scheme is registered, so that a program can
+// register a store that may already have registered itself.
+func Registered(scheme string) bool {
+	mu.RLock()
+	defer mu.RUnlock()
+	_, ok := schemes[strings.ToLower(scheme)]
+	return ok
+}
+
+var schemePrefix = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):`)
+
 // Open opens the store that raw names. A malformed URL, a missing or unknown
 // scheme, or a parameter the store does not accept returns an error wrapping
 // ErrBadURL that names the known schemes; a store that cannot be opened or
@@ -118,38 +147,43 @@ func Open(ctx context.Context, raw string) (tenure.Store, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, fmt.Errorf("%w: empty URL (%s)", ErrBadURL, schemeList())
 	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the whole URL, password included
-		}
-		return nil, fmt.Errorf("%w: %v (%s)", ErrBadURL, err, schemeList())
-	}
-	if u.Scheme == "" {
+	m := schemePrefix.FindStringSubmatch(raw)
+	if m == nil {
 		hint := ""
 		if strings.HasPrefix(raw, "/") || strings.HasPrefix(raw, ".") || strings.HasSuffix(raw, ".db") {
 			hint = fmt.Sprintf("; for a SQLite file write sqlite:%s", raw)
 		}
-		return nil, fmt.Errorf("%w: %q has no scheme%s (%s)", ErrBadURL, u.Redacted(), hint, schemeList())
+		return nil, fmt.Errorf("%w: %q has no scheme%s (%s)", ErrBadURL, Redact(raw), hint, schemeList())
 	}
+	scheme := strings.ToLower(m[1])
 	mu.RLock()
-	r, ok := schemes[u.Scheme]
+	r, ok := schemes[scheme]
 	mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown scheme %q in %q (%s)", ErrBadURL, u.Scheme+":", u.Redacted(), schemeList())
+		return nil, fmt.Errorf("%w: unknown scheme %q in %q (%s)", ErrBadURL, scheme+":", Redact(raw), schemeList())
 	}
-	s, err := r.open(ctx, u)
+	s, err := r.open(ctx, raw)
 	switch {
 	case err == nil && s == nil:
-		return nil, fmt.Errorf("%w: %s: the %s store returned no store and no error", ErrUnavailable, u.Redacted(), u.Scheme)
+		return nil, fmt.Errorf("%w: %s: the %s store returned no store and no error", ErrUnavailable, Redact(raw), scheme)
 	case err == nil:
 		return s, nil
 	case errors.Is(err, ErrBadURL), errors.Is(err, ErrUnavailable):
 		return nil, err
 	default:
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, Redact(raw), err)
 	}
+}
+
+var userinfoRE = regexp.MustCompile(`^([^:/?#]+://[^/?#@:]*):[^/?#@]*@`)
+
+// Redact returns raw with the password of its user information, if any,
+// replaced by "xxxxx", for messages and logs.
+func Redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return userinfoRE.ReplaceAllString(raw, "${1}:xxxxx@")
 }
 
 // DefaultSQLitePath returns the default SQLite file of the tenure command:

@@ -151,36 +151,48 @@ func TestOpenUnavailable(t *testing.T) {
 }
 
 // memtestURL is the last URL the memtest scheme was opened with.
-var memtestURL *url.URL
+var memtestURL string
 
 // Registered once per process, so that go test -count=N works.
 func init() {
-	storeurl.Register("memtest", func(ctx context.Context, u *url.URL) (tenure.Store, error) {
-		memtestURL = u
-		if u.Query().Get("fail") != "" {
+	storeurl.Register("memtest", func(ctx context.Context, raw string) (tenure.Store, error) {
+		memtestURL = raw
+		switch {
+		case strings.Contains(raw, "fail=1"):
 			return nil, errors.New("connection refused")
+		case strings.Contains(raw, "bad=1"):
+			return nil, storeurl.BadURL(errBadParam)
 		}
 		return memory.New(), nil
 	}, "memtest:  an in-memory store for this test")
 }
 
+var errBadParam = errors.New("memtest: bad parameter")
+
 func TestRegister(t *testing.T) {
-
-	s, err := storeurl.Open(context.Background(), "memtest://user:secret@host/x")
-	if err != nil {
-		t.Fatal(err)
+	// The open function gets the URL as written, even one that net/url
+	// rejects (hosts listed as Cassandra lists them).
+	for _, raw := range []string{"memtest://user:secret@host/x", "MemTest://u:pw@h1:9042,h2/ks"} {
+		s, err := storeurl.Open(context.Background(), raw)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", raw, err)
+		}
+		s.Close()
+		if memtestURL != raw {
+			t.Fatalf("open func got %q, want %q", memtestURL, raw)
+		}
 	}
-	s.Close()
-	if got := memtestURL; got == nil || got.Host != "host" || got.Path != "/x" {
-		t.Fatalf("open func got %v", got)
-	}
 
-	_, err = storeurl.Open(context.Background(), "memtest://user:secret@host/x?fail=1")
-	if !errors.Is(err, storeurl.ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") {
+	_, err := storeurl.Open(context.Background(), "memtest://user:secret@h1:9042,h2/x?fail=1")
+	if !errors.Is(err, storeurl.ErrUnavailable) || errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("Open = %v, want ErrUnavailable wrapping the store's error", err)
 	}
 	if strings.Contains(err.Error(), "secret") {
 		t.Fatalf("error %q shows the password", err)
+	}
+	_, err = storeurl.Open(context.Background(), "memtest://h/x?bad=1")
+	if !errors.Is(err, storeurl.ErrBadURL) || !errors.Is(err, errBadParam) || errors.Is(err, storeurl.ErrUnavailable) {
+		t.Fatalf("Open = %v, want ErrBadURL wrapping the store's error", err)
 	}
 
 	var names []string
@@ -193,6 +205,9 @@ func TestRegister(t *testing.T) {
 	if strings.Join(names, ",") != "memtest,sqlite" {
 		t.Fatalf("Schemes() = %v, want [memtest sqlite] sorted", names)
 	}
+	if !storeurl.Registered("sqlite") || !storeurl.Registered("MEMTEST") || storeurl.Registered("bogus") {
+		t.Fatalf("Registered is wrong")
+	}
 
 	for _, bad := range []string{"sqlite", "Upper", "1abc", "", "a b"} {
 		func() {
@@ -201,8 +216,21 @@ func TestRegister(t *testing.T) {
 					t.Errorf("Register(%q) did not panic", bad)
 				}
 			}()
-			storeurl.Register(bad, func(context.Context, *url.URL) (tenure.Store, error) { return nil, nil }, "")
+			storeurl.Register(bad, func(context.Context, string) (tenure.Store, error) { return nil, nil }, "")
 		}()
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for raw, want := range map[string]string{
+		"postgres://u:secret@host/db":   "postgres://u:xxxxx@host/db",
+		"cassandra://u:secret@h1:1,h2/": "cassandra://u:xxxxx@h1:1,h2/",
+		"sqlite:/tmp/x.db":              "sqlite:/tmp/x.db",
+		"redis://host:6379/0":           "redis://host:6379/0",
+	} {
+		if got := storeurl.Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }
 
