@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/storeurl"
 )
 
 // leaseJSON is a lease as status and list print it with --json.
@@ -274,4 +275,40 @@ is held by another owner than ID); 64 bad arguments, or neither --owner nor
 	c.Flags().StringVar(&owner, "owner", "", "free the lease only if this owner holds it (ID#NONCE, or just ID)")
 	c.Flags().BoolVar(&force, "force", false, "free the lease whoever holds it (for operators: the holder is not told)")
 	return c
+}
+
+func (a *app) newInitCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "init",
+		Short: "Prepare the store for use: create its tables or keyspace if they do not exist",
+		Long: `Init prepares the store named by --store (or $TENURE_STORE) for use: it
+creates the PostgreSQL leases table, or the Cassandra keyspace (with the
+URL's replication parameter) and table, if they do not exist yet. It leaves
+existing leases alone and can be run again. A SQLite file needs no init (it
+is created on first use); init then only checks that the file can be opened.
+
+Exit codes: 0 done; 64 bad store URL; 69 the store cannot be reached or the
+schema cannot be created (for instance for lack of privileges).`,
+		Example: `  tenure --store 'postgres://tenure@db.internal/locks?sslmode=verify-full' init
+  tenure --store 'cassandra://c1,c2,c3/tenure?replication=dc1:3' init`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return usage("init: takes no arguments; name the store with --store URL")
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			raw, err := a.storeURLOrDefault()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*storeTimeout)
+			defer cancel()
+			if err := storeurl.Init(ctx, raw); err != nil {
+				return storeOpenErr(err)
+			}
+			fmt.Fprintf(a.stdout, "store ready: %s\n", storeurl.Redact(raw))
+			return nil
+		},
+	}
 }

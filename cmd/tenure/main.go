@@ -171,7 +171,7 @@ Store URLs:
 	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
 
-	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd())
+	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd())
 	a.root = root
 	return root
 }
@@ -229,10 +229,9 @@ func (a *app) setup(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// openStore opens the store that --store, $TENURE_STORE or the default
-// names. A bad URL is a usage error (64) and names the known schemes; a
-// store that cannot be opened is exit code 69.
-func (a *app) openStore(ctx context.Context) (tenure.Store, error) {
+// storeURLOrDefault returns the store URL that --store, $TENURE_STORE or
+// the default names; the default's directory is created then.
+func (a *app) storeURLOrDefault() (string, error) {
 	raw := a.storeURL
 	if raw == "" {
 		raw = os.Getenv(envStore)
@@ -240,22 +239,37 @@ func (a *app) openStore(ctx context.Context) (tenure.Store, error) {
 	if strings.TrimSpace(raw) == "" {
 		p, err := storeurl.DefaultSQLitePath()
 		if err != nil {
-			return nil, fail(exitUnavailable, "%s", errText(err))
+			return "", fail(exitUnavailable, "%s", errText(err))
 		}
 		raw = "sqlite:" + p
+	}
+	return raw, nil
+}
+
+// openStore opens the store that --store, $TENURE_STORE or the default
+// names. A bad URL is a usage error (64) and names the known schemes; a
+// store that cannot be opened is exit code 69.
+func (a *app) openStore(ctx context.Context) (tenure.Store, error) {
+	raw, err := a.storeURLOrDefault()
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	s, err := storeurl.Open(ctx, raw)
-	switch {
-	case err == nil:
-		a.log.Debug("store opened", "store", raw)
-		return s, nil
-	case errors.Is(err, storeurl.ErrBadURL):
-		return nil, usage("%s", errText(err))
-	default:
-		return nil, fail(exitUnavailable, "%s", errText(err))
+	if err != nil {
+		return nil, storeOpenErr(err)
 	}
+	a.log.Debug("store opened", "store", storeurl.Redact(raw))
+	return s, nil
+}
+
+// storeOpenErr maps an error of storeurl.Open or Init to an exit code.
+func storeOpenErr(err error) error {
+	if errors.Is(err, storeurl.ErrBadURL) {
+		return usage("%s", errText(err))
+	}
+	return fail(exitUnavailable, "%s", errText(err))
 }
 
 // storeErr maps an error of a store call to an exit code: bad input is 64,

@@ -359,6 +359,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"release without owner or force", []string{"release", "job"}},
 		{"release with owner and force", []string{"release", "job", "--owner", "x", "--force"}},
 		{"list with two prefixes", []string{"list", "a", "b"}},
+		{"init with an argument", []string{"init", "x"}},
 	}
 	for _, c := range usageCases {
 		code, _, stderr := e.run(c.args)
@@ -393,6 +394,22 @@ func TestRunExitCodes(t *testing.T) {
 	code, _, stderr = e.run("--store", "cassandra://u:secret@127.0.0.1:1/ks?connect_timeout=1s&timeout=1s", "status", "job")
 	if code != exitUnavailable || strings.Contains(stderr, "secret") {
 		t.Fatalf("unreachable cassandra: exit %d, want %d:\n%s", code, exitUnavailable, stderr)
+	}
+
+	code, _, stderr = e.run("--store", "postgres://u:secret@127.0.0.1:1/db?sslmode=frob", "list")
+	if code != exitUsage || strings.Contains(stderr, "secret") {
+		t.Fatalf("bad postgres URL: exit %d, want %d:\n%s", code, exitUsage, stderr)
+	}
+	code, _, stderr = e.run("--store", "postgres://u:secret@127.0.0.1:1/db?connect_timeout=1", "init")
+	if code != exitUnavailable || strings.Contains(stderr, "secret") {
+		t.Fatalf("unreachable postgres: exit %d, want %d:\n%s", code, exitUnavailable, stderr)
+	}
+
+	// init of a SQLite store creates the file.
+	initDB := e.path("init.db")
+	code, stdout, stderr := e.run("--store", "sqlite:"+initDB, "init")
+	if _, err := os.Stat(initDB); code != 0 || err != nil || !strings.Contains(stdout, "store ready") {
+		t.Fatalf("init: exit %d, file: %v\n%s%s", code, err, stdout, stderr)
 	}
 
 	// A store that cannot be opened: 69, quickly.

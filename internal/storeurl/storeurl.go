@@ -78,7 +78,31 @@ var (
 
 type registered struct {
 	open OpenFunc
+	init InitFunc
 	doc  string
+}
+
+// InitFunc creates what a store needs before first use (tables, a
+// keyspace) if it does not exist yet. It must be idempotent. Its errors are
+// classified like OpenFunc's.
+type InitFunc func(ctx context.Context, raw string) error
+
+// RegisterInit sets the function that Init runs for scheme, which must be
+// registered already. It panics otherwise, or when scheme has one already.
+func RegisterInit(scheme string, init InitFunc) {
+	mu.Lock()
+	defer mu.Unlock()
+	r, ok := schemes[scheme]
+	switch {
+	case !ok:
+		panic(fmt.Sprintf("storeurl: RegisterInit of unregistered scheme %q", scheme))
+	case r.init != nil:
+		panic(fmt.Sprintf("storeurl: init of scheme %q registered twice", scheme))
+	case init == nil:
+		panic(fmt.Sprintf("storeurl: nil init function for scheme %q", scheme))
+	}
+	r.init = init
+	schemes[scheme] = r
 }
 
 var schemeRE = regexp.MustCompile(`^[a-z][a-z0-9+.-]*$`)
@@ -138,14 +162,10 @@ func Registered(scheme string) bool {
 
 var schemePrefix = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):`)
 
-// Open opens the store that raw names. A malformed URL, a missing or unknown
-// scheme, or a parameter the store does not accept returns an error wrapping
-// ErrBadURL that names the known schemes; a store that cannot be opened or
-// reached returns an error wrapping ErrUnavailable and the store's error.
-// Passwords in the URL are redacted from error messages.
-func Open(ctx context.Context, raw string) (tenure.Store, error) {
+// lookup finds the registration of raw's scheme.
+func lookup(raw string) (registered, string, error) {
 	if strings.TrimSpace(raw) == "" {
-		return nil, fmt.Errorf("%w: empty URL (%s)", ErrBadURL, schemeList())
+		return registered{}, "", fmt.Errorf("%w: empty URL (%s)", ErrBadURL, schemeList())
 	}
 	m := schemePrefix.FindStringSubmatch(raw)
 	if m == nil {
@@ -153,26 +173,67 @@ func Open(ctx context.Context, raw string) (tenure.Store, error) {
 		if strings.HasPrefix(raw, "/") || strings.HasPrefix(raw, ".") || strings.HasSuffix(raw, ".db") {
 			hint = fmt.Sprintf("; for a SQLite file write sqlite:%s", raw)
 		}
-		return nil, fmt.Errorf("%w: %q has no scheme%s (%s)", ErrBadURL, Redact(raw), hint, schemeList())
+		return registered{}, "", fmt.Errorf("%w: %q has no scheme%s (%s)", ErrBadURL, Redact(raw), hint, schemeList())
 	}
 	scheme := strings.ToLower(m[1])
 	mu.RLock()
 	r, ok := schemes[scheme]
 	mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown scheme %q in %q (%s)", ErrBadURL, scheme+":", Redact(raw), schemeList())
+		return registered{}, "", fmt.Errorf("%w: unknown scheme %q in %q (%s)", ErrBadURL, scheme+":", Redact(raw), schemeList())
+	}
+	return r, scheme, nil
+}
+
+// classify wraps an open or init function's error: bad-URL errors as they
+// are, anything else as ErrUnavailable.
+func classify(raw string, err error) error {
+	if errors.Is(err, ErrBadURL) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, Redact(raw), err)
+}
+
+// Init prepares the store that raw names for use: it runs the scheme's
+// InitFunc (creating tables or a keyspace), or, for a store that needs no
+// preparation, opens and closes it, which checks that it can be reached.
+// Errors are classified as Open's.
+func Init(ctx context.Context, raw string) error {
+	r, _, err := lookup(raw)
+	if err != nil {
+		return err
+	}
+	if r.init != nil {
+		if err := r.init(ctx, raw); err != nil {
+			return classify(raw, err)
+		}
+		return nil
+	}
+	s, err := Open(ctx, raw)
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+// Open opens the store that raw names. A malformed URL, a missing or unknown
+// scheme, or a parameter the store does not accept returns an error wrapping
+// ErrBadURL that names the known schemes; a store that cannot be opened or
+// reached returns an error wrapping ErrUnavailable and the store's error.
+// Passwords in the URL are redacted from error messages.
+func Open(ctx context.Context, raw string) (tenure.Store, error) {
+	r, scheme, err := lookup(raw)
+	if err != nil {
+		return nil, err
 	}
 	s, err := r.open(ctx, raw)
 	switch {
-	case err == nil && s == nil:
+	case err != nil:
+		return nil, classify(raw, err)
+	case s == nil:
 		return nil, fmt.Errorf("%w: %s: the %s store returned no store and no error", ErrUnavailable, Redact(raw), scheme)
-	case err == nil:
-		return s, nil
-	case errors.Is(err, ErrBadURL), errors.Is(err, ErrUnavailable):
-		return nil, err
-	default:
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, Redact(raw), err)
 	}
+	return s, nil
 }
 
 var userinfoRE = regexp.MustCompile(`^([^:/?#]+://[^/?#@:]*):[^/?#@]*@`)

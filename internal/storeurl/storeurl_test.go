@@ -169,6 +169,60 @@ func init() {
 
 var errBadParam = errors.New("memtest: bad parameter")
 
+// memtestInits counts the calls of memtest's init function.
+var memtestInits int
+
+func init() {
+	storeurl.RegisterInit("memtest", func(ctx context.Context, raw string) error {
+		memtestInits++
+		if strings.Contains(raw, "fail=1") {
+			return errors.New("permission denied for schema public")
+		}
+		return nil
+	})
+}
+
+func TestInit(t *testing.T) {
+	before := memtestInits
+	if err := storeurl.Init(context.Background(), "memtest://h/x"); err != nil {
+		t.Fatal(err)
+	}
+	if memtestInits != before+1 {
+		t.Fatalf("the init function ran %d times", memtestInits-before)
+	}
+	err := storeurl.Init(context.Background(), "memtest://u:secret@h/x?fail=1")
+	if !errors.Is(err, storeurl.ErrUnavailable) || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Init = %v, want ErrUnavailable with the store's error and no password", err)
+	}
+	if err := storeurl.Init(context.Background(), "bogus://x"); !errors.Is(err, storeurl.ErrBadURL) {
+		t.Fatalf("Init(bogus://x) = %v, want ErrBadURL", err)
+	}
+	// Without an init function: open and close, which creates a SQLite file.
+	path := filepath.Join(t.TempDir(), "leases.db")
+	if err := storeurl.Init(context.Background(), "sqlite:"+path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("Init did not create the SQLite file: %v", err)
+	}
+	if err := storeurl.Init(context.Background(), "sqlite:/nonexistent-dir-for-tenure-tests/x.db"); !errors.Is(err, storeurl.ErrUnavailable) {
+		t.Fatalf("Init of an unreachable file = %v, want ErrUnavailable", err)
+	}
+	for _, f := range []func(){
+		func() { storeurl.RegisterInit("memtest", func(context.Context, string) error { return nil }) },
+		func() { storeurl.RegisterInit("unregistered", func(context.Context, string) error { return nil }) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("RegisterInit did not panic")
+				}
+			}()
+			f()
+		}()
+	}
+}
+
 func TestRegister(t *testing.T) {
 	// The open function gets the URL as written, even one that net/url
 	// rejects (hosts listed as Cassandra lists them).
