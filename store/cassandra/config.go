@@ -116,9 +116,11 @@ type Config struct {
 
 	// Timeout bounds each query, in addition to the caller's context
 	// (default DefaultTimeout, at most MaxTimeout). A store call makes at
-	// most three queries (two conditional writes, or a conditional write and
-	// the read that resolves its unknown outcome), so it returns within
-	// 3·Timeout even when the cluster does not answer.
+	// most four queries (two conditional writes, the read that resolves an
+	// unknown outcome, and one more read if that one went out on a
+	// connection that had just broken), so it returns within 4·Timeout even
+	// when the cluster does not answer; the caller's context usually bounds
+	// it much more tightly.
 	Timeout time.Duration
 
 	// ConnectTimeout bounds each connection attempt to one host (default

@@ -74,8 +74,8 @@ func NewJaegerLock(store *Store, ownerID string) (*JaegerLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A store call makes at most three queries, each bounded by Timeout.
-	return &JaegerLock{store: store, owner: owner, timeout: 3 * store.cfg.Timeout, held: map[string]*jaegerHeld{}}, nil
+	// A store call makes at most four queries, each bounded by Timeout.
+	return &JaegerLock{store: store, owner: owner, timeout: 4 * store.cfg.Timeout, held: map[string]*jaegerHeld{}}, nil
 }
 
 // Owner returns the owner string written to the store.
@@ -100,7 +100,7 @@ func (l *JaegerLock) Token(resource string) (uint64, bool) {
 // (expired or taken) since the last call; and false with another error
 // (tenure.ErrInvalidTTL, ErrInvalidResource, ErrUnknownOutcome, or the
 // driver's) when it could not tell, in which case acquired is meaningless,
-// as in Jaeger's interface. Each call is bounded by three times the store's
+// as in Jaeger's interface. Each call is bounded by four times the store's
 // Timeout.
 func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 	if ttl == 0 {
@@ -146,7 +146,7 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 // when the store freed it; false and an error wrapping tenure.ErrLeaseLost
 // when this lock did not hold it (as Jaeger's errLockOwnership); false and
 // another error when the store could not be reached or the outcome stayed
-// unknown (the lease then expires by its TTL). Each call is bounded by three
+// unknown (the lease then expires by its TTL). Each call is bounded by four
 // times the store's Timeout.
 func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 	if err := tenure.ValidateRelease(resource, l.owner); err != nil {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -379,10 +382,25 @@ func (s *Store) resolve(ctx context.Context, op, resource string, cause error) (
 		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w (no time left to read the outcome)", op, resource, cause))
 	}
 	r, err := s.read(ctx, resource)
+	if err != nil && connectionLost(err) && ctx.Err() == nil {
+		// The connection that carried the write broke (which is often why
+		// its answer was lost) and the read went out on it before the pool
+		// noticed: one more read, on another connection, is safe.
+		time.Sleep(50 * time.Millisecond)
+		r, err = s.read(ctx, resource)
+	}
 	if err != nil {
 		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w; the serial read to resolve it failed too: %w", op, resource, cause, err))
 	}
 	return r, nil
+}
+
+// connectionLost reports whether err says that the connection broke, rather
+// than that the server or the query timed out.
+func connectionLost(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, gocql.ErrConnectionClosed) || errors.Is(err, gocql.ErrNoConnections) ||
+		errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || (errors.As(err, &op) && !op.Timeout())
 }
 
 func unknownf(op, resource string, cause error, format string, args ...any) error {
