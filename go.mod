@@ -3,6 +3,7 @@ module github.com/tenure-go/tenure
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/apache/cassandra-gocql-driver/v2 v2.1.2
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/mattn/go-isatty v0.0.24

@@ -1,0 +1,186 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// hold is one tenure in a hand-made worker history, in milliseconds.
+type hold struct {
+	token       uint64
+	send, reply int64
+	deadline    int64
+	steps       []int64
+	release     int64 // 0: no release (lost, or killed)
+	lost        int64 // the worker saw the loss
+}
+
+func whist(owner string, wait int64, holds ...hold) *History {
+	h := &History{File: owner, Owner: owner, TTL: time.Second}
+	h.Events = append(h.Events, Event{Ev: EvStart, T: 0, Owner: owner, TTL: int64(time.Second)})
+	w := wait
+	for _, x := range holds {
+		h.Events = append(h.Events, Event{Ev: EvWait, T: w * ms})
+		h.Events = append(h.Events, Event{Ev: EvGrant, T: x.reply * ms, Token: x.token, Send: x.send * ms, Reply: x.reply * ms, Deadline: x.deadline * ms})
+		for _, s := range x.steps {
+			h.Events = append(h.Events, Event{Ev: EvStep, T: s * ms, Token: x.token, Deadline: x.deadline * ms})
+		}
+		switch {
+		case x.lost != 0:
+			h.Events = append(h.Events, Event{Ev: EvLost, T: x.lost * ms, Token: x.token})
+			w = x.lost + 1
+		case x.release != 0:
+			h.Events = append(h.Events, Event{Ev: EvRelease, T: x.release * ms, Token: x.token})
+			h.Events = append(h.Events, Event{Ev: EvReleased, T: (x.release + 1) * ms, Token: x.token})
+			w = x.release + 2
+		}
+	}
+	return h
+}
+
+func check(hs []*History, faults ...Fault) *Report {
+	return Check(hs, faults, Options{Profile: SQLiteProfile, RetryInterval: 250 * time.Millisecond, SkipLinearizability: true})
+}
+
+func TestCheckPasses(t *testing.T) {
+	hs := []*History{
+		whist("A", 0,
+			hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10, 200, 400}, release: 450},
+			hold{token: 3, send: 1002, reply: 1003, deadline: 1990, steps: []int64{1010}, release: 1100}),
+		whist("B", 100,
+			hold{token: 2, send: 455, reply: 460, deadline: 1445, steps: []int64{470, 900}, release: 1000}),
+	}
+	r := check(hs)
+	if r.Violations != 0 {
+		t.Fatalf("violations: %+v", r.Examples)
+	}
+	if r.Grants != 3 || r.Handoffs != 2 || r.WorkSteps != 6 {
+		t.Errorf("grants %d handoffs %d steps %d, want 3 2 6", r.Grants, r.Handoffs, r.WorkSteps)
+	}
+	// B waited from 100; the resource was free from A's release (450) to
+	// B's grant (460), and A waited again from 452, while B held it until
+	// 1000.
+	if r.LongestFreeGapNs != 10*ms {
+		t.Errorf("longest free gap while waiting = %v, want 10ms", time.Duration(r.LongestFreeGapNs))
+	}
+	if r.HandoffAfterFree.N != 2 || r.HandoffAfterFree.Max != "9ms" {
+		t.Errorf("handoff after release: %+v", r.HandoffAfterFree)
+	}
+}
+
+func TestCheckContinuationOfAGrant(t *testing.T) {
+	// A lost its lease locally (slow renewal) and was granted the same
+	// token again: the store kept it, no one else held it in between.
+	hs := []*History{whist("A", 0,
+		hold{token: 4, send: 0, reply: 2, deadline: 990, steps: []int64{10}, lost: 995},
+		hold{token: 4, send: 1000, reply: 1002, deadline: 1990, steps: []int64{1010}, release: 1100})}
+	if r := check(hs); r.Violations != 0 {
+		t.Fatalf("violations: %+v", r.Examples)
+	}
+}
+
+func TestCheckFinds(t *testing.T) {
+	cases := []struct {
+		name string
+		hs   []*History
+		kind string
+	}{
+		{"overlapping work", []*History{
+			whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10, 500}, release: 600}),
+			whist("B", 0, hold{token: 2, send: 300, reply: 305, deadline: 1290, steps: []int64{400}, release: 450}),
+		}, "exclusion-work"},
+		{"overlapping trust windows", []*History{
+			whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10}}),
+			whist("B", 0, hold{token: 2, send: 900, reply: 905, deadline: 1890, steps: []int64{1000}, release: 1100}),
+		}, "exclusion-trust"},
+		{"work after the deadline", []*History{
+			whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10, 995}, release: 1000}),
+		}, "work-after-deadline"},
+		{"tokens that do not increase", []*History{
+			whist("A", 0, hold{token: 7, send: 0, reply: 5, deadline: 990, steps: []int64{10}, release: 100}),
+			whist("B", 0, hold{token: 7, send: 200, reply: 205, deadline: 1190, steps: []int64{210}, release: 300}),
+		}, "token-order"},
+		{"tokens that go back", []*History{
+			whist("A", 0, hold{token: 7, send: 0, reply: 5, deadline: 990, steps: []int64{10}, release: 100}),
+			whist("B", 0, hold{token: 6, send: 200, reply: 205, deadline: 1190, steps: []int64{210}, release: 300}),
+		}, "token-order"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := check(c.hs)
+			if r.ViolationsByKind[c.kind] == 0 {
+				t.Fatalf("no %s violation; report: %+v", c.kind, r.ViolationsByKind)
+			}
+		})
+	}
+}
+
+func TestUnsafeBeliefExtendsTrust(t *testing.T) {
+	// An unsafe worker keeps working after a failed release: its trust
+	// window runs to its last step and overlaps B's.
+	a := whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10, 1500}})
+	a.Unsafe = true
+	a.Events = append(a.Events,
+		Event{Ev: EvRelease, T: 1600 * ms, Token: 1},
+		Event{Ev: EvReleased, T: 1601 * ms, Token: 1, Err: "lease lost"})
+	b := whist("B", 0, hold{token: 2, send: 1100, reply: 1105, deadline: 2090, steps: []int64{1200}, release: 1300})
+	r := check([]*History{a, b})
+	for _, k := range []string{"exclusion-trust", "work-after-deadline"} {
+		if r.ViolationsByKind[k] == 0 {
+			t.Errorf("no %s violation: %+v", k, r.ViolationsByKind)
+		}
+	}
+}
+
+func TestTakeoverAfterKill(t *testing.T) {
+	a := whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10}})
+	a.Gone = &Event{Ev: EvGone, T: 300 * ms}
+	b := whist("B", 100, hold{token: 2, send: 1000, reply: 1010, deadline: 1990, steps: []int64{1100}, release: 1200})
+	r := check([]*History{a, b}, Fault{Kind: FaultKill, Start: 300 * ms, End: 300 * ms, Holder: true, Token: 1})
+	if r.Violations != 0 {
+		t.Fatalf("violations: %+v", r.Examples)
+	}
+	if r.TakeoverAfterKill.N != 1 || r.TakeoverAfterKill.Max != "710ms" {
+		t.Errorf("takeover after kill: %+v", r.TakeoverAfterKill)
+	}
+	// B waited from 100; A trusted until 990, B from 1010.
+	if r.LongestFreeGapNs != 20*ms {
+		t.Errorf("longest free gap = %v, want 20ms", time.Duration(r.LongestFreeGapNs))
+	}
+}
+
+func TestRecorderSurvivesAndReads(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.jsonl")
+	rec, err := NewRecorder(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Record(Event{Ev: EvStart, T: 1, Owner: "A", TTL: int64(time.Second)})
+	rec.Record(Event{Ev: EvWait, T: 2})
+	rec.Close()
+	if err := AppendEvent(path, Event{Ev: EvGone, T: 3, Err: "killed"}); err != nil {
+		t.Fatal(err)
+	}
+	// A torn last line (a write cut short) is counted, not fatal.
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"ev":"st`)
+	f.Close()
+	h, err := ReadHistory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Owner != "A" || len(h.Events) != 2 || h.Gone == nil || h.Gone.T != 3 || h.Torn != 1 {
+		t.Errorf("history: %+v", h)
+	}
+}
+
+func TestMonoOf(t *testing.T) {
+	now := MonoNow()
+	d := MonoOf(time.Now().Add(time.Second))
+	if diff := d - now - int64(time.Second); diff < 0 || diff > int64(50*time.Millisecond) {
+		t.Errorf("MonoOf(now+1s) - MonoNow() - 1s = %v", time.Duration(diff))
+	}
+}

@@ -1,0 +1,184 @@
+// Package harness is tenure's fault-injection safety harness, in the spirit
+// of Jepsen's lock tests: real worker processes contend for one resource in a
+// real store while an orchestrator injects faults (paused and killed
+// processes, a stuck SQLite writer, a faulty network, killed or paused
+// Cassandra nodes), every worker records its history as JSON lines on the
+// host's monotonic clock, and a checker verifies the lease contract over the
+// histories: mutual exclusion, increasing fencing tokens, no work after a
+// deadline, liveness figures, and linearizability of the store operations
+// against a timed lease model (porcupine).
+//
+// See docs/safety.md.
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Never is the time of an event that never happens (the reply of an
+// operation whose outcome is unknown and may take effect at any later time).
+const Never = int64(math.MaxInt64)
+
+// MonoNow reads CLOCK_MONOTONIC in nanoseconds: the reference clock of every
+// history, shared by all the processes of one host.
+func MonoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("harness: CLOCK_MONOTONIC: %v", err))
+	}
+	return ts.Nano()
+}
+
+// MonoOf converts a time.Time that carries Go's monotonic reading (such as
+// tenure.Lease.Deadline on the real clock) to CLOCK_MONOTONIC nanoseconds:
+// MonoNow()+time.Until(t). The two clock reads are retried until they were
+// taken within 100µs of each other, so that a pause (SIGSTOP) between them
+// cannot shift the result.
+func MonoOf(t time.Time) int64 {
+	for {
+		a := MonoNow()
+		u := time.Until(t)
+		b := MonoNow()
+		if b-a < int64(100*time.Microsecond) {
+			return a + int64(u)
+		}
+	}
+}
+
+// Event kinds of a worker history.
+const (
+	EvStart    = "start"    // the worker started: Owner, PID, Worker, TTL, Unsafe
+	EvCall     = "call"     // a store call was sent: ID, Op, Owner, Token (renew, release), TTL
+	EvReturn   = "ret"      // a store call returned: ID, Res, Token, Holder, HolderToken, Err
+	EvWait     = "wait"     // a blocking Acquire started
+	EvGrant    = "grant"    // Acquire returned a lease: Token, Send, Reply, Deadline
+	EvDeadline = "deadline" // the lease's deadline changed: Token, Deadline
+	EvStep     = "step"     // a work step, stamped before the check that passed: Token, Deadline
+	EvLost     = "lost"     // the worker saw the lease lost: Token, Err
+	EvRelease  = "release"  // the worker began releasing: Token
+	EvReleased = "released" // Release returned: Token, Err ("" on success)
+	EvAcqErr   = "acqerr"   // Acquire returned an error other than a grant: Err
+	EvExit     = "exit"     // the worker exits on its own (Err says why)
+	EvGone     = "gone"     // written by the orchestrator: the process was reaped at T (Err: "killed" or its exit status)
+)
+
+// Store call results.
+const (
+	ResGranted  = "granted"
+	ResHeld     = "held"
+	ResRenewed  = "renewed"
+	ResReleased = "released"
+	ResLost     = "lost"
+	ResGot      = "got"     // Get found a live lease: Holder, HolderToken
+	ResNotHeld  = "notheld" // Get found none
+	ResUnknown  = "unknown"
+	ResError    = "error"
+)
+
+// Store operations.
+const (
+	OpAcquire = "acquire"
+	OpRenew   = "renew"
+	OpRelease = "release"
+	OpGet     = "get"
+)
+
+// Event is one line of a worker history. T is always CLOCK_MONOTONIC
+// nanoseconds.
+type Event struct {
+	Ev          string `json:"ev"`
+	T           int64  `json:"t"`
+	ID          int64  `json:"id,omitempty"`
+	Op          string `json:"op,omitempty"`
+	Owner       string `json:"owner,omitempty"`
+	Token       uint64 `json:"token,omitempty"`
+	TTL         int64  `json:"ttl,omitempty"` // nanoseconds
+	Res         string `json:"res,omitempty"`
+	Holder      string `json:"holder,omitempty"`
+	HolderToken uint64 `json:"htoken,omitempty"`
+	Send        int64  `json:"send,omitempty"`
+	Reply       int64  `json:"reply,omitempty"`
+	Deadline    int64  `json:"deadline,omitempty"`
+	PID         int    `json:"pid,omitempty"`
+	Worker      int    `json:"worker,omitempty"`
+	Unsafe      bool   `json:"unsafe,omitempty"`
+	Err         string `json:"err,omitempty"`
+}
+
+// Recorder appends events to a history file, one JSON line per write(2) on
+// a file opened with O_APPEND, so that a SIGKILLed process leaves every line
+// it wrote (the kernel has them) and nothing torn. It is safe for concurrent
+// use.
+type Recorder struct {
+	mu     sync.Mutex
+	f      *os.File
+	nextID int64
+	err    error
+}
+
+// NewRecorder creates (or appends to) the history file at path.
+func NewRecorder(path string) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("harness: history: %w", err)
+	}
+	return &Recorder{f: f}, nil
+}
+
+// Record writes e. The first write error is kept (Err) and later events are
+// dropped: a history with a hole must not pass for a complete one.
+func (r *Recorder) Record(e Event) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(err) // Event has only plain fields
+	}
+	b = append(b, '\n')
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return
+	}
+	if _, err := r.f.Write(b); err != nil {
+		r.err = err
+	}
+}
+
+// newID returns a fresh store-call id.
+func (r *Recorder) newID() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextID++
+	return r.nextID
+}
+
+// Err returns the first write error.
+func (r *Recorder) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Close closes the file.
+func (r *Recorder) Close() error { return r.f.Close() }
+
+// AppendEvent appends one event to the history at path (the orchestrator
+// uses it to note that it killed the worker that wrote the file).
+func AppendEvent(path string, e Event) error {
+	r, err := NewRecorder(path)
+	if err != nil {
+		return err
+	}
+	r.Record(e)
+	if err := r.Err(); err != nil {
+		r.Close()
+		return err
+	}
+	return r.Close()
+}

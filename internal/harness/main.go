@@ -1,0 +1,135 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Exit codes of the tenure-harness command.
+const (
+	ExitOK        = 0
+	ExitViolation = 1 // violations, a requested fault never injected, or no handoff
+	ExitUsage     = 2
+	ExitError     = 3 // the harness itself failed
+	exitAbandon   = 4 // a worker exited without releasing, on purpose
+)
+
+// WorkerMain is the "worker" subcommand: one contender process.
+func WorkerMain(args []string) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var cfg WorkerConfig
+	var translate string
+	fs.StringVar(&cfg.Store, "store", "", "store URL")
+	fs.StringVar(&cfg.Resource, "resource", "harness", "resource to contend for")
+	fs.DurationVar(&cfg.TTL, "ttl", time.Second, "lease TTL")
+	fs.DurationVar(&cfg.Retry, "retry", 250*time.Millisecond, "largest backoff delay of a blocking acquire")
+	fs.StringVar(&cfg.History, "history", "", "history file (JSON lines)")
+	fs.IntVar(&cfg.Worker, "worker", 0, "worker slot")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the worker's random choices (with its pid)")
+	fs.BoolVar(&cfg.Unsafe, "unsafe", false, "ignore the lease's deadline checks (a deliberately unsafe client)")
+	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability of exiting without releasing after a piece of work")
+	fs.StringVar(&translate, "translate", "", "Cassandra: node=proxy address pairs")
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	if cfg.Store == "" || cfg.History == "" {
+		fmt.Fprintln(os.Stderr, "worker: -store and -history are required")
+		return ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err := runWorker(ctx, cfg, translate, os.Stdout)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrAbandon):
+		return exitAbandon
+	}
+	fmt.Fprintln(os.Stderr, "worker:", err)
+	return ExitError
+}
+
+// RunMain is the "run" subcommand: the orchestrator. exe is the harness
+// binary (it runs itself with "worker").
+func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	var faults, out string
+	var seed int64
+	fs.StringVar(&cfg.Store, "store", "", "store URL: sqlite:PATH, or cassandra://HOST[,HOST...][:PORT]/KEYSPACE[?replication=3] (default: sqlite:OUT/leases.db)")
+	fs.IntVar(&cfg.Workers, "workers", 5, "contending worker processes")
+	fs.DurationVar(&cfg.Duration, "duration", 45*time.Second, "how long to inject faults (CI: the default; soaks: e.g. 30m)")
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "lease TTL (default 1s for SQLite, 2s for Cassandra)")
+	fs.DurationVar(&cfg.Retry, "retry", 250*time.Millisecond, "the workers' retry interval (largest backoff delay)")
+	fs.Int64Var(&seed, "seed", 0, "seed of the fault schedule and of the workers' choices (default: from the clock; printed)")
+	fs.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: every kind that applies to the store): "+strings.Join(AllFaults, ","))
+	fs.BoolVar(&cfg.Unsafe, "unsafe", false, "run a deliberately unsafe client, which works while it believes it holds the lease; the checker must report violations")
+	fs.StringVar(&out, "out", "", "output directory for histories, logs and report.json (default: a new temporary directory)")
+	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability that a worker exits without releasing after a piece of work")
+	fs.StringVar(&cfg.CassandraScript, "cassandra-script", "scripts/cassandra", "the script that kills, restarts, pauses and resumes Cassandra nodes")
+	fs.DurationVar(&cfg.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	if seed == 0 {
+		seed = time.Now().UnixNano() & (1<<53 - 1)
+	}
+	cfg.Seed = uint64(seed)
+	if faults != "" {
+		cfg.Faults = strings.Split(faults, ",")
+	}
+	if out == "" {
+		d, err := os.MkdirTemp("", "tenure-harness-")
+		if err != nil {
+			fmt.Fprintln(stderr, "tenure-harness:", err)
+			return ExitError
+		}
+		out = d
+	}
+	cfg.Out = out
+	if cfg.Store == "" {
+		abs, err := filepath.Abs(filepath.Join(out, "leases.db"))
+		if err != nil {
+			fmt.Fprintln(stderr, "tenure-harness:", err)
+			return ExitError
+		}
+		cfg.Store = "sqlite:" + abs
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = time.Second
+		if strings.HasPrefix(cfg.Store, "cassandra:") {
+			cfg.TTL = 2 * time.Second
+		}
+	}
+	cfg.Exe = exe
+	cfg.Log = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fmt.Fprintf(stderr, "tenure-harness: seed %d (replay with -seed %d)\n", cfg.Seed, cfg.Seed)
+	rep, err := Run(ctx, cfg)
+	if rep != nil {
+		fmt.Fprintln(stdout, rep.Summary())
+		fmt.Fprintf(stderr, "tenure-harness: report %s\n", filepath.Join(out, "report.json"))
+		for _, v := range rep.Examples {
+			fmt.Fprintf(stderr, "tenure-harness: VIOLATION %s: %s\n", v.Kind, v.Detail)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "tenure-harness:", err)
+		return ExitError
+	}
+	if rep.Violations > 0 || len(rep.Missing) > 0 || rep.Handoffs == 0 {
+		return ExitViolation
+	}
+	return ExitOK
+}

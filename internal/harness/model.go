@@ -1,0 +1,421 @@
+package harness
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Profile is what the checker may assume about a store's timing.
+type Profile struct {
+	// Name is the store's URL scheme, such as "sqlite" or "cassandra".
+	Name string
+	// MinTTL is a lower bound of how long the store keeps a lease written
+	// with ttl, counted from the moment it applied the write (the
+	// linearization point of the operation).
+	MinTTL func(ttl time.Duration) time.Duration
+	// MaxTTL is an upper bound of the same.
+	MaxTTL func(ttl time.Duration) time.Duration
+	// LateEffects says that an operation whose answer was lost (a timeout, a
+	// dropped reply, a killed client) may still take effect at any later
+	// time, as a Cassandra Paxos proposal may be completed by the next
+	// proposer. When false (SQLite: the client process applies its own
+	// transaction), it takes effect before the call returned, or before the
+	// process was reaped.
+	LateEffects bool
+	// ExpiryFromEffect says that the store counts a lease's TTL from the
+	// operation's linearization point (SQLite reads its clock inside the
+	// writing transaction). Otherwise the TTL is only known to count from
+	// some time after the request was sent (a Paxos round completed later
+	// keeps the time of its proposal).
+	ExpiryFromEffect bool
+}
+
+func ceilMillis(ttl time.Duration) time.Duration {
+	return (ttl + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// SQLiteProfile is the SQLite store's timing: it rounds a TTL up to whole
+// milliseconds and writes expires_ms = floor(now_ms) + ttl_ms, with now read
+// on CLOCK_BOOTTIME (which runs at CLOCK_MONOTONIC's rate) inside the
+// writing transaction. The lease is therefore live for more than
+// ceil(ttl)−1ms and at most ceil(ttl) after the write's clock reading.
+var SQLiteProfile = Profile{
+	Name:             "sqlite",
+	MinTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - time.Millisecond },
+	MaxTTL:           ceilMillis,
+	ExpiryFromEffect: true,
+}
+
+// ProfileFor returns the profile of a store URL scheme.
+func ProfileFor(scheme string) (Profile, error) {
+	switch scheme {
+	case "sqlite":
+		return SQLiteProfile, nil
+	case "cassandra":
+		return CassandraProfile, nil
+	}
+	return Profile{}, fmt.Errorf("harness: no timing profile for store %q", scheme)
+}
+
+// Input is a store operation as the linearizability model sees it.
+type Input struct {
+	Op    string // acquire, renew, release, get
+	Owner string
+	Token uint64 // renew, release
+	TTL   time.Duration
+	Call  int64 // when the request was sent
+	Ret   int64 // when the answer arrived; Never when the effect may come later
+}
+
+// Output is a store operation's result as the model sees it.
+type Output struct {
+	Res         string // granted, held, renewed, released, lost, got, notheld, unknown, error
+	Token       uint64 // granted
+	Holder      string // granted, held, got
+	HolderToken uint64 // held, got
+}
+
+// State is the model's state: the lease on the one resource, with time
+// bounds on its expiry. Time is CLOCK_MONOTONIC nanoseconds.
+type State struct {
+	// Holder is the owner of the lease, "" when the resource is free.
+	Holder string
+	// Token is the holder's fencing token; 0 when it was granted by an
+	// operation whose answer was lost and no later answer has shown it yet.
+	Token uint64
+	// ExpMin and ExpMax bound the store's expiry of the lease: it is live
+	// before ExpMin and expired from ExpMax on.
+	ExpMin, ExpMax int64
+	// Lo is a lower bound of the time at which the last operation took
+	// effect: linearization points never go back in time.
+	Lo int64
+	// NextToken is the smallest token a new grant may carry.
+	NextToken uint64
+}
+
+func satAdd(t int64, d time.Duration) int64 {
+	if t > Never-int64(d) {
+		return Never
+	}
+	return t + int64(d)
+}
+
+// Step returns every state the store may be in after the operation (in,
+// out) is applied in state s, at a linearization point between in.Call and
+// in.Ret and no earlier than s.Lo. None means that the operation cannot be
+// explained from s.
+func (p Profile) Step(s State, in Input, out Output) []State {
+	tLo := max(s.Lo, in.Call)
+	if tLo > in.Ret {
+		return nil
+	}
+	var next []State
+	add := func(n State) {
+		if n.Holder != "" && n.Lo >= n.ExpMax {
+			n = State{Lo: n.Lo, NextToken: n.NextToken} // certainly expired: free
+		}
+		for _, o := range next {
+			if o == n {
+				return
+			}
+		}
+		next = append(next, n)
+	}
+	noop := s
+	noop.Lo = tLo
+	// The lease in s may be live at some t in [tLo, in.Ret].
+	live := s.Holder != "" && tLo < s.ExpMax
+	// The resource may be free at some t >= tFree, t <= in.Ret.
+	tFree := tLo
+	if s.Holder != "" {
+		tFree = max(tLo, s.ExpMin)
+	}
+	free := tFree <= in.Ret
+	// tok reports whether the holder's token may be t, and returns the
+	// state with the token pinned.
+	tok := func(t uint64) (State, bool) {
+		n := s
+		switch {
+		case s.Token == t && t != 0:
+		case s.Token == 0 && t != 0 && t+1 >= s.NextToken:
+			n.Token = t
+			n.NextToken = max(n.NextToken, t+1)
+		default:
+			return n, false
+		}
+		return n, true
+	}
+	confirmed := func(n State, t0 int64, ttl time.Duration, ret int64) State {
+		from := in.Call
+		if p.ExpiryFromEffect {
+			from = t0
+		}
+		n.ExpMin = satAdd(from, p.MinTTL(ttl))
+		n.ExpMax = satAdd(ret, p.MaxTTL(ttl))
+		n.Lo = t0
+		return n
+	}
+	freed := func(t int64) State { return State{Lo: t, NextToken: s.NextToken} }
+	mine := func(t uint64) (State, bool) {
+		if s.Holder != in.Owner {
+			return s, false
+		}
+		return tok(t)
+	}
+	// lostAnswer: the store said that owner and token do not hold a live
+	// lease.
+	lostAnswer := func() {
+		if _, ok := mine(in.Token); !ok || s.Token == 0 {
+			add(noop) // someone else's lease, or another token
+		}
+		if _, ok := mine(in.Token); ok && free {
+			add(freed(tFree)) // this lease, expired
+		}
+	}
+
+	switch in.Op {
+	case OpAcquire:
+		switch out.Res {
+		case ResGranted:
+			if out.Holder != in.Owner || out.Token == 0 {
+				return nil
+			}
+			if n, ok := mine(out.Token); ok && live {
+				add(confirmed(n, tLo, in.TTL, in.Ret)) // the same lease, renewed
+			}
+			if free && out.Token >= s.NextToken {
+				n := State{Holder: in.Owner, Token: out.Token, NextToken: out.Token + 1}
+				add(confirmed(n, tFree, in.TTL, in.Ret))
+			}
+		case ResHeld:
+			if out.Holder != in.Owner && s.Holder == out.Holder && live {
+				if n, ok := tok(out.HolderToken); ok {
+					n.Lo = tLo
+					add(n)
+				}
+			}
+		case ResUnknown:
+			add(noop)
+			if s.Holder == in.Owner && live {
+				add(confirmed(s, tLo, in.TTL, Never))
+			}
+			if free {
+				n := State{Holder: in.Owner, NextToken: s.NextToken + 1}
+				add(confirmed(n, tFree, in.TTL, Never))
+			}
+		default:
+			add(noop)
+		}
+	case OpRenew:
+		switch out.Res {
+		case ResRenewed:
+			if n, ok := mine(in.Token); ok && live {
+				add(confirmed(n, tLo, in.TTL, in.Ret))
+			}
+		case ResLost:
+			lostAnswer()
+		case ResUnknown:
+			add(noop)
+			if n, ok := mine(in.Token); ok && live {
+				add(confirmed(n, tLo, in.TTL, Never))
+			}
+		default:
+			add(noop)
+		}
+	case OpRelease:
+		switch out.Res {
+		case ResReleased:
+			if _, ok := mine(in.Token); ok && live {
+				add(freed(tLo))
+			}
+		case ResLost:
+			lostAnswer()
+		case ResUnknown:
+			add(noop)
+			if _, ok := mine(in.Token); ok && live {
+				add(freed(tLo))
+			}
+		default:
+			add(noop)
+		}
+	case OpGet:
+		switch out.Res {
+		case ResGot:
+			if s.Holder == out.Holder && live {
+				if n, ok := tok(out.HolderToken); ok {
+					n.Lo = tLo
+					add(n)
+				}
+			}
+		case ResNotHeld:
+			if free {
+				add(freed(tFree))
+			}
+		default:
+			add(noop)
+		}
+	default:
+		return nil
+	}
+	return next
+}
+
+// Model returns the porcupine model of a lease on one resource in a store
+// with this profile.
+func (p Profile) Model() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Init: func() []any { return []any{State{NextToken: 1}} },
+		Step: func(state, input, output any) []any {
+			var out []any
+			for _, n := range p.Step(state.(State), input.(Input), output.(Output)) {
+				out = append(out, n)
+			}
+			return out
+		},
+		Equal: func(a, b any) bool { return a.(State) == b.(State) },
+		Hash: func(state any) uint64 {
+			s := state.(State)
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken)
+			return h.Sum64()
+		},
+		DescribeOperation: func(input, output any) string {
+			in, out := input.(Input), output.(Output)
+			s := fmt.Sprintf("%s(%s", in.Op, short(in.Owner))
+			if in.Token != 0 {
+				s += fmt.Sprintf(", t%d", in.Token)
+			}
+			s += ") -> " + out.Res
+			switch out.Res {
+			case ResGranted:
+				s += fmt.Sprintf(" t%d", out.Token)
+			case ResHeld, ResGot:
+				s += fmt.Sprintf(" by %s t%d", short(out.Holder), out.HolderToken)
+			}
+			return s
+		},
+		DescribeState: func(state any) string {
+			s := state.(State)
+			if s.Holder == "" {
+				return fmt.Sprintf("free (next token >= %d)", s.NextToken)
+			}
+			return fmt.Sprintf("%s t%d live until [%d, %d]", short(s.Holder), s.Token, s.ExpMin, s.ExpMax)
+		},
+	}
+	return nm.ToModel()
+}
+
+func short(owner string) string {
+	if len(owner) > 24 {
+		return owner[:24]
+	}
+	return owner
+}
+
+// Operations turns the store calls recorded in the histories into porcupine
+// operations. A call without an answer (its process was killed) and a call
+// whose outcome is unknown return at Never when the profile allows late
+// effects; otherwise at the answer, or when the process was reaped.
+func (p Profile) Operations(hs []*History) []porcupine.Operation {
+	var ops []porcupine.Operation
+	for ci, h := range hs {
+		calls := map[int64]Event{}
+		var order []int64
+		done := map[int64]bool{}
+		for _, e := range h.Events {
+			switch e.Ev {
+			case EvCall:
+				calls[e.ID] = e
+				order = append(order, e.ID)
+			case EvReturn:
+				c, ok := calls[e.ID]
+				if !ok {
+					continue
+				}
+				done[e.ID] = true
+				in := Input{Op: c.Op, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T}
+				out := Output{Res: e.Res, Token: e.Token, Holder: e.Holder, HolderToken: e.HolderToken}
+				if e.Res == ResUnknown && p.LateEffects {
+					in.Ret = Never
+				}
+				ops = append(ops, porcupine.Operation{ClientId: ci, Input: in, Call: in.Call, Output: out, Return: in.Ret})
+			}
+		}
+		for _, id := range order {
+			if done[id] {
+				continue
+			}
+			c := calls[id]
+			ret := Never
+			if !p.LateEffects && h.Gone != nil {
+				ret = h.Gone.T
+			}
+			in := Input{Op: c.Op, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret}
+			ops = append(ops, porcupine.Operation{ClientId: ci, Input: in, Call: in.Call, Output: Output{Res: ResUnknown}, Return: ret})
+		}
+	}
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	return ops
+}
+
+// LinearizabilityResult is the outcome of the porcupine check.
+type LinearizabilityResult struct {
+	Result     string  `json:"result"` // Ok, Illegal, or Unknown (timed out)
+	Operations int     `json:"operations"`
+	Pending    int     `json:"pending"` // operations whose outcome is unknown
+	Seconds    float64 `json:"seconds"`
+	Visual     string  `json:"visualization,omitempty"`
+}
+
+// CheckLinearizable checks the store operations of hs against the profile's
+// lease model, within timeout (0: no limit). When the history is not
+// linearizable and visualPath is not empty, porcupine's visualization is
+// written there.
+func (p Profile) CheckLinearizable(hs []*History, timeout time.Duration, visualPath string) LinearizabilityResult {
+	ops := p.Operations(hs)
+	res := LinearizabilityResult{Operations: len(ops)}
+	for _, op := range ops {
+		if op.Output.(Output).Res == ResUnknown {
+			res.Pending++
+		}
+	}
+	start := time.Now()
+	model := p.Model()
+	r, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
+	res.Seconds = time.Since(start).Seconds()
+	res.Result = string(r)
+	if r == porcupine.Illegal && visualPath != "" {
+		if err := porcupine.VisualizePath(model, info, visualPath); err == nil {
+			res.Visual = visualPath
+		}
+	}
+	return res
+}
+
+func ceilSeconds(ttl time.Duration) time.Duration {
+	return (ttl + time.Second - 1) / time.Second * time.Second
+}
+
+// clockSlack covers the difference between Cassandra's clock (the wall
+// clock, which NTP may slew by up to 500 ppm) and CLOCK_MONOTONIC over a
+// lease's lifetime.
+const clockSlack = 5 * time.Millisecond
+
+// CassandraProfile is the Cassandra store's timing (store/cassandra,
+// StoreTTL): the store writes ⌈ttl⌉+1 whole seconds, and Cassandra expires a
+// cell written at second x.f with TTL T at second x+T, after T−f seconds. A
+// lease therefore lives more than ⌈ttl⌉ and at most ⌈ttl⌉+1s after the
+// write's time, which the coordinator takes after the request arrived. A
+// Paxos proposal whose answer was lost may be completed later by the next
+// proposer, with its original time: late effects, and expiry counted from
+// the send time.
+var CassandraProfile = Profile{
+	Name:        "cassandra",
+	MinTTL:      func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) - clockSlack },
+	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) + time.Second + clockSlack },
+	LateEffects: true,
+}

@@ -1,0 +1,227 @@
+package harness
+
+import (
+	"testing"
+	"time"
+)
+
+const ms = int64(time.Millisecond)
+
+// op is a store call for hand-made histories: times in milliseconds; ret 0
+// means the call never returned (its process was reaped at gone).
+type op struct {
+	owner   string
+	kind    string
+	token   uint64 // renew, release
+	call    int64
+	ret     int64
+	res     string
+	granted uint64 // granted token
+	holder  string // held, got
+	htoken  uint64
+}
+
+// histories builds one history per owner from ops.
+func histories(ttl time.Duration, gone map[string]int64, ops ...op) []*History {
+	by := map[string]*History{}
+	var order []string
+	var id int64
+	for _, o := range ops {
+		owner := o.owner
+		if owner == "" {
+			owner = "get"
+		}
+		h, ok := by[owner]
+		if !ok {
+			h = &History{File: owner, Owner: owner, TTL: ttl}
+			h.Events = append(h.Events, Event{Ev: EvStart, T: 0, Owner: owner, TTL: int64(ttl)})
+			by[owner] = h
+			order = append(order, owner)
+		}
+		id++
+		h.Events = append(h.Events, Event{Ev: EvCall, T: o.call * ms, ID: id, Op: o.kind, Owner: o.owner, Token: o.token, TTL: int64(ttl)})
+		if o.ret != 0 {
+			h.Events = append(h.Events, Event{Ev: EvReturn, T: o.ret * ms, ID: id, Res: o.res, Token: o.granted, Holder: o.holder, HolderToken: o.htoken})
+		}
+	}
+	var hs []*History
+	for _, owner := range order {
+		h := by[owner]
+		if g, ok := gone[owner]; ok {
+			h.Gone = &Event{Ev: EvGone, T: g * ms}
+		}
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+func acq(owner string, call, ret int64, res string) op {
+	return op{owner: owner, kind: OpAcquire, call: call, ret: ret, res: res}
+}
+
+func granted(owner string, call, ret int64, token uint64) op {
+	o := acq(owner, call, ret, ResGranted)
+	o.granted, o.holder = token, owner
+	return o
+}
+
+func held(owner string, call, ret int64, holder string, token uint64) op {
+	o := acq(owner, call, ret, ResHeld)
+	o.holder, o.htoken = holder, token
+	return o
+}
+
+func renew(owner string, token uint64, call, ret int64, res string) op {
+	return op{owner: owner, kind: OpRenew, token: token, call: call, ret: ret, res: res}
+}
+
+func release(owner string, token uint64, call, ret int64, res string) op {
+	return op{owner: owner, kind: OpRelease, token: token, call: call, ret: ret, res: res}
+}
+
+func get(call, ret int64, res, holder string, token uint64) op {
+	return op{kind: OpGet, call: call, ret: ret, res: res, holder: holder, htoken: token}
+}
+
+func TestModel(t *testing.T) {
+	sec := time.Second
+	cases := []struct {
+		name    string
+		profile Profile
+		gone    map[string]int64
+		ops     []op
+		want    string
+	}{
+		{"handoff after release", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 20, 30, "A", 1),
+			renew("A", 1, 300, 310, ResRenewed),
+			get(400, 401, ResGot, "A", 1),
+			release("A", 1, 500, 510, ResReleased),
+			get(511, 512, ResNotHeld, "", 0),
+			granted("B", 520, 530, 2),
+			renew("B", 2, 800, 805, ResRenewed),
+		}, "Ok"},
+		{"handoff after expiry", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 500, 510, "A", 1),
+			granted("B", 1010, 1020, 2), // A's lease expired after 1s
+			renew("A", 1, 1030, 1040, ResLost),
+		}, "Ok"},
+		{"concurrent calls linearize in a different order than they were sent", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			release("A", 1, 100, 200, ResReleased),
+			granted("B", 90, 210, 2), // sent before A's release, applied after it
+		}, "Ok"},
+		{"grant before the previous lease can have expired", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			granted("B", 500, 510, 2),
+		}, "Illegal"},
+		{"grant just before expiry", SQLiteProfile, nil, []op{
+			granted("A", 100, 110, 1),
+			granted("B", 1000, 1098, 2), // A's lease lives until at least 100+999ms
+		}, "Illegal"},
+		{"token reused", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			release("A", 5, 20, 30, ResReleased),
+			granted("B", 40, 50, 5),
+		}, "Illegal"},
+		{"token goes back", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			release("A", 5, 20, 30, ResReleased),
+			granted("B", 40, 50, 4),
+		}, "Illegal"},
+		{"renewal succeeds after expiry", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			renew("A", 1, 1200, 1210, ResRenewed),
+		}, "Illegal"},
+		{"renewal succeeds after another grant", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			granted("B", 1100, 1110, 2),
+			renew("A", 1, 1120, 1130, ResRenewed),
+		}, "Illegal"},
+		{"lease lost while live", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			renew("A", 1, 300, 310, ResLost),
+		}, "Illegal"},
+		{"held by an owner that does not hold it", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 20, 30, "C", 1),
+		}, "Illegal"},
+		{"held with the wrong token", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 20, 30, "A", 2),
+		}, "Illegal"},
+		{"get sees nothing while the lease is live", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			get(100, 110, ResNotHeld, "", 0),
+		}, "Illegal"},
+		{"released twice", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			release("A", 1, 20, 30, ResReleased),
+			release("A", 1, 40, 50, ResReleased),
+		}, "Illegal"},
+		{"same owner, same lease: a retried acquire renews", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			granted("A", 900, 910, 1),
+			held("B", 1500, 1510, "A", 1), // live thanks to the second acquire
+		}, "Ok"},
+		{"unknown acquire that took effect", SQLiteProfile, nil, []op{
+			acq("A", 0, 10, ResUnknown),
+			held("B", 20, 30, "A", 1),
+			granted("A", 40, 50, 1),
+		}, "Ok"},
+		{"unknown acquire that did not take effect", SQLiteProfile, nil, []op{
+			acq("A", 0, 10, ResUnknown),
+			granted("B", 20, 30, 1),
+		}, "Ok"},
+		{"unknown acquire cannot take effect after its process died", SQLiteProfile, map[string]int64{"A": 15}, []op{
+			acq("A", 0, 0, ""), // killed mid-call, reaped at 15
+			get(20, 21, ResNotHeld, "", 0),
+			held("B", 30, 40, "A", 1),
+		}, "Illegal"},
+		{"late Paxos completion of a lost proposal", CassandraProfile, map[string]int64{"A": 15}, []op{
+			acq("A", 0, 0, ""), // killed mid-call; the proposal is completed later
+			get(20, 21, ResNotHeld, "", 0),
+			held("B", 30, 40, "A", 1),
+		}, "Ok"},
+		{"unknown renewal keeps the lease possibly live", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			renew("A", 1, 600, 610, ResUnknown),
+			held("B", 1500, 1510, "A", 1),
+		}, "Ok"},
+		{"cassandra: whole-second TTL keeps the lease up to ceil(ttl)+1s", CassandraProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 1900, 1910, "A", 1),
+		}, "Ok"},
+		{"cassandra: held after ceil(ttl)+1s", CassandraProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 2100, 2110, "A", 1),
+		}, "Illegal"},
+		{"cassandra: granted before ceil(ttl)", CassandraProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			granted("B", 900, 950, 2),
+		}, "Illegal"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			hs := histories(sec, c.gone, c.ops...)
+			res := c.profile.CheckLinearizable(hs, 10*time.Second, "")
+			if res.Result != c.want {
+				t.Errorf("porcupine says %s, want %s (%d operations)", res.Result, c.want, res.Operations)
+			}
+		})
+	}
+}
+
+func TestSQLiteProfileBounds(t *testing.T) {
+	if got := SQLiteProfile.MinTTL(time.Second); got != 999*time.Millisecond {
+		t.Errorf("MinTTL(1s) = %v", got)
+	}
+	if got := SQLiteProfile.MaxTTL(1500 * time.Microsecond); got != 2*time.Millisecond {
+		t.Errorf("MaxTTL(1.5ms) = %v", got)
+	}
+	if got := CassandraProfile.MaxTTL(1500 * time.Millisecond); got != 3*time.Second+clockSlack {
+		t.Errorf("Cassandra MaxTTL(1.5s) = %v", got)
+	}
+}

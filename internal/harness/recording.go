@@ -1,0 +1,152 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/tenure-go/tenure"
+)
+
+// RecordingStore wraps the store a worker's Locker uses and records every
+// call: a call event with the time taken right before the request is sent,
+// and a return event with the time taken right after the answer arrived and
+// the result (granted, held, renewed, released, lost, got, notheld, unknown
+// or error). A process killed during a call leaves a call without a return.
+type RecordingStore struct {
+	inner tenure.Store
+	rec   *Recorder
+
+	mu        sync.Mutex
+	lastGrant Event // the return event of the last granted Acquire, with Send set
+}
+
+// NewRecordingStore wraps inner. When inner is a tenure.Notifier, so is the
+// result.
+func NewRecordingStore(inner tenure.Store, rec *Recorder) tenure.Store {
+	s := &RecordingStore{inner: inner, rec: rec}
+	if n, ok := inner.(tenure.Notifier); ok {
+		return &recordingNotifier{RecordingStore: s, n: n}
+	}
+	return s
+}
+
+type recordingNotifier struct {
+	*RecordingStore
+	n tenure.Notifier
+}
+
+func (s *recordingNotifier) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.n.Subscribe(ctx, resource)
+}
+
+// LastGrant returns the send and reply times and the token of the last
+// Acquire call that the store answered with a grant.
+func LastGrant(s tenure.Store) (send, reply int64, token uint64) {
+	var rs *RecordingStore
+	switch v := s.(type) {
+	case *RecordingStore:
+		rs = v
+	case *recordingNotifier:
+		rs = v.RecordingStore
+	default:
+		return 0, 0, 0
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.lastGrant.Send, rs.lastGrant.T, rs.lastGrant.Token
+}
+
+func (s *RecordingStore) call(op, owner string, token uint64, ttl time.Duration) (int64, int64) {
+	id := s.rec.newID()
+	t := MonoNow()
+	s.rec.Record(Event{Ev: EvCall, T: t, ID: id, Op: op, Owner: owner, Token: token, TTL: int64(ttl)})
+	return id, t
+}
+
+func classify(err error, ok string) (string, string) {
+	switch {
+	case err == nil:
+		return ok, ""
+	case errors.Is(err, tenure.ErrUnknownOutcome):
+		return ResUnknown, err.Error()
+	case errors.Is(err, tenure.ErrLeaseLost):
+		return ResLost, err.Error()
+	case errors.Is(err, tenure.ErrNotHeld):
+		return ResNotHeld, ""
+	}
+	var held *tenure.HeldError
+	if errors.As(err, &held) {
+		return ResHeld, ""
+	}
+	return ResError, err.Error()
+}
+
+// Acquire implements tenure.Store.
+func (s *RecordingStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	id, send := s.call(OpAcquire, owner, 0, ttl)
+	rec, err := s.inner.Acquire(ctx, resource, owner, ttl)
+	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
+	e.Res, e.Err = classify(err, ResGranted)
+	switch e.Res {
+	case ResGranted:
+		e.Token = rec.Token
+		e.Holder = rec.Owner
+	case ResHeld:
+		var held *tenure.HeldError
+		errors.As(err, &held)
+		e.Holder, e.HolderToken = held.Holder.Owner, held.Holder.Token
+	}
+	s.rec.Record(e)
+	if e.Res == ResGranted {
+		g := e
+		g.Send = send
+		s.mu.Lock()
+		s.lastGrant = g
+		s.mu.Unlock()
+	}
+	return rec, err
+}
+
+// Renew implements tenure.Store.
+func (s *RecordingStore) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
+	id, _ := s.call(OpRenew, owner, token, ttl)
+	err := s.inner.Renew(ctx, resource, owner, token, ttl)
+	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
+	e.Res, e.Err = classify(err, ResRenewed)
+	s.rec.Record(e)
+	return err
+}
+
+// Release implements tenure.Store.
+func (s *RecordingStore) Release(ctx context.Context, resource, owner string, token uint64) error {
+	id, _ := s.call(OpRelease, owner, token, 0)
+	err := s.inner.Release(ctx, resource, owner, token)
+	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
+	e.Res, e.Err = classify(err, ResReleased)
+	s.rec.Record(e)
+	return err
+}
+
+// Get implements tenure.Store.
+func (s *RecordingStore) Get(ctx context.Context, resource string) (tenure.Record, error) {
+	id, _ := s.call(OpGet, "", 0, 0)
+	rec, err := s.inner.Get(ctx, resource)
+	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
+	e.Res, e.Err = classify(err, ResGot)
+	if e.Res == ResGot {
+		e.Holder, e.HolderToken = rec.Owner, rec.Token
+	}
+	s.rec.Record(e)
+	return rec, err
+}
+
+// List implements tenure.Store. It is not recorded: the checker's model
+// covers one resource.
+func (s *RecordingStore) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
+	return s.inner.List(ctx, prefix)
+}
+
+// Close implements tenure.Store.
+func (s *RecordingStore) Close() error { return s.inner.Close() }
