@@ -303,6 +303,17 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) path(name string) string { return filepath.Join(e.dir, name) }
 
+// init creates the store's file before processes start together on it.
+// Processes that open a fresh SQLite file at the same moment can fail with
+// SQLITE_BUSY while creating the schema (store/sqlite.Open does not retry;
+// reported to the store's owner), which is not what these tests are about.
+func (e *env) init() {
+	e.t.Helper()
+	if code, stdout, stderr := e.run("init"); code != 0 {
+		e.t.Fatalf("tenure init: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
 // proc is a tenure process started by a test, in its own process group.
 type proc struct {
 	t       *testing.T

@@ -452,8 +452,8 @@ loop:
 	if lostCause != nil {
 		// Whatever the command left in its group must not run on either. The
 		// command is not reaped yet, so its group id is still its own.
-		a.signal(pgid, syscall.SIGKILL)
 		if !reaped {
+			a.signal(pgid, syscall.SIGKILL)
 			waitErr = cmd.Wait()
 		}
 		a.log.Debug("command ended after the lease was lost", "status", describeExit(cmd, waitErr))

@@ -23,6 +23,7 @@ import (
 func TestRunNoWaitExcludes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.init()
 	ran := e.path("ran")
 	start := func(name string) *proc {
 		return e.start(name, startOpt{stdinPipe: true}, "run", "--no-wait", "--owner", name, "job", "--",
@@ -69,6 +70,7 @@ func TestRunNoWaitExcludes(t *testing.T) {
 func TestRunWaitSerializes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.init()
 	out := e.path("events")
 	const n = 10
 	var procs []*proc
