@@ -116,11 +116,11 @@ type Config struct {
 
 	// Timeout bounds each query, in addition to the caller's context
 	// (default DefaultTimeout, at most MaxTimeout). A store call makes at
-	// most four queries (two conditional writes, the read that resolves an
-	// unknown outcome, and one more read if that one went out on a
-	// connection that had just broken), so it returns within 4·Timeout even
-	// when the cluster does not answer; the caller's context usually bounds
-	// it much more tightly.
+	// most two conditional writes, each sent once, and at most one read
+	// (which the driver may send twice, to another replica when the first
+	// does not answer), so it returns within 4·Timeout even when the
+	// cluster does not answer; the caller's context usually bounds it much
+	// more tightly.
 	Timeout time.Duration
 
 	// ConnectTimeout bounds each connection attempt to one host (default
@@ -438,10 +438,13 @@ func (r resolved) cluster() (*gocql.ClusterConfig, error) {
 	c.DefaultIdempotence = false
 	c.ReconnectionPolicy = &gocql.ConstantReconnectionPolicy{MaxRetries: 3, Interval: time.Second}
 	c.ReconnectInterval = 10 * time.Second
+	// Token aware, so a replica coordinates; replicas shuffled, so that a
+	// replica that stopped answering (and that the driver has not marked
+	// down yet) does not receive every retry of a renewal.
 	if r.LocalDC != "" {
-		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(r.LocalDC))
+		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(r.LocalDC), gocql.ShuffleReplicas())
 	} else {
-		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
+		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy(), gocql.ShuffleReplicas())
 	}
 	if r.Username != "" {
 		c.Authenticator = gocql.PasswordAuthenticator{Username: r.Username, Password: r.Password}

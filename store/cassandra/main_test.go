@@ -165,7 +165,10 @@ func serialRow(t testing.TB, s *gocql.Session, table, res string) rawRow {
 	t.Helper()
 	var r rawRow
 	m := map[string]any{}
-	err := s.Query(`SELECT owner, fencing_token, write_id, TTL(owner) AS remaining FROM `+runKeyspace+`.`+table+` WHERE resource = ?`, res).
+	if !strings.Contains(table, ".") {
+		table = runKeyspace + "." + table
+	}
+	err := s.Query(`SELECT owner, fencing_token, write_id, TTL(owner) AS remaining FROM `+table+` WHERE resource = ?`, res).
 		Consistency(gocql.Serial).MapScan(m)
 	if err == gocql.ErrNotFound {
 		return r

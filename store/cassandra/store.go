@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -353,12 +350,16 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 // read returns the resource's row from a linearizable (SERIAL or
 // LOCAL_SERIAL) read, which also completes any Paxos round in flight on it.
 func (s *Store) read(ctx context.Context, resource string) (row, error) {
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	// A read is safe to send twice: when the first attempt fails (a
+	// coordinator that does not answer, a connection that broke), the
+	// driver tries the next replica, within 2·Timeout in all.
+	qctx, cancel := context.WithTimeout(ctx, 2*s.cfg.Timeout)
 	defer cancel()
 	m := map[string]any{}
 	err := s.session.Query(s.st.get, resource).
 		Consistency(s.cfg.SerialConsistency).
 		Idempotent(true).
+		RetryPolicy(&gocql.SimpleRetryPolicy{NumRetries: 1}).
 		MapScanContext(qctx, m)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return row{}, nil
@@ -382,25 +383,10 @@ func (s *Store) resolve(ctx context.Context, op, resource string, cause error) (
 		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w (no time left to read the outcome)", op, resource, cause))
 	}
 	r, err := s.read(ctx, resource)
-	if err != nil && connectionLost(err) && ctx.Err() == nil {
-		// The connection that carried the write broke (which is often why
-		// its answer was lost) and the read went out on it before the pool
-		// noticed: one more read, on another connection, is safe.
-		time.Sleep(50 * time.Millisecond)
-		r, err = s.read(ctx, resource)
-	}
 	if err != nil {
 		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w; the serial read to resolve it failed too: %w", op, resource, cause, err))
 	}
 	return r, nil
-}
-
-// connectionLost reports whether err says that the connection broke, rather
-// than that the server or the query timed out.
-func connectionLost(err error) bool {
-	var op *net.OpError
-	return errors.Is(err, gocql.ErrConnectionClosed) || errors.Is(err, gocql.ErrNoConnections) ||
-		errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || (errors.As(err, &op) && !op.Timeout())
 }
 
 func unknownf(op, resource string, cause error, format string, args ...any) error {
