@@ -310,20 +310,27 @@ func (o *orch) record(f Fault) {
 		time.Duration(f.End-f.Start).Round(time.Millisecond), map[bool]string{true: " (holder)", false: ""}[f.Holder])
 }
 
-// inject runs the fault schedule until the duration is up: every kind once,
-// in a seeded order, then kinds drawn at random, with gaps of one to two
+// inject runs the fault schedule: every kind once, in a seeded order, then
+// kinds drawn at random until the duration is up, with gaps of one to two
 // and a half TTLs in between. Faults never overlap, and each is healed
-// before the next.
+// before the next. A run lasts at least until every kind was injected once.
 func (o *orch) inject(ctx context.Context, kinds []string) error {
 	if len(kinds) == 0 {
 		sleep(ctx, o.cfg.Duration)
 		return ctx.Err()
 	}
-	until, cancel := context.WithTimeout(ctx, o.cfg.Duration)
-	defer cancel()
+	end := time.Now().Add(o.cfg.Duration)
 	order := o.rng.Perm(len(kinds))
 	for i := 0; ; i++ {
-		if !sleep(until, o.between(1, 2.5)) {
+		// The run lasts the duration, and at least until every kind was
+		// tried once.
+		if i >= len(order) && !time.Now().Add(o.cfg.TTL).Before(end) {
+			return ctx.Err()
+		}
+		if !sleep(ctx, o.between(1, 2.5)) {
+			return ctx.Err()
+		}
+		if i >= len(order) && !time.Now().Before(end) {
 			return ctx.Err()
 		}
 		kind := kinds[o.rng.IntN(len(kinds))]
