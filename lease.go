@@ -128,11 +128,13 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 // check ends the lease if its deadline has passed.
 func (l *Lease) check() {
 	l.mu.Lock()
-	expired := l.state == stateHeld && !l.lk.clock.Now().Before(l.deadline)
-	deadline := l.deadline
+	now := l.lk.clock.Now()
+	expired := l.state == stateHeld && !now.Before(l.deadline)
+	since := now.Sub(l.lastSend)
 	l.mu.Unlock()
 	if expired {
-		l.lose(fmt.Errorf("%w: no renewal confirmed before the deadline %s", ErrLeaseLost, deadline.Format(time.RFC3339Nano)), reasonDeadline, false)
+		l.lose(fmt.Errorf("%w: no renewal of %q was confirmed in time (the last confirmed one was sent %v ago; TTL %v)",
+			ErrLeaseLost, l.resource, since.Round(time.Millisecond), l.ttl), reasonDeadline, false)
 	}
 }
 
@@ -171,7 +173,7 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	// One conditional release, bounded by the TTL: a renewal sent before the
 	// loss may still have been applied, so the store may keep the lease up
 	// to a TTL from now.
-	l.lk.runner.submit(func() {
+	l.lk.background(func() {
 		defer l.lk.forget(l)
 		ctx, cancel := l.lk.bounded(context.Background(), l.ttl)
 		defer cancel()

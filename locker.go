@@ -126,6 +126,17 @@ type Locker struct {
 	mu     sync.Mutex
 	held   map[string]*Lease // nil value: an acquire or a clean-up is in flight
 	closed bool
+	bg     sync.WaitGroup // clean-ups in flight (see background)
+}
+
+// background runs a clean-up (freeing a lost lease, or what an acquire with
+// an unknown outcome may have taken) on the runner; Close waits for them.
+func (lk *Locker) background(f func()) {
+	lk.bg.Add(1)
+	lk.runner.submit(func() {
+		defer lk.bg.Done()
+		f()
+	})
 }
 
 // New returns a Locker that keeps its leases in store. It returns an error
@@ -227,6 +238,11 @@ func (lk *Locker) checkTTL(ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
+	if c, ok := lk.store.(TTLChecker); ok {
+		if err := c.CheckTTL(ttl); err != nil {
+			return err
+		}
+	}
 	if iv := lk.interval(ttl); iv <= 0 || iv >= lk.trust(ttl) {
 		return fmt.Errorf("%w: %v leaves no time to renew every %v", ErrInvalidTTL, ttl, iv)
 	}
@@ -323,7 +339,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, t
 	}
 	// Still unknown: free whatever the lost attempt may have taken, so that no
 	// orphan blocks others for a whole TTL, then report the outcome as unknown.
-	lk.runner.submit(func() { lk.cleanup(resource, ttl) })
+	lk.background(func() { lk.cleanup(resource, ttl) })
 	return nil, fmt.Errorf("tenure: acquire %q: %w", resource, UnknownOutcome(lastErr))
 }
 
@@ -369,7 +385,7 @@ func (lk *Locker) grant(ctx context.Context, resource string, ttl time.Duration,
 	if !now.Before(deadline) {
 		// The answer came after the lease's deadline (a pause, a slow store):
 		// it may already belong to someone else. Free it and say so.
-		lk.runner.submit(func() { lk.cleanup(resource, ttl) })
+		lk.background(func() { lk.cleanup(resource, ttl) })
 		return nil, fmt.Errorf("tenure: acquire %q: %w: the store's answer arrived %v after the request, past the lease's deadline", resource, ErrLeaseLost, now.Sub(tSend))
 	}
 	l := newLease(lk, ctx, resource, ttl, rec.Token, tSend, deadline)
@@ -398,9 +414,10 @@ func OnWait(f func(holder *HeldError, waited time.Duration)) AcquireOption {
 // Acquire blocks until resource is granted for ttl or ctx ends. Between
 // attempts it waits with capped exponential backoff and full jitter (see
 // WithRetry), or less when the store notifies a release (Notifier). When ctx
-// ends first, the error wraps ctx's error and, if the resource was held,
-// the last *HeldError. Bad input and store errors other than "held" are
-// returned at once (see TryAcquire).
+// ends first, the error wraps ctx's error and the last attempt's error
+// (a *HeldError when the resource was held). Bad input returns at once, and
+// so does a store error on the first attempt (an unreachable store fails
+// fast); store errors on later attempts are logged and retried.
 func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	var ac acquireConfig
 	for _, o := range opts {
@@ -423,22 +440,38 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 		}
 	}
 	start := lk.clock.Now()
+	var held *HeldError
+	var lastErr error
 	for attempt := 0; ; attempt++ {
 		lease, err := lk.TryAcquire(ctx, resource, ttl)
 		if err == nil {
 			return lease, nil
 		}
-		var held *HeldError
-		if !errors.As(err, &held) {
+		switch {
+		case errors.As(err, &held):
+			lastErr = err
+			if ac.onWait != nil {
+				ac.onWait(held, lk.clock.Since(start))
+			}
+		case attempt == 0 || !transient(err) || ctx.Err() != nil:
+			// The first attempt fails fast (an unreachable or misconfigured
+			// store); bad input and a closed Locker never get better.
 			return nil, err
-		}
-		if ac.onWait != nil {
-			ac.onWait(held, lk.clock.Since(start))
+		default:
+			// A store error during a long wait: ride it out.
+			lastErr = err
+			lk.log.Warn("acquire attempt failed; retrying", "resource", resource, "err", err)
 		}
 		if err := lk.wait(ctx, lk.cfg.retry.Delay(attempt), notify); err != nil {
-			return nil, fmt.Errorf("tenure: acquire %q: gave up after %v: %w; %w", resource, lk.clock.Since(start).Round(time.Millisecond), err, held)
+			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Since(start).Round(time.Millisecond), err)
 		}
 	}
+}
+
+// transient reports whether an acquire error may go away by itself.
+func transient(err error) bool {
+	return !errors.Is(err, ErrInvalidResource) && !errors.Is(err, ErrInvalidTTL) &&
+		!errors.Is(err, ErrInvalidOwner) && !errors.Is(err, ErrClosed)
 }
 
 // wait sleeps for d on the Locker's clock, or until notify fires, or until
@@ -502,9 +535,11 @@ func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn
 	return fnErr
 }
 
-// Close releases every lease this Locker holds and makes later acquires
-// return ErrClosed. It does not close the store. The leases' contexts are
-// cancelled before the store is asked to free them.
+// Close releases every lease this Locker holds, waits for clean-ups in
+// flight (freeing leases that were lost or whose acquire outcome was
+// unknown), and makes later acquires return ErrClosed. ctx bounds the wait.
+// It does not close the store. The leases' contexts are cancelled before the
+// store is asked to free them.
 func (lk *Locker) Close(ctx context.Context) error {
 	lk.mu.Lock()
 	lk.closed = true
@@ -520,6 +555,13 @@ func (lk *Locker) Close(ctx context.Context) error {
 		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
 			errs = append(errs, err)
 		}
+	}
+	done := make(chan struct{})
+	go func() { lk.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("tenure: close: clean-ups still running: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
 }

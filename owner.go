@@ -33,7 +33,7 @@ func DefaultOwnerID() string {
 // valid UTF-8 without NUL or OwnerSeparator; otherwise the error wraps
 // ErrInvalidOwner.
 func NewOwner(id string) (string, error) {
-	if err := validateOwnerID(id); err != nil {
+	if err := ValidateOwnerID(id); err != nil {
 		return "", err
 	}
 	var b [8]byte
@@ -53,7 +53,9 @@ func OwnerID(owner string) string {
 	return owner
 }
 
-func validateOwnerID(id string) error {
+// ValidateOwnerID checks a readable owner id: 1 to MaxOwnerIDLen bytes of
+// valid UTF-8 without NUL or OwnerSeparator. The error wraps ErrInvalidOwner.
+func ValidateOwnerID(id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%w: empty id", ErrInvalidOwner)

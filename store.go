@@ -88,6 +88,16 @@ type Notifier interface {
 	Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error)
 }
 
+// TTLChecker is implemented by stores with limits on TTLs (a resolution, a
+// minimum, a maximum). A Locker calls CheckTTL before any I/O, so a TTL the
+// store cannot keep exactly is rejected at once; the store checks again in
+// each operation.
+type TTLChecker interface {
+	// CheckTTL returns an error wrapping ErrInvalidTTL when the store cannot
+	// keep ttl.
+	CheckTTL(ttl time.Duration) error
+}
+
 // ValidateResource checks a resource name: 1 to MaxResourceLen bytes of
 // valid UTF-8 without NUL. The error wraps ErrInvalidResource.
 func ValidateResource(resource string) error {

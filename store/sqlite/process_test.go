@@ -26,6 +26,15 @@ import (
 // TestMain lets the test binary act as a contending process: with
 // TENURE_SQLITE_CONTENDER set, it runs contend instead of the tests.
 func TestMain(m *testing.M) {
+	if path := os.Getenv("TENURE_SQLITE_OPEN"); path != "" {
+		s, err := sqlite.Open(context.Background(), path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		s.Close()
+		os.Exit(0)
+	}
 	if os.Getenv("TENURE_SQLITE_CONTENDER") != "" {
 		if err := contend(); err != nil {
 			fmt.Fprintln(os.Stderr, "contender:", err)

@@ -27,7 +27,7 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	sqlitedriver "modernc.org/sqlite" // also registers the "sqlite" driver
 
 	"github.com/tenure-go/tenure"
 )
@@ -115,12 +115,36 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path, clock: o.clock, wall: o.wall}
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("sqlite store: create schema in %s: %w", path, err)
+	// Processes that open a new file at the same moment can see SQLITE_BUSY
+	// while one of them switches it to WAL or creates the table; SQLite does
+	// not call the busy handler there, so retry until the busy timeout.
+	limit := time.Now().Add(o.busyTimeout)
+	for attempt := 0; ; attempt++ {
+		_, err = db.ExecContext(ctx, schema)
+		if err == nil {
+			return s, nil
+		}
+		if !isBusy(err) || time.Now().After(limit) || ctx.Err() != nil {
+			db.Close()
+			return nil, fmt.Errorf("sqlite store: create schema in %s: %w", path, err)
+		}
+		time.Sleep(time.Duration(1+attempt%20) * time.Millisecond)
 	}
-	return s, nil
 }
+
+// isBusy reports whether err is SQLITE_BUSY or SQLITE_LOCKED (with any
+// extended code).
+func isBusy(err error) bool {
+	var e *sqlitedriver.Error
+	if errors.As(err, &e) {
+		code := e.Code() & 0xff
+		return code == 5 || code == 6
+	}
+	return false
+}
+
+// CheckTTL implements tenure.TTLChecker: TTLs from 1 ms to MaxTTL.
+func (s *Store) CheckTTL(ttl time.Duration) error { return validateTTL(ttl) }
 
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
