@@ -341,7 +341,7 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 				if e.Token != tok {
 					r.violate("history", "%s: step with token %d while holding %d", h.File, e.Token, tok)
 				}
-				if e.T >= e.Deadline {
+				if e.T >= e.Deadline+int64(MonoOfError) {
 					r.violate("work-after-deadline", "%s: token %d: work step at %d, %v after the deadline %d",
 						h.File, e.Token, e.T, time.Duration(e.T-e.Deadline), e.Deadline)
 				}

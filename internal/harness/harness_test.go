@@ -89,3 +89,14 @@ func TestUnsafeClientIsCaught(t *testing.T) {
 		t.Errorf("linearizability: %+v", rep.Linearizability)
 	}
 }
+
+func TestRunMainRefusesFaultsThatDoNotApply(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := RunMain([]string{"-faults", "proxy-drop,pause", "-out", t.TempDir(), "-duration", "1s"}, &stdout, &stderr, os.Args[0])
+	if code != ExitError || !strings.Contains(stderr.String(), `fault "proxy-drop" does not apply to sqlite`) {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	if code := RunMain([]string{"-no-such-flag"}, &stdout, &stderr, os.Args[0]); code != ExitUsage {
+		t.Errorf("bad flag: exit %d, want %d", code, ExitUsage)
+	}
+}

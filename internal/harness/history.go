@@ -37,20 +37,31 @@ func MonoNow() int64 {
 }
 
 // MonoOf converts a time.Time that carries Go's monotonic reading (such as
-// tenure.Lease.Deadline on the real clock) to CLOCK_MONOTONIC nanoseconds:
-// MonoNow()+time.Until(t). The two clock reads are retried until they were
-// taken within 100µs of each other, so that a pause (SIGSTOP) between them
-// cannot shift the result.
+// tenure.Lease.Deadline on the real clock) to CLOCK_MONOTONIC nanoseconds.
+// Go's monotonic clock is CLOCK_MONOTONIC with another origin, so the
+// conversion is an offset, measured as time.Until(t) between two reads of
+// CLOCK_MONOTONIC; the reads are retried until they were taken within
+// MonoOfError of each other, so that a pause (SIGSTOP) or a preemption
+// between them cannot shift the result by more than MonoOfError/2.
 func MonoOf(t time.Time) int64 {
-	for {
+	best, bestSpan := int64(0), int64(math.MaxInt64)
+	for i := 0; i < 1000; i++ {
 		a := MonoNow()
 		u := time.Until(t)
 		b := MonoNow()
-		if b-a < int64(100*time.Microsecond) {
-			return a + int64(u)
+		if b-a < bestSpan {
+			best, bestSpan = a+(b-a)/2+int64(u), b-a
+		}
+		if bestSpan <= int64(MonoOfError) {
+			break
 		}
 	}
+	return best
 }
+
+// MonoOfError bounds the error of MonoOf (twice over). The checker allows it
+// when it compares a work step with a deadline.
+const MonoOfError = 2 * time.Microsecond
 
 // Event kinds of a worker history.
 const (
