@@ -2,13 +2,14 @@
 // and frees leases: flock(1) for a fleet, with fencing tokens.
 //
 //	tenure run nightly-backup -- /usr/local/bin/backup --full
+//	tenure elect sampling-calculator -- /usr/local/bin/calc-rates
 //	tenure status nightly-backup
 //	tenure list
 //	tenure release nightly-backup --owner web-3:4711
 //
 // Leases live in a store named by a URL (--store, or $TENURE_STORE); the
 // default is a SQLite file under $XDG_STATE_HOME, shared by every process on
-// the host. Run "tenure help run" for the exit codes.
+// the host. Run "tenure help run" and "tenure help elect" for the exit codes.
 package main
 
 import (
@@ -156,6 +157,9 @@ Store URLs:
   # Give up at once if the lease is held (exit code 75).
   tenure run --no-wait reindex -- ./reindex.sh
 
+  # Start on every host; only the elected leader runs the command.
+  tenure elect sampling-calculator -- /usr/local/bin/calc-rates
+
   # Who holds what?
   tenure list
   tenure status nightly-backup --json`,
@@ -171,7 +175,7 @@ Store URLs:
 	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
 
-	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd())
+	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd())
 	a.root = root
 	return root
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -116,43 +115,65 @@ func (a *app) newRunCmd() *cobra.Command {
 // errWaitTimeout is the cause of the wait context when --wait runs out.
 var errWaitTimeout = errors.New("--wait ran out")
 
-// splitRunArgs splits "RESOURCE -- COMMAND [ARGS...]".
-func splitRunArgs(args []string, dash int) (string, []string, error) {
-	const form = "usage: tenure run [flags] RESOURCE -- COMMAND [ARGS...]"
+// splitCommandArgs splits "RESOURCE -- COMMAND [ARGS...]", the arguments of
+// tenure run and tenure elect (name).
+func splitCommandArgs(name string, args []string, dash int) (string, []string, error) {
+	form := "usage: tenure " + name + " [flags] RESOURCE -- COMMAND [ARGS...]"
 	switch {
 	case len(args) == 0:
-		return "", nil, usage("run: missing RESOURCE and COMMAND; %s", form)
+		return "", nil, usage("%s: missing RESOURCE and COMMAND; %s", name, form)
 	case dash < 0 && len(args) == 1:
-		return "", nil, usage("run: missing COMMAND after RESOURCE %q; %s", args[0], form)
+		return "", nil, usage("%s: missing COMMAND after RESOURCE %q; %s", name, args[0], form)
 	case dash < 0:
-		return "", nil, usage("run: put -- between RESOURCE and COMMAND, as in: tenure run %s -- %s", args[0], strings.Join(args[1:], " "))
+		return "", nil, usage("%s: put -- between RESOURCE and COMMAND, as in: tenure %s %s -- %s", name, name, args[0], strings.Join(args[1:], " "))
 	case dash == 0:
-		return "", nil, usage("run: missing RESOURCE before --; %s", form)
+		return "", nil, usage("%s: missing RESOURCE before --; %s", name, form)
 	case dash > 1:
-		return "", nil, usage("run: one RESOURCE before --, got %d (%s); %s", dash, strings.Join(args[:dash], " "), form)
+		return "", nil, usage("%s: one RESOURCE before --, got %d (%s); %s", name, dash, strings.Join(args[:dash], " "), form)
 	case len(args) == 1:
-		return "", nil, usage("run: missing COMMAND after --; %s", form)
+		return "", nil, usage("%s: missing COMMAND after --; %s", name, form)
 	}
 	return args[0], args[1:], nil
 }
 
-// validateRun checks every argument before any I/O.
-func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string, argv []string, ownerID string, err error) {
-	resource, argv, err = splitRunArgs(args, c.ArgsLenAtDash())
+// validateCommand checks the arguments and flags that tenure run and tenure
+// elect (name) share, before any I/O: RESOURCE -- COMMAND, --ttl, --grace
+// and --owner. It returns the readable owner id to use.
+func validateCommand(name string, c *cobra.Command, args []string, ttl, grace time.Duration, owner string) (resource string, argv []string, ownerID string, err error) {
+	resource, argv, err = splitCommandArgs(name, args, c.ArgsLenAtDash())
 	if err != nil {
 		return "", nil, "", err
 	}
 	if err := tenure.ValidateResource(resource); err != nil {
-		return "", nil, "", usage("run: resource %q: %s", resource, errText(err))
+		return "", nil, "", usage("%s: resource %q: %s", name, resource, errText(err))
 	}
 	if argv[0] == "" {
-		return "", nil, "", usage("run: the command name is empty")
+		return "", nil, "", usage("%s: the command name is empty", name)
 	}
-	if err := tenure.ValidateTTL(f.ttl); err != nil {
-		return "", nil, "", usage("run: --ttl %v: the TTL must be positive, such as 30s", f.ttl)
+	if err := tenure.ValidateTTL(ttl); err != nil {
+		return "", nil, "", usage("%s: --ttl %v: the TTL must be positive, such as 30s", name, ttl)
 	}
-	if f.ttl < time.Millisecond {
-		return "", nil, "", usage("run: --ttl %v: the TTL must be at least 1ms", f.ttl)
+	if ttl < time.Millisecond {
+		return "", nil, "", usage("%s: --ttl %v: the TTL must be at least 1ms", name, ttl)
+	}
+	if grace < 0 {
+		return "", nil, "", usage("%s: --grace %v: the grace period cannot be negative", name, grace)
+	}
+	ownerID = owner
+	if !c.Flags().Changed("owner") {
+		ownerID = tenure.DefaultOwnerID()
+	}
+	if _, err := tenure.NewOwner(ownerID); err != nil {
+		return "", nil, "", usage("%s: --owner %q: %s", name, ownerID, errText(err))
+	}
+	return resource, argv, ownerID, nil
+}
+
+// validateRun checks every argument before any I/O.
+func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string, argv []string, ownerID string, err error) {
+	resource, argv, ownerID, err = validateCommand("run", c, args, f.ttl, f.grace, f.owner)
+	if err != nil {
+		return "", nil, "", err
 	}
 	waitSet := c.Flags().Changed("wait")
 	switch {
@@ -160,15 +181,6 @@ func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string,
 		return "", nil, "", usage("run: --wait and --no-wait cannot be used together")
 	case f.wait < 0:
 		return "", nil, "", usage("run: --wait %v: the wait cannot be negative", f.wait)
-	case f.grace < 0:
-		return "", nil, "", usage("run: --grace %v: the grace period cannot be negative", f.grace)
-	}
-	ownerID = f.owner
-	if !c.Flags().Changed("owner") {
-		ownerID = tenure.DefaultOwnerID()
-	}
-	if _, err := tenure.NewOwner(ownerID); err != nil {
-		return "", nil, "", usage("run: --owner %q: %s", ownerID, errText(err))
 	}
 	return resource, argv, ownerID, nil
 }
@@ -357,119 +369,16 @@ func commandEnv(env []string, lease *tenure.Lease) []string {
 // runCommand runs argv while the lease is held and returns the exit code to
 // use (see runLong).
 func (a *app) runCommand(lease *tenure.Lease, argv []string, f *runFlags, sigCh <-chan os.Signal) error {
-	resource := lease.Resource()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	if errors.Is(cmd.Err, exec.ErrDot) {
-		cmd.Err = nil // found through a relative $PATH entry, as a shell would run it
-	}
-	cmd.Env = commandEnv(os.Environ(), lease)
-	if a.stdin != nil {
-		cmd.Stdin = a.stdin
-	}
-	cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
-	ttyFD := foregroundTTY(a.stdin)
-	cmd.SysProcAttr = procAttr(ttyFD)
-	if err := cmd.Start(); err != nil {
-		code := exitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = exitNotFound
-		}
+	out, err := a.supervise("run", lease, argv, f.grace, sigCh)
+	if err != nil {
 		a.release(lease)
-		return fail(code, "run: cannot run %s: %s", argv[0], errText(err))
+		return err
 	}
-	pgid := cmd.Process.Pid
-	a.log.Debug("command started", "pid", pgid, "command", argv[0], "foreground", ttyFD >= 0)
-
-	// Wait for the command's exit without reaping it (see waitExited), so that
-	// its process group id stays reserved while tenure may still signal it.
-	exited := make(chan struct{})
-	var stops chan struct{} // Ctrl-Z of a command in the terminal's foreground
-	if ttyFD >= 0 {
-		stops = make(chan struct{}, 1)
-	}
-	var waitErr error
-	reaped := false
-	go func() {
-		if !waitExited(pgid, stops) {
-			waitErr = cmd.Wait()
-			reaped = true
-		}
-		close(exited)
-	}()
-
-	lostCh := lease.Done()
-	var lostCause error
-	var graceC <-chan time.Time
-	stopForLoss := func(cause error) {
-		lostCause = cause
-		lostCh = nil
-		fmt.Fprintf(a.stderr, "tenure: lease on %s (token %d) lost while the command ran: %s\n", quoteName(resource), lease.Token(), errText(cause))
-		if f.grace == 0 {
-			fmt.Fprintf(a.stderr, "tenure: stopping the command: SIGKILL\n")
-			a.signal(pgid, syscall.SIGKILL)
-			return
-		}
-		fmt.Fprintf(a.stderr, "tenure: stopping the command: SIGTERM now, SIGKILL in %s\n", fmtDur(f.grace))
-		a.signal(pgid, syscall.SIGTERM)
-		graceC = time.After(f.grace)
-	}
-loop:
-	for {
-		select {
-		case <-exited:
-			break loop
-		case s := <-sigCh:
-			a.log.Info("passing a signal on to the command", "signal", signalName(s), "pgid", pgid)
-			if sig, ok := s.(syscall.Signal); ok {
-				a.signal(pgid, sig)
-			}
-		case <-stops:
-			a.log.Debug("the command was stopped; stopping tenure too", "pgid", pgid)
-			suspend(ttyFD, pgid)
-		case <-lostCh:
-			cause := context.Cause(lease.Context())
-			if errors.Is(cause, tenure.ErrReleased) {
-				lostCh = nil // released by tenure itself: not a loss (tenure releases only after the command)
-				continue
-			}
-			stopForLoss(cause)
-		case <-graceC:
-			graceC = nil
-			fmt.Fprintf(a.stderr, "tenure: the command did not stop within %s of SIGTERM: SIGKILL\n", fmtDur(f.grace))
-			a.signal(pgid, syscall.SIGKILL)
-		}
-	}
-	reclaimTTY(ttyFD, pgid)
-
-	// A lease found lost when the command exits may have been lost while it
-	// ran: report it rather than trust the command's result.
-	if lostCause == nil {
-		if err := lease.Err(); err != nil {
-			lostCause = err
-			fmt.Fprintf(a.stderr, "tenure: lease on %s (token %d) lost by the time the command exited: %s\n", quoteName(resource), lease.Token(), errText(err))
-		}
-	}
-	if lostCause != nil {
-		// Whatever the command left in its group must not run on either. The
-		// command is not reaped yet, so its group id is still its own.
-		if !reaped {
-			a.signal(pgid, syscall.SIGKILL)
-			waitErr = cmd.Wait()
-		}
-		a.log.Debug("command ended after the lease was lost", "status", describeExit(cmd, waitErr))
+	if out.lost != nil {
 		return exitWith(exitLost)
 	}
-	if !reaped {
-		waitErr = cmd.Wait()
-	}
-	// The group id stays in use, and cannot be reused, while a member is left.
-	if groupAlive(pgid) {
-		fmt.Fprintf(a.stderr, "tenure: warning: the command exited but left processes running in its process group %d; they do not hold the lease\n", pgid)
-	}
 	a.release(lease)
-	code := exitCode(cmd, waitErr)
-	a.log.Debug("command exited", "status", describeExit(cmd, waitErr), "exit_code", code)
-	return exitWith(code)
+	return exitWith(out.code)
 }
 
 func (a *app) signal(pgid int, sig syscall.Signal) {

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+type electFlags struct {
+	ttl   time.Duration
+	retry time.Duration
+	grace time.Duration
+	owner string
+}
+
+const electLong = `Elect runs COMMAND as a singleton across hosts: every "tenure elect" with
+the same RESOURCE and store is a candidate in one leader election, and only
+the leader runs COMMAND. Start it on every host that may run the command;
+whichever candidate leads starts it, and when the leader goes away another
+candidate takes over and starts it there.
+
+A candidate leads while it holds the lease on RESOURCE. Followers try to
+take the lease every --retry (±10%). The leader renews it every TTL/3 and
+leads only while the lease can be trusted: until TTL·0.99 after its last
+confirmed renewal was sent. While following on a terminal, a status line
+shows the current leader.
+
+COMMAND is executed directly, not through a shell, in its own process group,
+exactly as "tenure run" does (stdin, stdout and stderr passed through, the
+terminal's foreground on a terminal), with these variables added to its
+environment for the current term:
+
+  TENURE_RESOURCE  the resource name
+  TENURE_OWNER     the lease's owner: the --owner id, "#", and a random nonce
+  TENURE_TOKEN     the fencing token of the term; it grows with every term
+
+When leadership is lost (the lease could not be renewed within its TTL: the
+store was unreachable, tenure was paused, an operator freed the lease with
+"tenure release --force"), tenure says why, sends SIGTERM to the command's
+process group, then SIGKILL after --grace, and campaigns again. Another
+candidate may start the command as soon as this one's lease has expired, so
+keep --grace short, and pass TENURE_TOKEN to what the command writes to so
+that a late write of an old term can be rejected.
+
+When COMMAND exits by itself while this candidate leads, tenure releases the
+lease and exits with the command's status. It does not start it again: one
+of the other candidates takes over within one retry period and starts it
+there. (To restart it on the same host as well, run tenure elect under a
+service manager that restarts it, such as systemd with Restart=always.)
+
+SIGINT, SIGTERM and SIGHUP sent to tenure while the command runs are passed
+on to the command's process group; tenure then waits for the command,
+releases the lease (another candidate takes over within one retry period,
+instead of waiting out the TTL) and exits with the command's status. While
+following, they make tenure exit at once with 128+N.
+
+Exit codes:
+  0-125  the command's own exit status, after it exited by itself (or after a
+         signal passed on to it) while this candidate led; the lease was
+         released
+  64     bad arguments or input, or a TTL that the store does not accept;
+         nothing was written to the store
+  69     the store cannot be opened or reached at start (later outages are
+         ridden out: a leader stops leading at its deadline, followers keep
+         trying)
+  70     internal error
+  79     the lease was lost while the command was stopping after a signal
+  126    the command was found but cannot be executed (the lease is released)
+  127    the command was not found (the lease is released)
+  128+N  the command was killed by signal N while this candidate led, or
+         tenure received signal N while following (130 for SIGINT, 143 for
+         SIGTERM, 129 for SIGHUP)`
+
+const electExample = `  # On every host: run the sampling-rate calculator on exactly one of them.
+  tenure --store 'cassandra://db1,db2,db3/tenure' elect sampling-calculator -- /usr/local/bin/calc-rates
+
+  # A takeover within 5s plus 1s after the leader dies; 3s to stop on loss.
+  tenure elect --ttl 5s --retry 1s --grace 3s --owner "$(hostname)" report-mailer -- ./mailer
+
+  # The fencing token of the term, for the writes of the command.
+  tenure elect compactor -- sh -c 'exec compact --fencing-token "$TENURE_TOKEN"'`
+
+func (a *app) newElectCmd() *cobra.Command {
+	var f electFlags
+	c := &cobra.Command{
+		Use:     "elect [flags] RESOURCE -- COMMAND [ARGS...]",
+		Short:   "Run a command only on the elected leader among candidates for RESOURCE",
+		Long:    electLong,
+		Example: electExample,
+		Args:    cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.elect(c, &f, args)
+		},
+	}
+	fl := c.Flags()
+	fl.DurationVar(&f.ttl, "ttl", election.DefaultTTL, "lease TTL: a leader that dies is replaced within TTL plus one retry period")
+	fl.DurationVar(&f.retry, "retry", election.DefaultRetryPeriod, "how often a follower tries to take the lease")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after leadership is lost, time between SIGTERM and SIGKILL to the command")
+	fl.StringVar(&f.owner, "owner", "", `readable candidate id, such as "calc@web-3" (default HOST:PID)`)
+	return c
+}
+
+func validateElect(c *cobra.Command, f *electFlags, args []string) (resource string, argv []string, ownerID string, err error) {
+	resource, argv, ownerID, err = validateCommand("elect", c, args, f.ttl, f.grace, f.owner)
+	if err != nil {
+		return "", nil, "", err
+	}
+	if f.retry <= 0 {
+		return "", nil, "", usage("elect: --retry %v: the retry period must be positive, such as 2s", f.retry)
+	}
+	return resource, argv, ownerID, nil
+}
+
+// interruptible runs f with a context that the first signal from sigCh
+// cancels, and returns that signal, or nil.
+func interruptible(sigCh <-chan os.Signal, f func(ctx context.Context)) os.Signal {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	var got os.Signal
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case s := <-sigCh:
+			got = s
+			cancel(fmt.Errorf("received %s", signalName(s)))
+		case <-stop:
+		}
+	}()
+	f(ctx)
+	close(stop)
+	<-done
+	return got
+}
+
+func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
+	resource, argv, ownerID, err := validateElect(c, f, args)
+	if err != nil {
+		return err
+	}
+
+	// From here on SIGINT, SIGTERM and SIGHUP are tenure's to handle: they end
+	// the campaign, and are passed on to the command while it runs.
+	sigCh := make(chan os.Signal, 16)
+	signal.Notify(sigCh, forwardedSignals...)
+	defer signal.Stop(sigCh)
+	interrupted := func(s os.Signal) error {
+		return fail(exitSignalBase+signalNumber(s), "stopped campaigning for %s: received %s", quoteName(resource), signalName(s))
+	}
+
+	// Open the store and read the current leader: a store that cannot be
+	// reached at start is exit code 69, as for tenure run.
+	var store tenure.Store
+	var current tenure.Record
+	if s := interruptible(sigCh, func(ctx context.Context) {
+		if store, err = a.openStore(ctx); err != nil {
+			return
+		}
+		gctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		current, err = store.Get(gctx, resource)
+		if errors.Is(err, tenure.ErrNotHeld) {
+			err = nil
+		} else if err != nil {
+			err = storeErr(err, "elect: read the leader of %s", quoteName(resource))
+		}
+	}); s != nil {
+		if store != nil {
+			store.Close()
+		}
+		return interrupted(s)
+	}
+	if err != nil {
+		if store != nil {
+			store.Close()
+		}
+		return err
+	}
+	defer store.Close()
+
+	st := &followStatus{a: a, resource: resource, self: ownerID, since: time.Now(), notify: make(chan struct{}, 1)}
+	if current.Owner != "" {
+		st.leader = tenure.OwnerID(current.Owner)
+	}
+	if isTerminal(a.errFile) {
+		st.tty = a.errFile
+	}
+	defer st.clear()
+
+	// OnStartedLeading hands each term's lease to the loop below; a term that
+	// ends before the loop takes it is dropped.
+	starts := make(chan *tenure.Lease)
+	var cand *election.Candidate
+	cand, err = election.New(store, election.Config{
+		Resource:    resource,
+		Identity:    ownerID,
+		TTL:         f.ttl,
+		RetryPeriod: f.retry,
+		Logger:      a.log,
+		OnStartedLeading: func(term context.Context) {
+			l := cand.Lease()
+			if l == nil || l.Context() != term {
+				return // that term is over already
+			}
+			select {
+			case starts <- l:
+			case <-term.Done():
+			}
+		},
+		OnNewLeader: st.observe,
+	})
+	if err != nil {
+		return storeErr(err, "elect")
+	}
+
+	campaign, stopCampaign := context.WithCancel(context.Background())
+	defer stopCampaign()
+	runDone := make(chan error, 1)
+	go func() { runDone <- cand.Run(campaign) }()
+	// leave ends the campaign: Run ends a term in progress and releases its
+	// lease before it returns.
+	leave := func() {
+		stopCampaign()
+		<-runDone
+	}
+	a.log.Info("campaigning", "resource", resource, "candidate", cand.Owner(), "ttl", f.ttl, "retry", f.retry)
+
+	var tick <-chan time.Time
+	if st.tty != nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	st.show()
+	for {
+		select {
+		case s := <-sigCh:
+			st.clear()
+			leave()
+			return interrupted(s)
+
+		case lease := <-starts:
+			if lease.Err() != nil {
+				continue // the term ended before the command could start
+			}
+			st.clear()
+			a.log.Info("leading: starting the command", "resource", resource, "token", lease.Token())
+			out, err := a.supervise("elect", lease, argv, f.grace, sigCh)
+			if err != nil {
+				leave()
+				return err
+			}
+			switch {
+			case out.lost == nil:
+				// The command exited by itself (or after a signal passed on to
+				// it) while this candidate led: release the lease and exit with
+				// its status; another candidate takes over.
+				a.log.Info("the command exited while leading; releasing the lease", "resource", resource, "token", lease.Token(), "exit_code", out.code)
+				leave()
+				return exitWith(out.code)
+			case out.signal != nil:
+				leave()
+				return exitWith(exitLost)
+			}
+			a.errorf("campaigning again for %s", quoteName(resource))
+			st.restart()
+
+		case <-st.notify:
+			st.show()
+		case <-tick:
+			st.show()
+
+		case err := <-runDone:
+			// Run returns by itself only for errors that retrying cannot
+			// fix, such as a TTL that the store does not accept.
+			if errors.Is(err, tenure.ErrInvalidTTL) {
+				return usage("elect: --ttl %v: %s", f.ttl, errText(err))
+			}
+			return fail(exitSoftware, "elect: the campaign for %s ended: %s", quoteName(resource), errText(err))
+		}
+	}
+}
+
+// followStatus shows the current leader while tenure elect follows: a status
+// line updated in place when stderr is a terminal. (The candidate logs each
+// new leader at level info.)
+type followStatus struct {
+	a        *app
+	resource string
+	self     string // this candidate's identity
+	tty      *os.File
+	notify   chan struct{} // a new leader was observed
+
+	mu     sync.Mutex
+	leader string
+	since  time.Time // following or campaigning since
+	shown  bool
+}
+
+// observe is the candidate's OnNewLeader. It must not block: it runs in the
+// candidate's goroutine.
+func (s *followStatus) observe(identity string) {
+	s.mu.Lock()
+	s.leader = identity
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// restart starts a new period of following, after a term ended.
+func (s *followStatus) restart() {
+	s.mu.Lock()
+	s.since = time.Now()
+	s.mu.Unlock()
+	s.show()
+}
+
+func (s *followStatus) show() {
+	if s.tty == nil {
+		return
+	}
+	s.mu.Lock()
+	leader, since := s.leader, s.since
+	s.mu.Unlock()
+	waited := time.Since(since).Truncate(time.Second)
+	var line string
+	if leader == "" || leader == s.self {
+		// Nobody else seen leading since this candidate's own term.
+		line = fmt.Sprintf("tenure: campaigning %s: %s has no leader yet", waited, quoteName(s.resource))
+	} else {
+		line = fmt.Sprintf("tenure: following %s: %s is led by %s", waited, quoteName(s.resource), leader)
+	}
+	if width := terminalWidth(s.tty); width > 1 && utf8.RuneCountInString(line) > width-1 {
+		r := []rune(line)
+		line = string(r[:width-2]) + "…"
+	}
+	fmt.Fprintf(s.tty, "\r\x1b[K%s", line)
+	s.shown = true
+}
+
+func (s *followStatus) clear() {
+	if s.shown {
+		fmt.Fprint(s.tty, "\r\x1b[K")
+		s.shown = false
+	}
+}
