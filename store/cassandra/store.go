@@ -310,7 +310,8 @@ func (s *Store) casQuery(ctx context.Context, stmt string, args ...any) (bool, r
 	applied, err := s.session.Query(stmt, args...).
 		Consistency(s.cfg.CommitConsistency).
 		SerialConsistency(s.cfg.SerialConsistency).
-		Idempotent(false).
+		Idempotent(false). // never retried nor sent speculatively,
+		RetryPolicy(nil).  // whatever a ClusterHook set
 		MapScanCASContext(qctx, m)
 	if err != nil {
 		return false, row{}, err
@@ -330,7 +331,8 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 	defer cancel()
 	b := s.session.Batch(gocql.UnloggedBatch).
 		Consistency(s.cfg.CommitConsistency).
-		SerialConsistency(s.cfg.SerialConsistency)
+		SerialConsistency(s.cfg.SerialConsistency).
+		RetryPolicy(nil) // its entries are not idempotent: never retried
 	for _, st := range stmts {
 		b.Query(st.stmt, st.args...)
 	}

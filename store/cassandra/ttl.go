@@ -17,7 +17,11 @@ const (
 
 	// MaxTTL is the longest lease TTL the store accepts: one second less
 	// than Cassandra's maximum TTL of 630,720,000 s (20 years), because the
-	// store writes one second more than asked (see StoreTTL).
+	// store writes one second more than asked (see StoreTTL). A server that
+	// keeps the Cassandra 4 storage format (Cassandra 5.0's default
+	// storage_compatibility_mode) also refuses any TTL whose expiry passes
+	// 2038-01-19; the store then returns the server's InvalidRequest error,
+	// wrapped.
 	MaxTTL = (cassandraMaxTTL - 1) * time.Second
 
 	// MaxExpirySlack bounds how long after its requested TTL a lease whose
@@ -29,7 +33,7 @@ const (
 )
 
 // cassandraMaxTTL is Cassandra's largest TTL, in seconds
-// (org.apache.cassandra.db.Attributes.MAX_TTL).
+// (org.apache.cassandra.cql3.Attributes.MAX_TTL in Cassandra 5.0.8).
 const cassandraMaxTTL = 630_720_000
 
 // StoreTTL returns the TTL, in whole seconds, that the store writes for a
@@ -38,9 +42,9 @@ const cassandraMaxTTL = 630_720_000
 //
 // Why the extra second: Cassandra computes a cell's expiry as the write's
 // time in whole seconds, truncated, plus the TTL, and treats the cell as live
-// while the current whole second is below that expiry
-// (org.apache.cassandra.db.rows.Cell / ExpirationDateOverflowHandling; see
-// docs/cassandra.md for our measurement on Cassandra 5.0.8). A cell written
+// while the current whole second is below that expiry (Cassandra 5.0.8:
+// ExpirationDateOverflowHandling.computeLocalExpirationTime and
+// AbstractCell.isLive; docs/cassandra.md has our measurement). A cell written
 // at 12.9 s with TTL 1 expires at 13.0 s, after 0.1 s. The client trusts a
 // lease until tSend + TTL·(1−ρ); to keep mutual exclusion the store must keep
 // it at least TTL after it applied the write, and T − 1 ≥ TTL guarantees

@@ -187,3 +187,23 @@ func TestRemainingAndHolder(t *testing.T) {
 		t.Fatalf("Acquire of a held resource: %v", err)
 	}
 }
+
+// TestTTLPast2038 documents the server's own limit: Cassandra 5.0 in its
+// default storage compatibility mode refuses expiries past 2038-01-19. The
+// store returns that error as a definite failure, not an unknown outcome.
+func TestTTLPast2038(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := stores(t)
+	r := resource(t, "r")
+	_, err := s.Acquire(ctx, r, owner(t, "a"), 400_000_000*time.Second)
+	if err == nil {
+		t.Skip("this server accepts expiries past 2038 (storage_compatibility_mode NONE)")
+	}
+	if errors.Is(err, tenure.ErrUnknownOutcome) || errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("Acquire with an expiry past 2038: %v; want the server's definite error", err)
+	}
+	t.Logf("%v", err)
+	if _, err := s.Get(ctx, r); !errors.Is(err, tenure.ErrNotHeld) {
+		t.Fatalf("Get after the refused acquire: %v", err)
+	}
+}

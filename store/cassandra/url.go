@@ -17,6 +17,9 @@ import (
 // work. The message says what is wrong and never contains the password.
 var ErrBadURL = errors.New("cassandra store: bad URL")
 
+// URLForm is the store URL's form, for help texts and registries.
+const URLForm = "cassandra://[user[:password]@]host1[,host2...][:port]/[keyspace][?table=&mode=native|jaeger&serial=&consistency=&local_dc=&timeout=&connect_timeout=&tls=&ca=&cert=&key=&verify_host=&replication=]"
+
 // URLParams lists the query parameters of a store URL, for help texts.
 var URLParams = []string{
 	"table", "mode", "serial", "consistency", "local_dc", "timeout", "connect_timeout",
