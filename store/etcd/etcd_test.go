@@ -63,7 +63,10 @@ var cfg = storetest.Config{
 	InvalidTTLs: []time.Duration{time.Nanosecond, 500 * time.Millisecond, 999 * time.Millisecond},
 }
 
-func TestConformance(t *testing.T) { storetest.Run(t, cfg) }
+func TestConformance(t *testing.T) {
+	url(t) // skip once, not in every subtest
+	storetest.Run(t, cfg)
+}
 
 func TestCaseC01CleanShutdown(t *testing.T)     { storetest.CaseC01CleanShutdown(t, cfg) }
 func TestCaseC02UnknownOutcome(t *testing.T)    { storetest.CaseC02UnknownOutcome(t, cfg) }

@@ -61,7 +61,10 @@ var cfg = storetest.Config{
 	InvalidTTLs: []time.Duration{time.Nanosecond, time.Millisecond - 1},
 }
 
-func TestConformance(t *testing.T) { storetest.Run(t, cfg) }
+func TestConformance(t *testing.T) {
+	addr(t) // skip once, not in every subtest
+	storetest.Run(t, cfg)
+}
 
 func TestCaseC01CleanShutdown(t *testing.T)     { storetest.CaseC01CleanShutdown(t, cfg) }
 func TestCaseC02UnknownOutcome(t *testing.T)    { storetest.CaseC02UnknownOutcome(t, cfg) }
