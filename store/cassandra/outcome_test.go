@@ -414,3 +414,36 @@ func TestUnknownOutcomeLostReplyJaeger(t *testing.T) {
 		t.Fatalf("after release, owner %q", o)
 	}
 }
+
+// TestLocalConsistencies runs the store with LOCAL_SERIAL, LOCAL_QUORUM and
+// DC-aware routing (the single node's data center is SimpleSnitch's
+// "datacenter1").
+func TestLocalConsistencies(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStore(t, cassandra.ModeNative, func(c *cassandra.Config) {
+		c.SerialConsistency = gocql.LocalSerial
+		c.CommitConsistency = gocql.LocalQuorum
+		c.LocalDC = "datacenter1"
+	})
+	r := resource(t, "r")
+	a, b := owner(t, "a"), owner(t, "b")
+	rec, err := s.Acquire(ctx, r, a, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, r, b, time.Minute); !errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("second owner: %v", err)
+	}
+	if err := s.Renew(ctx, r, a, rec.Token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, r); err != nil || got.Owner != a {
+		t.Fatalf("Get: %+v, %v", got, err)
+	}
+	if recs, err := s.List(ctx, r); err != nil || len(recs) != 1 {
+		t.Fatalf("List: %+v, %v", recs, err)
+	}
+	if err := s.Release(ctx, r, a, rec.Token); err != nil {
+		t.Fatal(err)
+	}
+}
