@@ -227,6 +227,7 @@ func (a *app) setup(cmd *cobra.Command, args []string) error {
 			return at
 		},
 	})).With("prog", "tenure")
+	setDriverLoggers(a.log)
 	if cmd.Flags().Changed("store") && strings.TrimSpace(a.storeURL) == "" {
 		return usage("--store is empty; give a store URL such as sqlite:/var/lib/tenure/leases.db")
 	}

@@ -3,11 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/internal/storeurl"
 	"github.com/tenure-go/tenure/store/cassandra"
+	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/store/postgres"
+	"github.com/tenure-go/tenure/store/redis"
 )
 
 // The stores that tenure can open besides sqlite: (which internal/storeurl
@@ -26,6 +33,53 @@ func init() {
 			storeurl.RegisterInit(scheme, initPostgres)
 		}
 	}
+	if !storeurl.Registered("etcd") {
+		storeurl.Register("etcd", openEtcd,
+			"etcd://[user:password@]host1:2379[,host2:2379][?param=value&...]  an etcd cluster (parameters: prefix, dial_timeout, tls, ca, cert, key, username, password)")
+	}
+	for _, scheme := range []string{"redis", "rediss"} {
+		if !storeurl.Registered(scheme) {
+			storeurl.Register(scheme, openRedis,
+				scheme+"://[user:password@]host[:port][/db][?param=value&...]  a single Redis instance (rediss: TLS; parameters: prefix, dial_timeout, ca, cert, key, allow_eviction; see docs/stores.md for the durability fencing tokens need)")
+		}
+	}
+}
+
+// setDriverLoggers sends what store drivers log on their own (go-redis
+// prints dial failures) to tenure's logger at debug level, instead of raw
+// lines on stderr.
+func setDriverLoggers(log *slog.Logger) {
+	goredis.SetLogger(driverLog{log.With("driver", "go-redis")})
+}
+
+type driverLog struct{ log *slog.Logger }
+
+func (d driverLog) Printf(ctx context.Context, format string, v ...any) {
+	d.log.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
+func openEtcd(ctx context.Context, raw string) (tenure.Store, error) {
+	cfg, err := etcd.ParseURL(raw)
+	if err != nil {
+		return nil, storeurl.BadURL(err)
+	}
+	s, err := etcd.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func openRedis(ctx context.Context, raw string) (tenure.Store, error) {
+	cfg, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, storeurl.BadURL(err)
+	}
+	s, err := redis.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func cassandraConfig(raw string) (cassandra.Config, error) {

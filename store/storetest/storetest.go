@@ -485,6 +485,16 @@ func testBadInput(t *testing.T, cfg Config) {
 		}
 	}
 	ttls := append([]time.Duration{0, -time.Second}, e.cfg.InvalidTTLs...)
+	if c, ok := e.store.(tenure.TTLChecker); ok {
+		for _, ttl := range ttls {
+			if err := c.CheckTTL(ttl); !errors.Is(err, tenure.ErrInvalidTTL) {
+				t.Errorf("CheckTTL(%v): %v; want ErrInvalidTTL", ttl, err)
+			}
+		}
+		if err := c.CheckTTL(longTTL); err != nil {
+			t.Errorf("CheckTTL(%v): %v", longTTL, err)
+		}
+	}
 	for _, ttl := range ttls {
 		if _, err := e.store.Acquire(ctx, e.res("bad-ttl"), a, ttl); !errors.Is(err, tenure.ErrInvalidTTL) {
 			t.Errorf("Acquire with TTL %v: %v; want ErrInvalidTTL", ttl, err)

@@ -1,0 +1,16 @@
+package cassandra
+
+import (
+	"time"
+
+	"github.com/tenure-go/tenure"
+)
+
+// CheckTTL implements tenure.TTLChecker, so a Locker rejects a TTL this
+// store cannot keep (see StoreTTL) before any I/O.
+func (s *Store) CheckTTL(ttl time.Duration) error {
+	_, err := StoreTTL(ttl)
+	return err
+}
+
+var _ tenure.TTLChecker = (*Store)(nil)
