@@ -9,7 +9,7 @@
 //
 // "run" prints one summary line per store and exits 1 on any violation, on a
 // requested fault kind that was never injected, or when no lease changed
-// hands. "worker" is the contender the orchestrator starts; it is not meant
+// hands. "check" checks the histories of a run again. "worker" is the contender the orchestrator starts; it is not meant
 // to be run by hand.
 package main
 
@@ -35,6 +35,8 @@ func main() {
 		os.Exit(harness.RunMain(os.Args[2:], os.Stdout, os.Stderr, exe))
 	case "worker":
 		os.Exit(harness.WorkerMain(os.Args[2:]))
+	case "check":
+		os.Exit(harness.CheckMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "-h", "-help", "--help", "help":
 		usage()
 	default:
@@ -45,5 +47,6 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: tenure-harness run [flags]     (tenure-harness run -h for the flags)
+       tenure-harness check -out DIR [-store sqlite|cassandra]   (check a run's histories again)
        tenure-harness worker [flags]  (started by run)`)
 }

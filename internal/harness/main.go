@@ -17,7 +17,7 @@ import (
 // Exit codes of the tenure-harness command.
 const (
 	ExitOK        = 0
-	ExitViolation = 1 // violations, a requested fault never injected, or no handoff
+	ExitViolation = 1 // violations, a requested fault never injected, no handoff, or linearizability undecided
 	ExitUsage     = 2
 	ExitError     = 3 // the harness itself failed
 	exitAbandon   = 4 // a worker exited without releasing, on purpose
@@ -128,7 +128,51 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 		fmt.Fprintln(stderr, "tenure-harness:", err)
 		return ExitError
 	}
-	if rep.Violations > 0 || len(rep.Missing) > 0 || rep.Handoffs == 0 {
+	if rep.Violations > 0 || len(rep.Missing) > 0 || rep.Handoffs == 0 || rep.Linearizability.Result != "Ok" {
+		return ExitViolation
+	}
+	return ExitOK
+}
+
+// CheckMain is the "check" subcommand: it checks the histories of an
+// earlier run again (or of a run still going, up to now) and prints the
+// summary line.
+func CheckMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var out, store string
+	var o Options
+	fs.StringVar(&out, "out", "", "the run's output directory")
+	fs.StringVar(&store, "store", "sqlite", "the store's kind: sqlite or cassandra")
+	fs.DurationVar(&o.TTL, "ttl", 0, "the workers' TTL (default: from the histories)")
+	fs.DurationVar(&o.RetryInterval, "retry", 250*time.Millisecond, "the workers' retry interval")
+	fs.DurationVar(&o.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")
+	if err := fs.Parse(args); err != nil || out == "" {
+		fmt.Fprintln(stderr, "check: -out DIR is required")
+		return ExitUsage
+	}
+	p, err := ProfileFor(store)
+	if err != nil {
+		fmt.Fprintln(stderr, "check:", err)
+		return ExitUsage
+	}
+	o.Profile = p
+	hs, err := ReadHistories(filepath.Join(out, "histories"))
+	if err != nil {
+		fmt.Fprintln(stderr, "check:", err)
+		return ExitError
+	}
+	faults, err := ReadFaults(filepath.Join(out, "faults.jsonl"))
+	if err != nil {
+		fmt.Fprintln(stderr, "check:", err)
+		return ExitError
+	}
+	rep := Check(hs, faults, o)
+	fmt.Fprintln(stdout, rep.Summary())
+	for _, v := range rep.Examples {
+		fmt.Fprintf(stderr, "check: VIOLATION %s: %s\n", v.Kind, v.Detail)
+	}
+	if rep.Violations > 0 || rep.Linearizability.Result != "Ok" {
 		return ExitViolation
 	}
 	return ExitOK

@@ -26,6 +26,17 @@ type Profile struct {
 	// transaction), it takes effect before the call returned, or before the
 	// process was reaped.
 	LateEffects bool
+	// ResolvedAnswers says that the store resolves an operation whose
+	// answer was lost by reading the record afterwards (Cassandra's SERIAL
+	// read), and reports what it read: a release or renewal whose lease
+	// changed hands before the read is reported lost, and an acquire held,
+	// although the write may have been applied in between. Such answers
+	// therefore do not show that the operation had no effect: the checker
+	// treats a lost release or renewal, and a held answer to an acquire that
+	// lasted longer than MinTTL (time for an applied grant to expire before
+	// the read), as unknown outcomes that took effect, if at all, before the
+	// answer (the write's condition can no longer hold afterwards).
+	ResolvedAnswers bool
 	// ExpiryFromEffect says that the store counts a lease's TTL from the
 	// operation's linearization point (SQLite reads its clock inside the
 	// writing transaction). Otherwise the TTL is only known to count from
@@ -192,6 +203,16 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 				add(confirmed(n, tFree, in.TTL, in.Ret))
 			}
 		case ResHeld:
+			if out.Holder == "" {
+				// The Cassandra store's answer when its conditional writes
+				// lost a race twice: the row it saw last was free, with
+				// token HolderToken, so it granted nothing. The resource was
+				// free then, and that token had been granted before.
+				if free && out.HolderToken < s.NextToken {
+					add(freed(tFree))
+				}
+				break
+			}
 			if out.Holder != in.Owner && s.Holder == out.Holder && live {
 				if n, ok := tok(out.HolderToken); ok {
 					n.Lo = tLo
@@ -316,6 +337,18 @@ func short(owner string) string {
 	return owner
 }
 
+// mayHideEffect reports whether the answer out may come from a read that
+// followed a lost answer (see ResolvedAnswers).
+func (p Profile) mayHideEffect(in Input, out Output) bool {
+	switch {
+	case (in.Op == OpRelease || in.Op == OpRenew) && out.Res == ResLost:
+		return true
+	case in.Op == OpAcquire && out.Res == ResHeld:
+		return time.Duration(in.Ret-in.Call) >= p.MinTTL(in.TTL)
+	}
+	return false
+}
+
 // Operations turns the store calls recorded in the histories into porcupine
 // operations. A call without an answer (its process was killed) and a call
 // whose outcome is unknown return at Never when the profile allows late
@@ -341,6 +374,9 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 				out := Output{Res: e.Res, Token: e.Token, Holder: e.Holder, HolderToken: e.HolderToken}
 				if e.Res == ResUnknown && p.LateEffects {
 					in.Ret = Never
+				}
+				if p.ResolvedAnswers && p.mayHideEffect(in, out) {
+					out = Output{Res: ResUnknown}
 				}
 				ops = append(ops, porcupine.Operation{ClientId: ci, Input: in, Call: in.Call, Output: out, Return: in.Ret})
 			}
@@ -414,8 +450,9 @@ const clockSlack = 5 * time.Millisecond
 // proposer, with its original time: late effects, and expiry counted from
 // the send time.
 var CassandraProfile = Profile{
-	Name:        "cassandra",
-	MinTTL:      func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) - clockSlack },
-	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) + time.Second + clockSlack },
-	LateEffects: true,
+	Name:            "cassandra",
+	MinTTL:          func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) - clockSlack },
+	MaxTTL:          func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) + time.Second + clockSlack },
+	LateEffects:     true,
+	ResolvedAnswers: true,
 }

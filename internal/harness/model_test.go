@@ -190,6 +190,31 @@ func TestModel(t *testing.T) {
 			renew("A", 1, 600, 610, ResUnknown),
 			held("B", 1500, 1510, "A", 1),
 		}, "Ok"},
+		{"cassandra: lost the race, the row was free", CassandraProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			release("A", 1, 100, 200, ResReleased),
+			held("B", 50, 210, "", 1),
+			granted("C", 220, 230, 2),
+		}, "Ok"},
+		{"cassandra: lost the race to a free row while the lease was live", CassandraProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 50, 210, "", 1),
+		}, "Illegal"},
+		{"cassandra: lost the race to a token never granted", CassandraProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			release("A", 1, 100, 200, ResReleased),
+			held("B", 50, 210, "", 7),
+		}, "Illegal"},
+		{"cassandra: a release resolved after its answer was lost reads the next holder", CassandraProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			release("A", 1, 100, 300, ResLost), // applied at ~110, read at ~290
+			granted("B", 120, 200, 2),
+		}, "Ok"},
+		{"sqlite: a release reported lost did nothing", SQLiteProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			release("A", 1, 100, 300, ResLost),
+			granted("B", 120, 200, 2),
+		}, "Illegal"},
 		{"cassandra: whole-second TTL keeps the lease up to ceil(ttl)+1s", CassandraProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			held("B", 1900, 1910, "A", 1),
