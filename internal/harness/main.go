@@ -123,6 +123,7 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 		for _, v := range rep.Examples {
 			fmt.Fprintf(stderr, "tenure-harness: VIOLATION %s: %s\n", v.Kind, v.Detail)
 		}
+		printTrouble(stderr, rep.Linearizability)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "tenure-harness:", err)
@@ -172,8 +173,19 @@ func CheckMain(args []string, stdout, stderr io.Writer) int {
 	for _, v := range rep.Examples {
 		fmt.Fprintf(stderr, "check: VIOLATION %s: %s\n", v.Kind, v.Detail)
 	}
+	printTrouble(stderr, rep.Linearizability)
 	if rep.Violations > 0 || rep.Linearizability.Result != "Ok" {
 		return ExitViolation
 	}
 	return ExitOK
+}
+
+func printTrouble(w io.Writer, r LinearizabilityResult) {
+	if r.Result == "Ok" || r.FirstTrouble == 0 {
+		return
+	}
+	fmt.Fprintf(w, "tenure-harness: linearizability %s; the history cut at %d is the shortest that is not shown linearizable; calls answered in the second before:\n", r.Result, r.FirstTrouble)
+	for _, a := range r.Around {
+		fmt.Fprintf(w, "    %s\n", a)
+	}
 }

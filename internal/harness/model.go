@@ -405,6 +405,14 @@ type LinearizabilityResult struct {
 	Pending    int     `json:"pending"` // operations whose outcome is unknown
 	Seconds    float64 `json:"seconds"`
 	Visual     string  `json:"visualization,omitempty"`
+	// FirstTrouble, when the history is not shown linearizable, is the
+	// earliest time (CLOCK_MONOTONIC ns) such that the history cut there
+	// is not shown linearizable within a few seconds, to within 100 ms: the
+	// place to look.
+	FirstTrouble int64 `json:"first_trouble,omitempty"`
+	// Around describes the store calls answered in the second before
+	// FirstTrouble.
+	Around []string `json:"around,omitempty"`
 }
 
 // CheckLinearizable checks the store operations of hs against the profile's
@@ -429,7 +437,61 @@ func (p Profile) CheckLinearizable(hs []*History, timeout time.Duration, visualP
 			res.Visual = visualPath
 		}
 	}
+	if r != porcupine.Ok {
+		res.FirstTrouble, res.Around = p.firstTrouble(hs)
+	}
 	return res
+}
+
+// Cut returns the histories as they stood at time t: later events dropped,
+// calls answered later left without an answer.
+func Cut(hs []*History, t int64) []*History {
+	var out []*History
+	for _, h := range hs {
+		c := *h
+		c.Events = nil
+		for _, e := range h.Events {
+			if e.T <= t {
+				c.Events = append(c.Events, e)
+			}
+		}
+		if c.Gone != nil && c.Gone.T > t {
+			c.Gone = nil
+		}
+		out = append(out, &c)
+	}
+	return out
+}
+
+// firstTrouble bisects for the shortest prefix of the history that is not
+// shown linearizable within a few seconds.
+func (p Profile) firstTrouble(hs []*History) (int64, []string) {
+	var lo, hi int64 = Never, 0
+	for _, h := range hs {
+		for _, e := range h.Events {
+			lo, hi = min(lo, e.T), max(hi, e.T)
+		}
+	}
+	if hi == 0 {
+		return 0, nil
+	}
+	model := p.Model()
+	for i := 0; i < 40 && hi-lo > int64(100*time.Millisecond); i++ {
+		m := lo + (hi-lo)/2
+		if porcupine.CheckOperationsTimeout(model, p.Operations(Cut(hs, m)), 5*time.Second) == porcupine.Ok {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	var around []string
+	for _, op := range p.Operations(Cut(hs, hi)) {
+		if op.Return != Never && op.Return >= hi-int64(time.Second) || op.Return == Never && op.Call >= hi-int64(time.Second) {
+			in, out := op.Input.(Input), op.Output.(Output)
+			around = append(around, fmt.Sprintf("[%d, %d] %s", op.Call, op.Return, model.DescribeOperation(in, out)))
+		}
+	}
+	return hi, around
 }
 
 func ceilSeconds(ttl time.Duration) time.Duration {

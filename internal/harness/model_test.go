@@ -250,3 +250,24 @@ func TestSQLiteProfileBounds(t *testing.T) {
 		t.Errorf("Cassandra MaxTTL(1.5s) = %v", got)
 	}
 }
+
+func TestFirstTrouble(t *testing.T) {
+	// Five correct hand-offs, then a grant before the lease can have
+	// expired, at 5.5 s.
+	var ops []op
+	for i := int64(0); i < 5; i++ {
+		owner := string(rune('A' + i))
+		ops = append(ops, granted(owner, i*1000, i*1000+10, uint64(i+1)), release(owner, uint64(i+1), i*1000+500, i*1000+510, ResReleased))
+	}
+	ops = append(ops, granted("X", 5000, 5010, 6), granted("Y", 5500, 5510, 7))
+	res := SQLiteProfile.CheckLinearizable(histories(time.Second, nil, ops...), 10*time.Second, "")
+	if res.Result != "Illegal" {
+		t.Fatalf("result %s", res.Result)
+	}
+	if res.FirstTrouble < 5500*ms || res.FirstTrouble > 5610*ms {
+		t.Errorf("first trouble at %v, want 5.5s to 5.61s", time.Duration(res.FirstTrouble))
+	}
+	if len(res.Around) == 0 {
+		t.Error("no operations around the trouble")
+	}
+}
