@@ -116,11 +116,12 @@ type Config struct {
 
 	// Timeout bounds each query, in addition to the caller's context
 	// (default DefaultTimeout, at most MaxTimeout). A store call makes at
-	// most two conditional writes, each sent once, and at most one read
-	// (which the driver may send twice, to another replica when the first
-	// does not answer), so it returns within 4·Timeout even when the
-	// cluster does not answer; the caller's context usually bounds it much
-	// more tightly.
+	// most two conditional writes, each sent once, and at most one
+	// resolving read (which the driver may send to a second replica when the
+	// first does not answer, and which is sent once more when it failed at
+	// once on a connection that had just broken), so it returns within
+	// about 4·Timeout even when the cluster does not answer; the caller's
+	// context usually bounds it much more tightly.
 	Timeout time.Duration
 
 	// ConnectTimeout bounds each connection attempt to one host (default

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -351,10 +354,25 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 
 // read returns the resource's row from a linearizable (SERIAL or
 // LOCAL_SERIAL) read, which also completes any Paxos round in flight on it.
+// A read is safe to send again: when an attempt fails (a coordinator that
+// does not answer, a connection that broke), the driver tries the next
+// replica, within 2·Timeout in all; and when it failed at once because its
+// connection had just broken (often the very reason a write's answer was
+// lost) while the pool had not noticed yet, it is sent once more.
 func (s *Store) read(ctx context.Context, resource string) (row, error) {
-	// A read is safe to send twice: when the first attempt fails (a
-	// coordinator that does not answer, a connection that broke), the
-	// driver tries the next replica, within 2·Timeout in all.
+	r, err := s.readOnce(ctx, resource)
+	if err != nil && connectionLost(err) && ctx.Err() == nil {
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return row{}, err
+		}
+		r, err = s.readOnce(ctx, resource)
+	}
+	return r, err
+}
+
+func (s *Store) readOnce(ctx context.Context, resource string) (row, error) {
 	qctx, cancel := context.WithTimeout(ctx, 2*s.cfg.Timeout)
 	defer cancel()
 	m := map[string]any{}
@@ -370,6 +388,15 @@ func (s *Store) read(ctx context.Context, resource string) (row, error) {
 		return row{}, err
 	}
 	return rowFrom(m), nil
+}
+
+// connectionLost reports whether err says that a connection broke (as
+// opposed to a timeout), so that the request failed at once.
+func connectionLost(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, gocql.ErrConnectionClosed) || errors.Is(err, gocql.ErrNoConnections) ||
+		errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		(errors.As(err, &op) && !op.Timeout())
 }
 
 // resolve settles a conditional write whose answer was lost (cause): it
