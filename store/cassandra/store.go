@@ -575,7 +575,11 @@ func (g grant) resolve(ctx context.Context, cause error, pending func(row) bool)
 		return attempt{done: true, err: err}
 	case cur.owner == g.owner && cur.writeID == g.wid:
 		// This very write was applied, at or after the request was sent.
-		return g.granted(cur.token)
+		a := g.granted(cur.token)
+		if cur.remaining > 0 {
+			a.rec.Remaining = remaining(cur.remaining) // as the read saw it
+		}
+		return a
 	case pending(cur):
 		return attempt{done: true, err: unknownf("acquire", g.resource, cause, "the answer was lost and the write is not applied yet (%s); it may still be", cur)}
 	case cur.owner == g.owner:
