@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
@@ -124,9 +125,17 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 		}
 		env.translate = strings.Join(pairs, ",")
 		cfg.CreateSchema = true
-		if err := cassandra.Init(ctx, cfg); err != nil {
-			env.close()
-			return nil, err
+		// A cluster that has just started may still reset connections
+		// while it settles: try the schema a few times.
+		for try := 1; ; try++ {
+			err = cassandra.Init(ctx, cfg)
+			if err == nil {
+				break
+			}
+			if try == 5 || !sleep(ctx, 3*time.Second) {
+				env.close()
+				return nil, err
+			}
 		}
 		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole}
 		if len(cfg.Hosts) >= 3 {
