@@ -600,3 +600,42 @@ func TestManyLeasesFewGoroutinesNothingLeaks(t *testing.T) {
 	}
 	t.Logf("%d leases renewed every 500ms with at most %d extra goroutines", n, peak)
 }
+
+// A client whose requests reach the store but whose answers are lost must
+// not keep re-taking the lease it cannot confirm: after an unresolved
+// acquire it writes again only once a read is answered, so a healthy
+// contender gets the lease once the orphan expires.
+func TestHalfConnectedClientStopsWriting(t *testing.T) {
+	mem := memory.New()
+	f := storetest.NewFaulty(mem)
+	a, _ := tenure.New(f, tenure.WithRetry(time.Millisecond, 10*time.Millisecond))
+	b, _ := tenure.New(mem, tenure.WithRetry(time.Millisecond, 10*time.Millisecond))
+	for _, op := range []string{storetest.OpAcquire, storetest.OpRenew, storetest.OpRelease, storetest.OpGet} {
+		f.Set(op, storetest.DropReply, 0)
+	}
+	ctx := ctxT(t)
+	const short = 300 * time.Millisecond
+	if _, err := a.TryAcquire(ctx, "r", short); !errors.Is(err, tenure.ErrUnknownOutcome) {
+		t.Fatalf("acquire with every answer lost: %v", err)
+	}
+	writes := f.Calls(storetest.OpAcquire)
+	if writes != 1 {
+		t.Fatalf("%d acquire writes while resolving; reads should have come first", writes)
+	}
+	// It keeps trying for three TTLs, as an election loop would, without
+	// writing.
+	for end := time.Now().Add(3 * short); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if _, err := a.TryAcquire(ctx, "r", short); err == nil {
+			t.Fatal("granted without an answer")
+		}
+	}
+	if n := f.Calls(storetest.OpAcquire); n != writes {
+		t.Fatalf("the half-connected client wrote %d more acquires", n-writes)
+	}
+	// The orphan expired: a healthy contender gets the lease.
+	lb, err := b.TryAcquire(ctx, "r", short)
+	if err != nil {
+		t.Fatalf("healthy contender: %v", err)
+	}
+	lb.Release(ctx)
+}

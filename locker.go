@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -127,6 +128,7 @@ type Locker struct {
 	held   map[string]*Lease // nil value: an acquire or a clean-up is in flight
 	closed bool
 	bg     sync.WaitGroup // clean-ups in flight (see background)
+	probe  atomic.Bool    // an acquire ended with its outcome unknown: read before writing
 }
 
 // background runs a clean-up (freeing a lost lease, or what an acquire with
@@ -282,6 +284,23 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		return nil, err
 	}
 	trust := lk.trust(ttl)
+	if lk.probe.Load() {
+		// An earlier acquire's answers were lost and never resolved: write
+		// again only once the store answers a read.
+		cctx, cancel := lk.bounded(ctx, trust)
+		cur, err := lk.store.Get(cctx, resource)
+		cancel()
+		switch {
+		case err != nil && !errors.Is(err, ErrNotHeld):
+			lk.unreserve(resource)
+			return nil, fmt.Errorf("tenure: acquire %q: not writing until the store answers (earlier answers were lost): %w", resource, err)
+		case err == nil && cur.Owner != lk.owner:
+			lk.probe.Store(false)
+			lk.unreserve(resource)
+			return nil, &HeldError{Holder: cur}
+		}
+		lk.probe.Store(false)
+	}
 	tSend := lk.clock.Now()
 	cctx, cancel := lk.bounded(ctx, trust)
 	rec, err := lk.store.Acquire(cctx, resource, lk.owner, ttl)
@@ -318,14 +337,34 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, t
 		if !now.Before(until) {
 			break
 		}
+		// Read first: while answers are lost, a read fails and nothing is
+		// written, so a client whose requests arrive but whose answers do
+		// not stops re-taking the lease, and others can have it once it
+		// expires.
 		cctx, cancel := lk.bounded(ctx, until.Sub(now))
+		cur, err := lk.store.Get(cctx, resource)
+		cancel()
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			lastErr = err
+			continue
+		}
+		var held *HeldError
+		if err == nil && cur.Owner != lk.owner {
+			lk.log.Info("acquire outcome resolved: not granted", "resource", resource, "holder", cur.Owner)
+			lk.unreserve(resource)
+			return nil, &HeldError{Holder: cur}
+		}
+		now = lk.clock.Now()
+		if !now.Before(until) {
+			break
+		}
+		cctx, cancel = lk.bounded(ctx, until.Sub(now))
 		rec, err := lk.store.Acquire(cctx, resource, lk.owner, ttl)
 		cancel()
 		if err == nil {
 			lk.log.Info("acquire outcome resolved: granted", "resource", resource, "token", rec.Token)
 			return lk.grant(parent, resource, ttl, rec, now)
 		}
-		var held *HeldError
 		if errors.As(err, &held) {
 			lk.log.Info("acquire outcome resolved: not granted", "resource", resource, "holder", held.Holder.Owner)
 			lk.unreserve(resource)
@@ -339,6 +378,8 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, t
 	}
 	// Still unknown: free whatever the lost attempt may have taken, so that no
 	// orphan blocks others for a whole TTL, then report the outcome as unknown.
+	// Until a read succeeds again, later acquires probe before they write.
+	lk.probe.Store(true)
 	lk.background(func() { lk.cleanup(resource, ttl) })
 	return nil, fmt.Errorf("tenure: acquire %q: %w", resource, UnknownOutcome(lastErr))
 }
