@@ -393,8 +393,21 @@ func (c *leaseContext) Err() error {
 
 // Value also serves context.Cause, which looks up the cancel state by key.
 func (c *leaseContext) Value(key any) any {
+	if key == (leaseKey{}) {
+		return c.l
+	}
 	c.l.check()
 	return c.Context.Value(key)
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease whose context ctx is or derives from,
+// or nil. Code that receives only a context (election's OnStartedLeading,
+// Do's function) uses it to read the fencing token.
+func LeaseFromContext(ctx context.Context) *Lease {
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
 }
 
 func (c *leaseContext) String() string {

@@ -639,3 +639,21 @@ func TestHalfConnectedClientStopsWriting(t *testing.T) {
 	}
 	lb.Release(ctx)
 }
+
+func TestLeaseFromContext(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	if tenure.LeaseFromContext(ctx) != nil {
+		t.Fatal("a lease in a plain context")
+	}
+	err := f.lk.Do(ctx, "r", ttl, func(wctx context.Context) error {
+		l := tenure.LeaseFromContext(wctx)
+		if l == nil || l.Resource() != "r" || l.Token() == 0 {
+			t.Errorf("LeaseFromContext in Do's function: %v", l)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/store/memory"
 )
@@ -23,12 +24,8 @@ func ExampleCandidate() {
 		TTL:         15 * time.Second,
 		RetryPeriod: 2 * time.Second,
 		OnStartedLeading: func(term context.Context) {
-			// The term's lease, for its fencing token. A term that already
-			// ended (another lease, or none) has nothing to do.
-			lease := c.Lease()
-			if lease == nil || lease.Context() != term {
-				return
-			}
+			// The term's lease, for its fencing token.
+			lease := tenure.LeaseFromContext(term)
 			fmt.Println("leading with token", lease.Token())
 			leave() // here: work until <-term.Done(), passing lease.Token() along
 		},

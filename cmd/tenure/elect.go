@@ -208,10 +208,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 		RetryPeriod: f.retry,
 		Logger:      a.log,
 		OnStartedLeading: func(term context.Context) {
-			l := cand.Lease()
-			if l == nil || l.Context() != term {
-				return // that term is over already
-			}
+			l := tenure.LeaseFromContext(term)
 			select {
 			case starts <- l:
 			case <-term.Done():
