@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -72,6 +73,18 @@ func openCluster(t *testing.T, cfg cassandra.Config) *cassandra.Store {
 	return s
 }
 
+// testLogger sends a Locker's warnings to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 // nodePID finds the JVM of cluster node n as scripts/cassandra started it.
 func nodePID(t *testing.T, n int) int {
 	t.Helper()
@@ -111,6 +124,9 @@ func holdThrough(t *testing.T, ctx context.Context, l *tenure.Lease, contender *
 		switch {
 		case err == nil:
 			lb.Release(ctx)
+			if herr := l.Err(); herr != nil {
+				t.Fatalf("lease lost with one node down (then a contender was granted it): %v", herr)
+			}
 			t.Fatal("a contender was granted the resource while the holder's lease was trusted")
 		case errors.Is(err, tenure.ErrHeld):
 			held++
@@ -135,7 +151,7 @@ func TestClusterLeaseSurvivesNodeFailure(t *testing.T) {
 	cfg := clusterConfig(t, cassandra.ModeNative)
 	s := openCluster(t, cfg)
 	ctx := testCtx(t)
-	a, err := tenure.New(s, tenure.WithOwnerID("holder"))
+	a, err := tenure.New(s, tenure.WithOwnerID("holder"), tenure.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

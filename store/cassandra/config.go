@@ -432,7 +432,7 @@ func (r resolved) cluster() (*gocql.ClusterConfig, error) {
 	c.ConnectTimeout = r.ConnectTimeout
 	c.Consistency = r.CommitConsistency
 	c.SerialConsistency = r.SerialConsistency
-	c.MaxWaitSchemaAgreement = 60 * time.Second
+	c.MaxWaitSchemaAgreement = schemaAgreementWait
 	// No retries and no speculative executions: a conditional write is sent
 	// once, and an unknown outcome is resolved by a linearizable read.
 	c.RetryPolicy = nil

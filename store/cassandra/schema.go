@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
@@ -66,8 +67,9 @@ func Schema(cfg Config) (string, error) {
 // keyspace's replication alone. Run it from one place at a time: Cassandra
 // may disagree on a table created concurrently from two clients. It returns
 // an error wrapping ErrBadConfig for a configuration that cannot work, and
-// driver errors wrapped otherwise; it is bounded by ctx and the
-// configuration's timeouts.
+// driver errors wrapped otherwise. It is bounded by ctx, by the connect
+// bound of Open, and per statement by Timeout plus 60 s, the longest it
+// waits for the nodes to agree on a schema change.
 func Init(ctx context.Context, cfg Config) error {
 	r, err := cfg.resolve()
 	if err != nil {
@@ -81,16 +83,23 @@ func Init(ctx context.Context, cfg Config) error {
 	return createSchema(ctx, r, session)
 }
 
+// schemaAgreementWait bounds how long the driver waits, after a schema
+// change, for every node to agree on the new schema.
+const schemaAgreementWait = 60 * time.Second
+
 func createSchema(ctx context.Context, r resolved, session *gocql.Session) error {
 	for _, st := range schemaStatements(r) {
-		qctx, cancel := context.WithTimeout(ctx, r.Timeout)
+		// A schema change returns once the driver saw every node agree on
+		// it, which on a busy or freshly started cluster takes much longer
+		// than a query.
+		qctx, cancel := context.WithTimeout(ctx, r.Timeout+schemaAgreementWait)
 		err := session.Query(st).Consistency(gocql.All).Idempotent(true).ExecContext(qctx)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("cassandra store: create schema: %s: %w", firstLine(st), err)
 		}
 	}
-	actx, cancel := context.WithTimeout(ctx, 2*r.Timeout+60e9)
+	actx, cancel := context.WithTimeout(ctx, r.Timeout+schemaAgreementWait)
 	defer cancel()
 	if err := session.AwaitSchemaAgreement(actx); err != nil {
 		return fmt.Errorf("cassandra store: create schema: waiting for schema agreement: %w", err)
