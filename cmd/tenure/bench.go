@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tenure-go/tenure/internal/bench"
+	"github.com/tenure-go/tenure/internal/storeurl"
+)
+
+type benchFlags struct {
+	sqlite, cassandra, postgres, etcd, redis string
+	noMemory                                 bool
+
+	phases     []string
+	clients    []int
+	contended  []int
+	duration   time.Duration
+	rounds     int
+	maxSamples int
+	ttl        time.Duration
+	costCycles int
+
+	scaleLeases   int
+	scaleTTL      time.Duration
+	scaleDuration time.Duration
+	lateSlack     time.Duration
+	maxRenewals   int
+	scaleStores   []string
+
+	handoffs       int
+	candidates     int
+	failoverTTL    time.Duration
+	failoverRetry  time.Duration
+	failoverStores []string
+
+	jsonFile string
+	prefix   string
+}
+
+const benchLong = `Bench measures what leases cost a store and how fast leadership moves, for
+tenure and, on Cassandra, for two baselines on the same server in the same
+run: a single raw INSERT ... IF NOT EXISTS (the floor: one lightweight
+transaction) and the Jaeger protocol (a client issuing the statements of
+Jaeger's Cassandra lock, whose renewal of a held lease is an insert-if-not-
+exists followed by a conditional update).
+
+Stores: the in-memory store (always, unless --no-memory), SQLite (a new file
+in a temporary directory unless --sqlite names one), the store of --store,
+and each of --cassandra, --postgres, --etcd and --redis that is given. The
+Cassandra keyspace of the URL gets tenure's native and Jaeger-mode tables if
+it lacks them; use a keyspace of its own. Every resource name starts with
+--prefix, so a bench can run next to other users of the store.
+
+Phases (--phases):
+  cost       each operation's store requests, counted by the driver's own
+             hooks (Cassandra's query and batch observers: lightweight
+             transactions; SQLite's authorizer and commit hooks: statements
+             and transactions; pgx's tracer; go-redis's hooks; gRPC
+             interceptors), one operation at a time
+  ops        acquire, renew and release latency (p50, p99) and throughput
+             with each --clients level, every client (its own Locker) on its
+             own resource; the systems take turns, --rounds times
+  contended  --contended clients on one resource, acquiring in a loop
+  scale      one Locker holding --scale-leases leases (TTL --scale-ttl,
+             renewed every TTL/3) for --scale-duration: leases lost,
+             renewals late, goroutines, heap per lease, store load; on the
+             stores of --scale-stores
+  failover   --handoffs handoffs between --candidates candidate processes
+             (this binary, "tenure bench candidate", using election.Candidate)
+             after SIGKILL of the leader and after the leader releases
+             (SIGTERM), timed on CLOCK_MONOTONIC; on --failover-stores
+
+The output is a table per phase, the ratios against the baselines, and a
+PASS or FAIL line for each target of issue 6 that the run covers. --json
+writes every figure. Exit codes: 0 the run finished (whatever the targets
+say); 64 bad flags; 69 a store could not be opened or a phase failed.`
+
+func (a *app) newBenchCmd() *cobra.Command {
+	var f benchFlags
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure latency, throughput, store requests, scale and failover per store",
+		Long:  benchLong,
+		Example: `  # memory and a temporary SQLite file, the quick phases only
+  tenure bench --phases cost,ops,contended --duration 3s
+
+  # everything, with Cassandra, as docs/benchmarks.md was made
+  tenure bench --cassandra cassandra://127.0.0.1/tenure_bench --json bench.json`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return usage("bench: takes no arguments (see tenure bench --help)")
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error { return a.bench(c, &f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.sqlite, "sqlite", "", "SQLite store URL (default: a new file in a temporary directory)")
+	fl.StringVar(&f.cassandra, "cassandra", "", "Cassandra store URL, e.g. cassandra://127.0.0.1/tenure_bench (a keyspace of its own)")
+	fl.StringVar(&f.postgres, "postgres", "", "PostgreSQL store URL")
+	fl.StringVar(&f.etcd, "etcd", "", "etcd store URL")
+	fl.StringVar(&f.redis, "redis", "", "Redis store URL")
+	fl.BoolVar(&f.noMemory, "no-memory", false, "skip the in-memory store")
+	fl.StringSliceVar(&f.phases, "phases", bench.AllPhases, "phases to run: "+strings.Join(bench.AllPhases, ","))
+	fl.IntSliceVar(&f.clients, "clients", []int{1, 8, 64}, "concurrent clients on distinct resources, per level")
+	fl.IntSliceVar(&f.contended, "contended", []int{8, 64}, "concurrent clients on one resource, per level")
+	fl.DurationVar(&f.duration, "duration", 6*time.Second, "measured time per system and level (split into --rounds rounds)")
+	fl.IntVar(&f.rounds, "rounds", 3, "rounds per level; the systems of a store take turns round by round")
+	fl.IntVar(&f.maxSamples, "max-samples", 300000, "at most this many cycles per system and level (bounds memory on fast stores)")
+	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL in the cost, ops and contended phases")
+	fl.IntVar(&f.costCycles, "cost-cycles", 20, "cycles counted one operation at a time in the cost phase")
+	fl.IntVar(&f.scaleLeases, "scale-leases", 10000, "leases one Locker holds in the scale phase")
+	fl.DurationVar(&f.scaleTTL, "scale-ttl", 30*time.Second, "TTL of the scale leases (renewed every TTL/3)")
+	fl.DurationVar(&f.scaleDuration, "scale-duration", 5*time.Minute, "how long the scale leases are held")
+	fl.DurationVar(&f.lateSlack, "late-slack", time.Second, "a renewal is late when confirmed more than renew interval + this after the previous send")
+	fl.IntVar(&f.maxRenewals, "max-renewals", 0, "tenure.WithMaxConcurrentRenewals in the scale phase (0: the default, 64)")
+	fl.StringSliceVar(&f.scaleStores, "scale-stores", []string{"sqlite", "cassandra"}, "store kinds the scale phase runs on")
+	fl.IntVar(&f.handoffs, "handoffs", 50, "handoffs per store and kind in the failover phase")
+	fl.IntVar(&f.candidates, "candidates", 3, "candidate processes in the failover phase")
+	fl.DurationVar(&f.failoverTTL, "failover-ttl", 3*time.Second, "election TTL in the failover phase")
+	fl.DurationVar(&f.failoverRetry, "failover-retry", time.Second, "election retry period in the failover phase")
+	fl.StringSliceVar(&f.failoverStores, "failover-stores", []string{"sqlite", "cassandra"}, "store kinds the failover phase runs on")
+	fl.StringVar(&f.jsonFile, "json", "", "write every figure as JSON to this file")
+	fl.StringVar(&f.prefix, "prefix", "", "prefix of every resource name (default bench/ and a random id)")
+	c.AddCommand(a.newBenchCandidateCmd())
+	return c
+}
+
+func (a *app) bench(c *cobra.Command, f *benchFlags) error {
+	for _, p := range f.phases {
+		if !contains(bench.AllPhases, p) {
+			return usage("bench: unknown phase %q (phases: %s)", p, strings.Join(bench.AllPhases, ","))
+		}
+	}
+	for _, n := range append(append([]int{}, f.clients...), f.contended...) {
+		if n < 1 || n > 4096 {
+			return usage("bench: %d clients: want 1 to 4096", n)
+		}
+	}
+	switch {
+	case f.duration <= 0 || f.rounds < 1 || f.costCycles < 1:
+		return usage("bench: --duration, --rounds and --cost-cycles must be positive")
+	case f.ttl <= 0 || f.scaleTTL <= 0 || f.failoverTTL <= 0 || f.failoverRetry <= 0:
+		return usage("bench: TTLs and the retry period must be positive")
+	case f.scaleLeases < 1 || f.scaleDuration <= 0 || f.lateSlack < 0 || f.maxRenewals < 0:
+		return usage("bench: --scale-leases and --scale-duration must be positive, --late-slack and --max-renewals not negative")
+	case f.handoffs < 1 || f.candidates < 2:
+		return usage("bench: --handoffs must be positive and --candidates at least 2")
+	}
+	if contains(f.phases, bench.PhaseFailover) && runtime.GOOS != "linux" {
+		return usage("bench: the failover phase needs Linux (CLOCK_MONOTONIC shared by processes); leave it out of --phases")
+	}
+	prefix := f.prefix
+	if prefix == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		prefix = "bench/" + hex.EncodeToString(b[:])
+	}
+
+	var stores []string
+	if !f.noMemory {
+		stores = append(stores, "memory")
+	}
+	explicit := strings.TrimSpace(a.storeURL)
+	if explicit == "" {
+		explicit = strings.TrimSpace(os.Getenv(envStore))
+		if c.Flags().Changed("sqlite") || f.cassandra != "" || f.postgres != "" || f.etcd != "" || f.redis != "" {
+			explicit = "" // the per-store flags say what to measure
+		}
+	}
+	sqliteURL := f.sqlite
+	if sqliteURL == "" && bench.Scheme(explicit) != "sqlite" {
+		dir, err := os.MkdirTemp("", "tenure-bench-")
+		if err != nil {
+			return fail(exitUnavailable, "bench: %v", err)
+		}
+		defer os.RemoveAll(dir)
+		sqliteURL = "sqlite:" + filepath.Join(dir, "leases.db")
+	}
+	for _, u := range []string{sqliteURL, explicit, f.cassandra, f.postgres, f.etcd, f.redis} {
+		if u != "" && !contains(stores, u) {
+			stores = append(stores, u)
+		}
+	}
+
+	exe, err := os.Executable()
+	if err != nil && contains(f.phases, bench.PhaseFailover) {
+		return fail(exitSoftware, "bench: cannot find this program to start candidates: %v", err)
+	}
+	cfg := bench.RunConfig{
+		Stores: stores, Phases: f.phases,
+		Clients: f.clients, Contended: f.contended, Duration: f.duration, Rounds: f.rounds,
+		MaxSamples: f.maxSamples, TTL: f.ttl, CostCycles: f.costCycles,
+		Scale: bench.ScaleConfig{
+			Leases: f.scaleLeases, TTL: f.scaleTTL, Duration: f.scaleDuration, Slack: f.lateSlack,
+			MaxConcurrentRenewals: f.maxRenewals,
+		},
+		ScaleStores: f.scaleStores,
+		Handoffs:    f.handoffs, Candidates: f.candidates, FailoverTTL: f.failoverTTL, FailoverRetry: f.failoverRetry,
+		FailoverStores: f.failoverStores,
+		Candidate: func(storeURL, resource string, ttl, retry time.Duration) *exec.Cmd {
+			return exec.Command(exe, "--store", storeURL, "--log-level", "error", "bench", "candidate",
+				"--resource", resource, "--ttl", ttl.String(), "--retry-period", retry.String())
+		},
+		Prefix: prefix,
+		Progress: func(s string) {
+			fmt.Fprintf(a.stderr, "%s %s\n", time.Now().Format("15:04:05"), s)
+		},
+	}
+	report := &bench.Report{Version: 1, Started: time.Now().UTC(), Machine: bench.ReadMachine(), Command: benchCommandLine(c), Config: map[string]string{}}
+	c.Flags().VisitAll(func(fl *pflag.Flag) { report.Config[fl.Name] = redactFlag(fl) })
+	report.Config["prefix"] = prefix
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bench.Run(ctx, cfg, report)
+	report.Finished = time.Now().UTC()
+	report.Machine.LoadEnd = bench.LoadAvg()
+	report.WriteText(a.stdout)
+	if f.jsonFile != "" {
+		b, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return fail(exitSoftware, "bench: %v", err)
+		}
+		if err := os.WriteFile(f.jsonFile, append(b, '\n'), 0o644); err != nil {
+			return fail(exitUnavailable, "bench: write %s: %v", f.jsonFile, err)
+		}
+	}
+	if ctx.Err() != nil {
+		return exitWith(exitSignalBase + int(syscall.SIGINT))
+	}
+	if len(report.Errors) > 0 {
+		return exitWith(exitUnavailable)
+	}
+	return nil
+}
+
+// benchCommandLine is the command as run, store URLs redacted.
+func benchCommandLine(c *cobra.Command) string {
+	parts := []string{"tenure", "bench"}
+	c.Flags().Visit(func(fl *pflag.Flag) { parts = append(parts, "--"+fl.Name+"="+redactFlag(fl)) })
+	return strings.Join(parts, " ")
+}
+
+func redactFlag(fl *pflag.Flag) string {
+	v := fl.Value.String()
+	if sv, ok := fl.Value.(pflag.SliceValue); ok {
+		v = strings.Join(sv.GetSlice(), ",")
+	}
+	if strings.Contains(v, "://") {
+		v = storeurl.Redact(v)
+	}
+	return v
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// newBenchCandidateCmd is the hidden candidate process of the failover
+// phase.
+func (a *app) newBenchCandidateCmd() *cobra.Command {
+	var cfg bench.CandidateConfig
+	c := &cobra.Command{
+		Use:    "candidate",
+		Short:  "A candidate process for the failover phase (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, err := a.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if err := bench.RunCandidate(ctx, s, cfg, os.Getpid(), a.stdout); err != nil {
+				return fail(exitUnavailable, "bench candidate: %s", errText(err))
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&cfg.Resource, "resource", "", "election resource")
+	c.Flags().StringVar(&cfg.Identity, "identity", "", "readable id (default HOST:PID)")
+	c.Flags().DurationVar(&cfg.TTL, "ttl", 3*time.Second, "election TTL")
+	c.Flags().DurationVar(&cfg.RetryPeriod, "retry-period", time.Second, "election retry period")
+	return c
+}

@@ -1,0 +1,222 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/storeurl"
+	"github.com/tenure-go/tenure/store/cassandra"
+	"github.com/tenure-go/tenure/store/etcd"
+	"github.com/tenure-go/tenure/store/memory"
+	"github.com/tenure-go/tenure/store/postgres"
+	"github.com/tenure-go/tenure/store/redis"
+)
+
+// Request kinds of the other stores.
+const (
+	KindCommand = "command" // Redis commands (a script call is one)
+	KindRPC     = "rpc"     // etcd gRPC calls: unary calls and streams opened
+)
+
+// A Target is a store under test, with the meter that counts its requests
+// and the baselines that run on the same server.
+type Target struct {
+	// Name is the store's kind: memory, sqlite, cassandra, postgres, etcd,
+	// redis.
+	Name string
+	// URL is the store URL (empty for memory), for candidate processes.
+	URL   string
+	Store tenure.Store
+	// Meter counts the store's requests; nil for memory.
+	Meter *Meter
+	// Baselines are the other systems measured on the same server: on
+	// Cassandra, tenure acquiring new names each time, the Jaeger protocol
+	// and the raw LWT.
+	Baselines []System
+
+	closers []func() error
+}
+
+// Tenure returns the System of tenure's Locker on the target's store.
+func (t *Target) Tenure(opts ...tenure.Option) System {
+	return &lockerSystem{store: t.Store, opts: opts}
+}
+
+// Systems returns tenure's and the baselines.
+func (t *Target) Systems() []System {
+	return append([]System{t.Tenure()}, t.Baselines...)
+}
+
+// Close closes the target's stores and sessions.
+func (t *Target) Close() error {
+	var errs []error
+	for i := len(t.closers) - 1; i >= 0; i-- {
+		errs = append(errs, t.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// Scheme returns the store kind that raw names: "memory" for "memory" or
+// "memory:", otherwise the URL's scheme (postgresql and rediss folded into
+// postgres and redis).
+func Scheme(raw string) string {
+	s, _, ok := strings.Cut(raw, ":")
+	if !ok {
+		s = raw
+	}
+	s = strings.ToLower(s)
+	switch s {
+	case "postgresql":
+		return "postgres"
+	case "rediss":
+		return "redis"
+	}
+	return s
+}
+
+// Open opens the target that raw names ("memory", or a store URL as the
+// tenure command takes them), with its meter installed. Cassandra's
+// keyspace and tables and PostgreSQL's table are created when missing.
+func Open(ctx context.Context, raw string) (*Target, error) {
+	t := &Target{Name: Scheme(raw), URL: raw}
+	err := t.open(ctx, raw)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Target) open(ctx context.Context, raw string) error {
+	switch t.Name {
+	case "memory":
+		s := memory.New()
+		t.Store, t.URL = s, ""
+		t.closers = append(t.closers, s.Close)
+		return nil
+	case "sqlite":
+		u, err := url.Parse(raw)
+		if err != nil {
+			return storeurl.BadURL(err)
+		}
+		path, err := storeurl.SQLitePath(u)
+		if err != nil {
+			return err
+		}
+		t.Meter = meterSQLite(path)
+		s, err := storeurl.Open(ctx, raw)
+		if err != nil {
+			return err
+		}
+		t.Store = s
+		t.closers = append(t.closers, s.Close)
+		return nil
+	case "cassandra":
+		cfg, err := cassandra.ParseURL(raw)
+		if err != nil {
+			return storeurl.BadURL(err)
+		}
+		return openCassandra(ctx, cfg, t)
+	case "postgres":
+		cfg, err := postgres.ParseURL(raw)
+		if err != nil {
+			return storeurl.BadURL(err)
+		}
+		if cfg.Pool == nil {
+			if cfg.Pool, err = pgxpool.ParseConfig(cfg.DSN); err != nil {
+				return storeurl.BadURL(err)
+			}
+		}
+		t.Meter = NewMeter(KindStatement)
+		cfg.Pool.ConnConfig.Tracer = pgTracer{t.Meter}
+		s, err := postgres.New(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		t.closers = append(t.closers, s.Close)
+		if err := s.Init(ctx); err != nil {
+			return err
+		}
+		t.Store = s
+		return nil
+	case "etcd":
+		cfg, err := etcd.ParseURL(raw)
+		if err != nil {
+			return storeurl.BadURL(err)
+		}
+		t.Meter = NewMeter(KindRPC)
+		m := t.Meter
+		cfg.Client.DialOptions = append(cfg.Client.DialOptions,
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				m.Add(KindRPC, 1)
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				m.Add(KindRPC, 1)
+				return streamer(ctx, desc, cc, method, opts...)
+			}))
+		s, err := etcd.New(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		t.Store = s
+		t.closers = append(t.closers, s.Close)
+		return nil
+	case "redis":
+		cfg, err := redis.ParseURL(raw)
+		if err != nil {
+			return storeurl.BadURL(err)
+		}
+		s, err := redis.New(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		t.closers = append(t.closers, s.Close)
+		t.Meter = NewMeter(KindCommand)
+		s.Client().AddHook(redisHook{t.Meter})
+		t.Store = s
+		return nil
+	}
+	return fmt.Errorf("%w: bench: unknown store %q (memory, sqlite, cassandra, postgres, etcd, redis)", storeurl.ErrBadURL, t.Name)
+}
+
+// pgTracer counts the statements pgx sends (BEGIN and COMMIT included).
+type pgTracer struct{ m *Meter }
+
+func (p pgTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	p.m.Add(KindStatement, 1)
+	return ctx
+}
+
+func (p pgTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// redisHook counts the commands go-redis sends.
+type redisHook struct{ m *Meter }
+
+func (h redisHook) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (h redisHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.m.Add(KindCommand, 1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h redisHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.m.Add(KindCommand, int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
