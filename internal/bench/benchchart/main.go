@@ -1,0 +1,189 @@
+// Command benchchart draws the latency chart of docs/benchmarks.md from the
+// JSON that `tenure bench --json` writes: p50 (solid) and p99 (dashed)
+// latency of acquire, renew and release by store, system and number of
+// concurrent clients on distinct resources, on a log scale.
+//
+//	go run ./internal/bench/benchchart -in docs/benchmarks.json -out docs/benchmarks.png
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image/color"
+	"os"
+	"sort"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/tenure-go/tenure/internal/bench"
+)
+
+func main() {
+	in := flag.String("in", "docs/benchmarks.json", "JSON written by tenure bench --json")
+	out := flag.String("out", "docs/benchmarks.png", "PNG to write")
+	flag.Parse()
+	if err := run(*in, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "benchchart:", err)
+		os.Exit(1)
+	}
+}
+
+type series struct {
+	name   string
+	points map[string]map[int][2]float64 // op → clients → p50, p99 (ms)
+}
+
+func run(in, out string) error {
+	b, err := os.ReadFile(in)
+	if err != nil {
+		return err
+	}
+	var r bench.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	byName := map[string]*series{}
+	var names []string
+	levels := map[int]bool{}
+	for _, o := range r.Ops {
+		if o.Mode != bench.ModeDistinct {
+			continue
+		}
+		name := o.Store + " " + o.System
+		s := byName[name]
+		if s == nil {
+			s = &series{name: name, points: map[string]map[int][2]float64{}}
+			byName[name] = s
+			names = append(names, name)
+		}
+		levels[o.Clients] = true
+		for _, op := range []string{bench.OpAcquire, bench.OpRenew, bench.OpRelease} {
+			res := o.Ops[op]
+			if res == nil || res.N == 0 || res.P50Ms <= 0 {
+				continue
+			}
+			if s.points[op] == nil {
+				s.points[op] = map[int][2]float64{}
+			}
+			s.points[op][o.Clients] = [2]float64{res.P50Ms, res.P99Ms}
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%s has no operations on distinct resources", in)
+	}
+	var xs []int
+	for c := range levels {
+		xs = append(xs, c)
+	}
+	sort.Ints(xs)
+	pos := map[int]float64{}
+	var ticks []plot.Tick
+	for i, c := range xs {
+		pos[c] = float64(i)
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: strconv.Itoa(c)})
+	}
+
+	// One latency range for the three panels, so they compare at a glance.
+	lo, hi := 0.0, 0.0
+	for _, s := range byName {
+		for _, pts := range s.points {
+			for _, v := range pts {
+				if lo == 0 || v[0] < lo {
+					lo = v[0]
+				}
+				hi = max(hi, v[1])
+			}
+		}
+	}
+	legend := plot.NewLegend()
+	var plots []*plot.Plot
+	for i, op := range []string{bench.OpAcquire, bench.OpRenew, bench.OpRelease} {
+		p := plot.New()
+		p.Title.Text = op + ", ms (log scale)"
+		p.X.Label.Text = "concurrent clients (distinct resources)"
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
+		p.X.Min, p.X.Max = -0.25, float64(len(xs)-1)+0.25
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Min, p.Y.Max = lo/1.5, hi*1.5
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Add(plotter.NewGrid())
+		for k, name := range names {
+			pts := byName[name].points[op]
+			if len(pts) == 0 {
+				continue
+			}
+			col := palette[k%len(palette)]
+			var p50, p99 plotter.XYs
+			for _, c := range xs {
+				if v, ok := pts[c]; ok {
+					p50 = append(p50, plotter.XY{X: pos[c], Y: v[0]})
+					p99 = append(p99, plotter.XY{X: pos[c], Y: v[1]})
+				}
+			}
+			l50, s50, err := plotter.NewLinePoints(p50)
+			if err != nil {
+				return err
+			}
+			l50.Color, s50.Color = col, col
+			l50.Width = vg.Points(1.5)
+			s50.Shape = plotutil.Shape(k)
+			l99, err := plotter.NewLine(p99)
+			if err != nil {
+				return err
+			}
+			l99.Color = col
+			l99.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			p.Add(l50, s50, l99)
+			if i == 0 || (i == 1 && !hasOp(byName[name], bench.OpAcquire)) {
+				legend.Add(name, l50, s50)
+			}
+		}
+		plots = append(plots, p)
+	}
+
+	const w, h = 16 * vg.Inch, 5.5 * vg.Inch
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(96))
+	dc := draw.New(img)
+	// Three panels and a legend column.
+	legendW := 3.2 * vg.Inch
+	panels := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{Min: dc.Min, Max: vg.Point{X: dc.Max.X - legendW, Y: dc.Max.Y}}}
+	t := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Millimeter * 6, PadTop: vg.Millimeter * 9, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2}
+	for j, p := range plots {
+		p.Draw(t.At(panels, j, 0))
+	}
+	title := fmt.Sprintf("tenure bench, %d CPUs, %s: latency by store and concurrency (p50 solid, p99 dashed)", r.Machine.CPUs, r.Started.Format("2006-01-02"))
+	fnt := plot.DefaultFont
+	fnt.Size = vg.Points(14)
+	sty := draw.TextStyle{Color: color.Black, Font: fnt, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YTop}
+	dc.FillText(sty, vg.Point{X: (dc.Min.X + dc.Max.X - legendW) / 2, Y: dc.Max.Y - vg.Millimeter*2}, title)
+	legend.Top, legend.Left = true, true
+	legend.TextStyle.Font.Size = vg.Points(11)
+	lc := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: dc.Max.X - legendW + vg.Millimeter*3, Y: dc.Min.Y}, Max: vg.Point{X: dc.Max.X, Y: dc.Max.Y - vg.Millimeter*12}}}
+	legend.Draw(lc)
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// palette has a distinct colour for each of up to ten series.
+var palette = []color.Color{
+	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
+	color.RGBA{0xe3, 0x77, 0xc2, 0xff}, color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, color.RGBA{0xbc, 0xbd, 0x22, 0xff},
+	color.RGBA{0x17, 0xbe, 0xcf, 0xff},
+}
+
+func hasOp(s *series, op string) bool { return len(s.points[op]) > 0 }
