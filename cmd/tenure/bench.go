@@ -24,7 +24,7 @@ import (
 
 type benchFlags struct {
 	sqlite, cassandra, postgres, etcd, redis string
-	noMemory                                 bool
+	skip                                     []string
 
 	phases     []string
 	clients    []int
@@ -59,12 +59,13 @@ transaction) and the Jaeger protocol (a client issuing the statements of
 Jaeger's Cassandra lock, whose renewal of a held lease is an insert-if-not-
 exists followed by a conditional update).
 
-Stores: the in-memory store (always, unless --no-memory), SQLite (a new file
-in a temporary directory unless --sqlite names one), the store of --store,
-and each of --cassandra, --postgres, --etcd and --redis that is given. The
-Cassandra keyspace of the URL gets tenure's native and Jaeger-mode tables if
-it lacks them; use a keyspace of its own. Every resource name starts with
---prefix, so a bench can run next to other users of the store.
+Stores: the in-memory store, SQLite (a new file in a temporary directory
+unless --sqlite names one), the store of --store (or $TENURE_STORE when no
+other store flag is given), and each of --cassandra, --postgres, --etcd and
+--redis that is given; --skip leaves kinds out. The Cassandra keyspace of
+the URL gets tenure's native and Jaeger-mode tables if it lacks them: give
+the bench a keyspace of its own. Every resource name starts with --prefix,
+so a bench can run next to other users of the store.
 
 Phases (--phases):
   cost       each operation's store requests, counted by the driver's own
@@ -115,7 +116,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.StringVar(&f.postgres, "postgres", "", "PostgreSQL store URL")
 	fl.StringVar(&f.etcd, "etcd", "", "etcd store URL")
 	fl.StringVar(&f.redis, "redis", "", "Redis store URL")
-	fl.BoolVar(&f.noMemory, "no-memory", false, "skip the in-memory store")
+	fl.StringSliceVar(&f.skip, "skip", nil, "store kinds not to measure, e.g. memory,sqlite")
 	fl.StringSliceVar(&f.phases, "phases", bench.AllPhases, "phases to run: "+strings.Join(bench.AllPhases, ","))
 	fl.IntSliceVar(&f.clients, "clients", []int{1, 8, 64}, "concurrent clients on distinct resources, per level")
 	fl.IntSliceVar(&f.contended, "contended", []int{8, 64}, "concurrent clients on one resource, per level")
@@ -172,10 +173,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		prefix = "bench/" + hex.EncodeToString(b[:])
 	}
 
-	var stores []string
-	if !f.noMemory {
-		stores = append(stores, "memory")
-	}
+	stores := []string{"memory"}
 	explicit := strings.TrimSpace(a.storeURL)
 	if explicit == "" {
 		explicit = strings.TrimSpace(os.Getenv(envStore))
@@ -197,6 +195,13 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 			stores = append(stores, u)
 		}
 	}
+	kept := stores[:0]
+	for _, u := range stores {
+		if !contains(f.skip, bench.Scheme(u)) {
+			kept = append(kept, u)
+		}
+	}
+	stores = kept
 
 	exe, err := os.Executable()
 	if err != nil && contains(f.phases, bench.PhaseFailover) {

@@ -153,7 +153,7 @@ func (r *Report) Evaluate() {
 			"%d lost, %d not acquired, %d renewals, %d late (> interval + %.0f ms), %d failed", s.Lost, s.AcquireErrors, s.Renewals, s.Late, s.SlackMs, s.RenewErrors)
 		add(s.HeapPerLease <= 4096 && s.HeapPerLeaseEnd <= 4096, fmt.Sprintf("%s: at most 4 KiB of heap per lease", s.Store),
 			"%.0f B per lease after taking them, %.0f B at the end of the hold", s.HeapPerLease, s.HeapPerLeaseEnd)
-		add(perLease <= 0.01, fmt.Sprintf("%s: well under one goroutine per lease (≤ 0.01)", s.Store),
+		add(perLease <= 0.1, fmt.Sprintf("%s: well under one goroutine per lease (at most 0.1)", s.Store),
 			"%.4f extra goroutines per lease (peak %d, base %d)", perLease, s.GoroutinesPeak, s.GoroutinesBase)
 	}
 	for _, f := range r.Failover {
