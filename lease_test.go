@@ -657,3 +657,23 @@ func TestLeaseFromContext(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An acquire in flight when Close runs gives the lease back.
+func TestCloseDuringAcquire(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	f.faulty.OnCall(func(op string) {
+		if op == storetest.OpAcquire {
+			if err := f.lk.Close(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if _, err := f.lk.TryAcquire(ctx, "r", ttl); !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("acquire across Close: %v; want ErrClosed", err)
+	}
+	f.faulty.OnCall(nil)
+	if _, err := f.mem.Get(ctx, "r"); !errors.Is(err, tenure.ErrNotHeld) {
+		t.Fatalf("the lease granted during Close is still held: %v", err)
+	}
+}

@@ -431,9 +431,17 @@ func (lk *Locker) grant(ctx context.Context, resource string, ttl time.Duration,
 	}
 	l := newLease(lk, ctx, resource, ttl, rec.Token, tSend, deadline)
 	lk.mu.Lock()
+	closed := lk.closed
 	lk.held[resource] = l
 	lk.mu.Unlock()
 	l.start(now)
+	if closed {
+		// Close ran while this acquire was in flight: give the lease back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer cancel()
+		_ = l.Release(rctx)
+		return nil, ErrClosed
+	}
 	lk.log.Debug("lease granted", "resource", resource, "token", rec.Token, "ttl", ttl)
 	return l, nil
 }
