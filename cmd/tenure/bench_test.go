@@ -37,7 +37,7 @@ func TestBenchShort(t *testing.T) {
 	text := string(out)
 	for _, want := range []string{
 		"Operations, every client on its own resource", "Contended:", "Store requests per operation",
-		"Scale: sqlite, 100 leases", "Failover between candidate processes", "Targets (issue 6)",
+		"Scale: sqlite, 100 leases", "Failover between candidate processes", "Targets (issue 6",
 		"sqlite: 100 leases renewed with 0 lost", "sqlite: release → new leader p50 under one retry period",
 	} {
 		if !strings.Contains(text, want) {

@@ -44,8 +44,8 @@ type OpsResult struct {
 	Mode     string  `json:"mode"`
 	Clients  int     `json:"clients"`
 	ElapsedS float64 `json:"elapsed_s"`
-	// Cycles counts completed cycles: acquire, renew, release (distinct);
-	// acquire attempts (contended).
+	// Cycles counts the cycles run: acquire, renew, release (distinct);
+	// acquire attempts (contended). Failed operations are in Errors.
 	Cycles int64 `json:"cycles"`
 	// Ops are the latencies and rates of each operation. In contended mode
 	// "acquire" is a granted attempt and "acquire-held" one that found the

@@ -157,6 +157,20 @@ func (r *Report) Evaluate() {
 			"%.4f extra goroutines per lease (peak %d, base %d)", perLease, s.GoroutinesPeak, s.GoroutinesBase)
 	}
 	for _, f := range r.Failover {
+		if f.Kind == FailoverKill {
+			// docs/design.md: after a holder dies, another candidate is
+			// granted within TTL plus one retry interval (followers retry
+			// every RetryPeriod ±10%); Cassandra's whole-second expiry adds
+			// up to cassandra.MaxExpirySlack (docs/election.md).
+			bound := f.TTLS*1000 + f.RetryS*1100
+			what := "TTL + retry period·1.1"
+			if f.Store == "cassandra" {
+				bound += 2000
+				what += " + 2 s (Cassandra's MaxExpirySlack)"
+			}
+			add(f.Handoff.MaxMs <= bound, fmt.Sprintf("%s: design.md liveness, SIGKILL → new leader within %s = %.0f ms", f.Store, what, bound),
+				"p50 %.0f ms, p90 %.0f ms, max %.0f ms over %d handoffs", f.Handoff.P50Ms, f.Handoff.P90Ms, f.Handoff.MaxMs, f.Handoff.N)
+		}
 		if f.Kind == FailoverRelease {
 			add(f.Handoff.P50Ms < f.RetryS*1000, fmt.Sprintf("%s: release → new leader p50 under one retry period (%.0f ms)", f.Store, f.RetryS*1000),
 				"p50 %.0f ms, p90 %.0f ms, max %.0f ms over %d handoffs", f.Handoff.P50Ms, f.Handoff.P90Ms, f.Handoff.MaxMs, f.Handoff.N)
@@ -277,7 +291,7 @@ func (r *Report) WriteText(w io.Writer) {
 		t.Flush()
 	}
 	if len(r.Checks) > 0 {
-		fmt.Fprintln(w, "\nTargets (issue 6)")
+		fmt.Fprintln(w, "\nTargets (issue 6, and design.md's liveness bound)")
 		for _, c := range r.Checks {
 			verdict := "PASS"
 			if !c.Pass {
