@@ -66,10 +66,10 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	var cfg Config
 	var faults, out string
 	var seed int64
-	fs.StringVar(&cfg.Store, "store", "", "store URL: sqlite:PATH, or cassandra://HOST[,HOST...][:PORT]/KEYSPACE[?replication=3] (default: sqlite:OUT/leases.db)")
+	fs.StringVar(&cfg.Store, "store", "", "store URL: sqlite:PATH, cassandra://HOST[,HOST...][:PORT]/KEYSPACE[?replication=3], postgres://..., etcd://HOST:PORT or redis://HOST:PORT/DB (default: sqlite:OUT/leases.db)")
 	fs.IntVar(&cfg.Workers, "workers", 5, "contending worker processes")
 	fs.DurationVar(&cfg.Duration, "duration", 45*time.Second, "how long to inject faults (CI: the default; soaks: e.g. 30m)")
-	fs.DurationVar(&cfg.TTL, "ttl", 0, "lease TTL (default 1s for SQLite, 2s for Cassandra)")
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "lease TTL (default 2s for Cassandra and etcd, 1s for the others)")
 	fs.DurationVar(&cfg.Retry, "retry", 250*time.Millisecond, "the workers' retry interval (largest backoff delay)")
 	fs.Int64Var(&seed, "seed", 0, "seed of the fault schedule and of the workers' choices (default: from the clock; printed)")
 	fs.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: every kind that applies to the store): "+strings.Join(AllFaults, ","))
@@ -107,7 +107,7 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = time.Second
-		if strings.HasPrefix(cfg.Store, "cassandra:") {
+		if strings.HasPrefix(cfg.Store, "cassandra:") || strings.HasPrefix(cfg.Store, "etcd:") {
 			cfg.TTL = 2 * time.Second
 		}
 	}
@@ -144,7 +144,7 @@ func CheckMain(args []string, stdout, stderr io.Writer) int {
 	var out, store string
 	var o Options
 	fs.StringVar(&out, "out", "", "the run's output directory")
-	fs.StringVar(&store, "store", "sqlite", "the store's kind: sqlite or cassandra")
+	fs.StringVar(&store, "store", "sqlite", "the store's kind: sqlite, cassandra, postgres, etcd or redis")
 	fs.DurationVar(&o.TTL, "ttl", 0, "the workers' TTL (default: from the histories)")
 	fs.DurationVar(&o.RetryInterval, "retry", 250*time.Millisecond, "the workers' retry interval")
 	fs.DurationVar(&o.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")

@@ -68,6 +68,12 @@ func ProfileFor(scheme string) (Profile, error) {
 		return SQLiteProfile, nil
 	case "cassandra":
 		return CassandraProfile, nil
+	case "postgres", "postgresql":
+		return PostgresProfile, nil
+	case "etcd":
+		return EtcdProfile, nil
+	case "redis":
+		return RedisProfile, nil
 	}
 	return Profile{}, fmt.Errorf("harness: no timing profile for store %q", scheme)
 }
@@ -517,4 +523,44 @@ var CassandraProfile = Profile{
 	MaxTTL:          func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) + time.Second + clockSlack },
 	LateEffects:     true,
 	ResolvedAnswers: true,
+}
+
+// PostgresProfile is the PostgreSQL store's timing (docs/stores.md): the
+// statement that grants or renews sets expires_at = clock_timestamp() + the
+// TTL in whole milliseconds, rounded up, on the database's clock (the wall
+// clock, hence clockSlack), and a lease is live while expires_at >
+// clock_timestamp(). A request delivered late (the proxy's delay) may take
+// effect after its client gave up: late effects.
+var PostgresProfile = Profile{
+	Name:             "postgres",
+	MinTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
+	MaxTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
+	LateEffects:      true,
+	ExpiryFromEffect: true,
+}
+
+// RedisProfile is the Redis store's timing (docs/stores.md): a script sets
+// PEXPIRE with the TTL in whole milliseconds, rounded up, on the server's
+// millisecond clock, and a key is gone once that clock passes its expiry.
+var RedisProfile = Profile{
+	Name:             "redis",
+	MinTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
+	MaxTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + time.Millisecond + clockSlack },
+	LateEffects:      true,
+	ExpiryFromEffect: true,
+}
+
+// EtcdProfile is the etcd store's timing (docs/stores.md, measured on etcd
+// 3.4): an etcd lease of ⌈ttl⌉ whole seconds, raised to etcd's minimum of
+// 2 s, is granted at the start of the acquire, and expired leases are
+// revoked by a loop that runs every 500 ms: a lease lives at least the
+// requested TTL and at most max(⌈ttl⌉, 2 s) + 0.5 s after its grant or last
+// keep-alive.
+var EtcdProfile = Profile{
+	Name:   "etcd",
+	MinTTL: func(ttl time.Duration) time.Duration { return ttl - clockSlack },
+	MaxTTL: func(ttl time.Duration) time.Duration {
+		return max(ceilSeconds(ttl), 2*time.Second) + 500*time.Millisecond + clockSlack
+	},
+	LateEffects: true,
 }

@@ -215,6 +215,22 @@ func TestModel(t *testing.T) {
 			release("A", 1, 100, 300, ResLost),
 			granted("B", 120, 200, 2),
 		}, "Illegal"},
+		{"etcd: a 1s lease may live 2.5s (etcd's minimum TTL and revoke loop)", EtcdProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 2400, 2410, "A", 1),
+		}, "Ok"},
+		{"etcd: held after 2.5s", EtcdProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			held("B", 2600, 2610, "A", 1),
+		}, "Illegal"},
+		{"postgres: granted before the TTL", PostgresProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			granted("B", 900, 950, 2),
+		}, "Illegal"},
+		{"redis: granted after the TTL", RedisProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			granted("B", 1100, 1150, 2),
+		}, "Ok"},
 		{"cassandra: whole-second TTL keeps the lease up to ceil(ttl)+1s", CassandraProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			held("B", 1900, 1910, "A", 1),

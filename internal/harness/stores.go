@@ -20,6 +20,9 @@ import (
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/storeurl"
 	"github.com/tenure-go/tenure/store/cassandra"
+	"github.com/tenure-go/tenure/store/etcd"
+	"github.com/tenure-go/tenure/store/postgres"
+	"github.com/tenure-go/tenure/store/redis"
 )
 
 // Fault kinds.
@@ -27,7 +30,7 @@ const (
 	FaultPause          = "pause"           // SIGSTOP the holder for longer than its TTL, then SIGCONT
 	FaultKill           = "kill"            // SIGKILL the holder; a fresh worker replaces it
 	FaultStuckWriter    = "stuck-writer"    // SQLite: another process holds BEGIN IMMEDIATE for longer than the TTL
-	FaultProxyDelay     = "proxy-delay"     // the proxy delays every chunk both ways
+	FaultProxyDelay     = "proxy-delay"     // network stores: the proxy delays every chunk both ways
 	FaultProxyDrop      = "proxy-drop"      // the proxy forwards requests and drops replies
 	FaultProxyBlackhole = "proxy-blackhole" // the proxy drops everything without closing connections
 	FaultNodeKill       = "node-kill"       // Cassandra cluster: SIGKILL one node, restart it later
@@ -142,8 +145,41 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultCASTimeout)
 		}
 		return env, nil
+	case "postgres", "postgresql", "etcd", "redis":
+		// One server: one proxy in front of it, and the workers' URL
+		// points at the proxy.
+		env.profile, _ = ProfileFor(u.Scheme)
+		if strings.Contains(u.Host, ",") {
+			return nil, fmt.Errorf("harness: %s: the harness drives one server (one host in the URL)", u.Scheme)
+		}
+		if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("harness: %s host %q: the harness drives servers on loopback addresses only", u.Scheme, u.Hostname())
+		}
+		p, err := netfault.Start(u.Host)
+		if err != nil {
+			return nil, err
+		}
+		env.proxies = append(env.proxies, p)
+		wu := *u
+		wu.Host = p.Addr()
+		env.workerURL = wu.String()
+		if u.Scheme == "postgres" || u.Scheme == "postgresql" {
+			ps, err := postgres.OpenURL(ctx, raw)
+			if err != nil {
+				env.close()
+				return nil, err
+			}
+			err = ps.Init(ctx)
+			ps.Close()
+			if err != nil {
+				env.close()
+				return nil, err
+			}
+		}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole}
+		return env, nil
 	}
-	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite: and cassandra:// stores", u.Scheme)
+	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, etcd:// and redis:// stores", u.Scheme)
 }
 
 // openWorkerStore opens the store for a worker. For Cassandra, translate
@@ -152,6 +188,15 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 // node addresses the cluster announces are translated to them.
 func openWorkerStore(ctx context.Context, raw, translate string) (tenure.Store, error) {
 	if translate == "" {
+		scheme, _, _ := strings.Cut(raw, ":")
+		switch scheme {
+		case "postgres", "postgresql":
+			return postgres.OpenURL(ctx, raw)
+		case "etcd":
+			return etcd.OpenURL(ctx, raw)
+		case "redis":
+			return redis.OpenURL(ctx, raw)
+		}
 		return storeurl.Open(ctx, raw)
 	}
 	cfg, err := cassandra.ParseURL(raw)
