@@ -24,9 +24,16 @@ func TestRunNoWaitExcludes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.init()
+	checkNoWaitExcludes(t, e, "job")
+}
+
+// checkNoWaitExcludes starts two "tenure run --no-wait" on resource at
+// once: exactly one runs its command; the other exits 75 naming the holder.
+func checkNoWaitExcludes(t *testing.T, e *env, resource string) {
+	t.Helper()
 	ran := e.path("ran")
 	start := func(name string) *proc {
-		return e.start(name, startOpt{stdinPipe: true}, "run", "--no-wait", "--owner", name, "job", "--",
+		return e.start(name, startOpt{stdinPipe: true}, "run", "--no-wait", "--owner", name, resource, "--",
 			helper("-out", ran, "-ready", e.path(name+".ready"), "-hold", "stdin"))
 	}
 	a, b := start("alpha"), start("beta")
@@ -49,8 +56,8 @@ func TestRunNoWaitExcludes(t *testing.T) {
 		t.Fatalf("winner's TENURE_OWNER = %q, want %s#NONCE", info.owner, winner.name)
 	}
 	msg := loser.stderr()
-	if !strings.HasPrefix(msg, "tenure: ") || !strings.Contains(msg, info.owner) || !strings.Contains(msg, "token "+strconv.FormatUint(info.token, 10)) || !strings.Contains(msg, " left") {
-		t.Fatalf("loser's stderr should name the holder %s, its token %d and the time left:\n%s", info.owner, info.token, msg)
+	if !strings.HasPrefix(msg, "tenure: ") || !strings.Contains(msg, info.owner) || !strings.Contains(msg, "token "+strconv.FormatUint(info.token, 10)) {
+		t.Fatalf("loser's stderr should name the holder %s and its token %d:\n%s", info.owner, info.token, msg)
 	}
 	if _, err := os.Stat(e.path(loser.name + ".ready")); err == nil {
 		t.Fatalf("the loser's command ran too")
@@ -71,11 +78,17 @@ func TestRunWaitSerializes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.init()
+	checkWaitSerializes(t, e, "job", 10)
+}
+
+// checkWaitSerializes starts n "tenure run --wait 60s" on resource at once:
+// all run, one at a time, with fencing tokens increasing in start order.
+func checkWaitSerializes(t *testing.T, e *env, resource string, n int) {
+	t.Helper()
 	out := e.path("events")
-	const n = 10
 	var procs []*proc
 	for i := range n {
-		procs = append(procs, e.start("p"+strconv.Itoa(i), startOpt{}, "run", "--wait", "60s", "--ttl", "5s", "job", "--",
+		procs = append(procs, e.start("p"+strconv.Itoa(i), startOpt{}, "run", "--wait", "60s", "--ttl", "5s", resource, "--",
 			helper("-out", out, "-hold", "30ms")))
 	}
 	for _, p := range procs {

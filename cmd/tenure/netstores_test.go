@@ -1,0 +1,48 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+)
+
+// networkStores returns the store URLs of the real servers named by the
+// test environment (scripts/test starts them all).
+func networkStores(t *testing.T) map[string]string {
+	urls := map[string]string{}
+	if h := os.Getenv("TENURE_CASSANDRA"); h != "" {
+		urls["cassandra"] = "cassandra://" + h + "/tenure_cli_test"
+	}
+	if u := os.Getenv("TENURE_POSTGRES"); u != "" {
+		urls["postgres"] = u
+	}
+	if h := os.Getenv("TENURE_ETCD"); h != "" {
+		urls["etcd"] = "etcd://" + h
+	}
+	if u := os.Getenv("TENURE_REDIS"); u != "" {
+		urls["redis"] = u
+	}
+	if len(urls) == 0 {
+		t.Skip("no network store configured: set TENURE_CASSANDRA, TENURE_POSTGRES, TENURE_ETCD or TENURE_REDIS (scripts/test does)")
+	}
+	return urls
+}
+
+// "tenure run" works on every network store as it does on SQLite: two
+// --no-wait started together, exactly one runs; ten waiting processes run
+// one at a time with increasing tokens.
+func TestRunOnNetworkStores(t *testing.T) {
+	for name, url := range networkStores(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			e.store = url
+			e.init() // creates the Cassandra keyspace or the PostgreSQL table if needed
+			var b [6]byte
+			_, _ = rand.Read(b[:])
+			prefix := "cli-test/" + hex.EncodeToString(b[:]) + "/"
+			t.Run("NoWaitExcludes", func(t *testing.T) { checkNoWaitExcludes(t, e, prefix+"nowait") })
+			t.Run("WaitSerializes", func(t *testing.T) { checkWaitSerializes(t, e, prefix+"wait", 5) })
+		})
+	}
+}
