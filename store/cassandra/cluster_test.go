@@ -34,16 +34,16 @@ func needCluster(t *testing.T) []string {
 	return strings.Split(cluster, ",")
 }
 
-var clusterKeyspace = "tenure_ctest_" + randHex(5)
-
-// clusterConfig is the cluster's configuration in a keyspace of this run
-// with replication factor 3, created once and dropped when the test ends.
+// clusterConfig is the cluster's configuration in a keyspace of its own,
+// tenure_ctest_<random>, with replication factor 3 (a new name for every
+// test: dropping and re-creating one name quickly is a Cassandra
+// anti-pattern); openCluster drops it when the test ends.
 func clusterConfig(t *testing.T, mode cassandra.Mode) cassandra.Config {
 	t.Helper()
 	hosts := needCluster(t)
 	cfg := cassandra.Config{
 		Hosts:       hosts,
-		Keyspace:    clusterKeyspace,
+		Keyspace:    "tenure_ctest_" + randHex(5),
 		Mode:        mode,
 		Timeout:     2 * time.Second,
 		Replication: cassandra.Replication{Factor: 3},
@@ -67,7 +67,7 @@ func openCluster(t *testing.T, cfg cassandra.Config) *cassandra.Store {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = s.Session().Query(`DROP KEYSPACE IF EXISTS ` + clusterKeyspace).WithContext(ctx).Exec()
+		_ = s.Session().Query(`DROP KEYSPACE IF EXISTS ` + cfg.Keyspace).WithContext(ctx).Exec()
 		s.Close()
 	})
 	return s
@@ -264,7 +264,7 @@ func TestClusterLostReply(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire whose reply was lost: %v", err)
 		}
-		row := serialRow(t, direct.Session(), clusterKeyspace+"."+cassandra.DefaultNativeTable, r)
+		row := serialRow(t, direct.Session(), cfg.Keyspace+"."+cassandra.DefaultNativeTable, r)
 		if row.owner != me || uint64(row.token) != rec.Token {
 			t.Fatalf("store answered %+v; serial read %+v", rec, row)
 		}
@@ -274,7 +274,7 @@ func TestClusterLostReply(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Release whose reply was lost: %v", err)
 		}
-		if row := serialRow(t, direct.Session(), clusterKeyspace+"."+cassandra.DefaultNativeTable, r); row.owner != "" {
+		if row := serialRow(t, direct.Session(), cfg.Keyspace+"."+cassandra.DefaultNativeTable, r); row.owner != "" {
 			t.Fatalf("after release: %+v", row)
 		}
 	}
