@@ -90,6 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg:      cfg,
 		env:      env,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x7e17e)),
+		targets:  rand.New(rand.NewPCG(cfg.Seed, 0x7a76e7)),
 		faultsF:  ff,
 		changed:  make(chan struct{}, 1),
 		resource: fmt.Sprintf("harness-%d-%d", cfg.Seed, MonoNow()),
@@ -142,7 +143,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type orch struct {
 	cfg      Config
 	env      *storeEnv
-	rng      *rand.Rand
+	rng      *rand.Rand // the schedule: kinds, durations, gaps, nodes
+	targets  *rand.Rand // workers picked when none holds the lease (timing-dependent, so apart from the schedule)
 	faultsF  *os.File
 	changed  chan struct{}
 	resource string
@@ -381,7 +383,7 @@ func (o *orch) holder(ctx context.Context, d time.Duration) *slot {
 	if len(live) == 0 {
 		return nil
 	}
-	return live[o.rng.IntN(len(live))]
+	return live[o.targets.IntN(len(live))]
 }
 
 func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
