@@ -45,7 +45,7 @@ func clusterConfig(t *testing.T, mode cassandra.Mode) cassandra.Config {
 		Hosts:       hosts,
 		Keyspace:    "tenure_ctest_" + randHex(5),
 		Mode:        mode,
-		Timeout:     2 * time.Second,
+		Timeout:     time.Second,
 		Replication: cassandra.Replication{Factor: 3},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -161,7 +161,7 @@ func TestClusterLeaseSurvivesNodeFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close(ctx)
-	const ttl = 8 * time.Second
+	const ttl = 10 * time.Second
 	l, err := a.TryAcquire(ctx, resource(t, "r"), ttl)
 	if err != nil {
 		t.Fatal(err)

@@ -439,13 +439,17 @@ func (r resolved) cluster() (*gocql.ClusterConfig, error) {
 	c.DefaultIdempotence = false
 	c.ReconnectionPolicy = &gocql.ConstantReconnectionPolicy{MaxRetries: 3, Interval: time.Second}
 	c.ReconnectInterval = 10 * time.Second
-	// Token aware, so a replica coordinates; replicas shuffled, so that a
-	// replica that stopped answering (and that the driver has not marked
-	// down yet) does not receive every retry of a renewal.
+	// Round robin over coordinators (in the local data center when LocalDC
+	// is set), not token aware: with gocql v2.1.2's token-aware policy our
+	// three-node test saw every renewal of a resource sent to the same
+	// replica, so a replica that stopped answering (paused, not yet marked
+	// down) lost the lease although two of three nodes were fine. Round
+	// robin spreads successive attempts over the nodes; any node can
+	// coordinate a Paxos round, at the cost of one more hop.
 	if r.LocalDC != "" {
-		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(r.LocalDC), gocql.ShuffleReplicas())
+		c.PoolConfig.HostSelectionPolicy = gocql.DCAwareRoundRobinPolicy(r.LocalDC)
 	} else {
-		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy(), gocql.ShuffleReplicas())
+		c.PoolConfig.HostSelectionPolicy = gocql.RoundRobinHostPolicy()
 	}
 	if r.Username != "" {
 		c.Authenticator = gocql.PasswordAuthenticator{Username: r.Username, Password: r.Password}

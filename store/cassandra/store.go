@@ -28,6 +28,9 @@ type Store struct {
 	session *gocql.Session
 	st      statements
 	cache   *tokenCache
+	// speculate sends a read to a second replica when the first has not
+	// answered within a quarter of Timeout (reads only: they are idempotent).
+	speculate gocql.SpeculativeExecutionPolicy
 
 	closeOnce sync.Once
 }
@@ -89,7 +92,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: r, session: session, st: newStatements(r), cache: newTokenCache(r.TokenCacheSize)}
+	s := &Store{cfg: r, session: session, st: newStatements(r), cache: newTokenCache(r.TokenCacheSize),
+		speculate: &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: max(r.Timeout/4, 20*time.Millisecond)}}
 	if r.CreateSchema {
 		if err := createSchema(ctx, r, session); err != nil {
 			session.Close()
@@ -354,11 +358,13 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 
 // read returns the resource's row from a linearizable (SERIAL or
 // LOCAL_SERIAL) read, which also completes any Paxos round in flight on it.
-// A read is safe to send again: when an attempt fails (a coordinator that
-// does not answer, a connection that broke), the driver tries the next
-// replica, within 2·Timeout in all; and when it failed at once because its
-// connection had just broken (often the very reason a write's answer was
-// lost) while the pool had not noticed yet, it is sent once more.
+// A read is safe to send more than once: when its coordinator has not
+// answered after a quarter of Timeout (a node that stopped answering, and
+// the very one that lost a write's answer, often), the driver sends it to a
+// second replica as well (speculative execution); when an attempt fails,
+// the driver tries the next replica, within 2·Timeout in all; and when it
+// failed at once because its connection had just broken while the pool had
+// not noticed yet, it is sent once more.
 func (s *Store) read(ctx context.Context, resource string) (row, error) {
 	r, err := s.readOnce(ctx, resource)
 	if err != nil && connectionLost(err) && ctx.Err() == nil {
@@ -380,6 +386,7 @@ func (s *Store) readOnce(ctx context.Context, resource string) (row, error) {
 		Consistency(s.cfg.SerialConsistency).
 		Idempotent(true).
 		RetryPolicy(&gocql.SimpleRetryPolicy{NumRetries: 1}).
+		SetSpeculativeExecutionPolicy(s.speculate).
 		MapScanContext(qctx, m)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return row{}, nil
