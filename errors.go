@@ -64,12 +64,19 @@ var (
 //	}
 type HeldError struct {
 	// Holder is the live lease as the store reported it. Holder.Remaining is
-	// zero when the store did not say how much time is left.
+	// zero when the store did not say how much time is left. Holder.Owner is
+	// empty when the store saw the resource change hands while the request
+	// ran; trying again is the answer.
 	Holder Record
 }
 
 // Error describes the holder.
 func (e *HeldError) Error() string {
+	if e.Holder.Owner == "" {
+		// A store saw the resource taken and freed by others while the
+		// request ran (Cassandra gives up after two attempts).
+		return fmt.Sprintf("tenure: %q changed hands while the request ran (token %d); try again", e.Holder.Resource, e.Holder.Token)
+	}
 	s := fmt.Sprintf("tenure: %q is held by %s", e.Holder.Resource, e.Holder.Owner)
 	if e.Holder.Token != 0 {
 		s += fmt.Sprintf(" (token %d", e.Holder.Token)

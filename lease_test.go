@@ -677,3 +677,14 @@ func TestCloseDuringAcquire(t *testing.T) {
 		t.Fatalf("the lease granted during Close is still held: %v", err)
 	}
 }
+
+func TestHeldErrorMessages(t *testing.T) {
+	e := &tenure.HeldError{Holder: tenure.Record{Resource: "r", Owner: "web-1:7#00ff", Token: 4, Remaining: 1500 * time.Millisecond}}
+	if got := e.Error(); got != `tenure: "r" is held by web-1:7#00ff (token 4, 1.5s left)` {
+		t.Errorf("HeldError = %q", got)
+	}
+	e = &tenure.HeldError{Holder: tenure.Record{Resource: "r", Token: 5}}
+	if got := e.Error(); !strings.Contains(got, "changed hands") || !errors.Is(e, tenure.ErrHeld) {
+		t.Errorf("HeldError without owner = %q", got)
+	}
+}
