@@ -23,7 +23,7 @@ func TestBenchShort(t *testing.T) {
 		"--sqlite", "sqlite:"+filepath.Join(dir, "leases.db"),
 		"--clients", "1,2", "--contended", "3", "--duration", "400ms", "--rounds", "2", "--max-samples", "40",
 		"--cost-cycles", "4",
-		"--scale-leases", "100", "--scale-ttl", "1s", "--scale-duration", "2s",
+		"--scale-leases", "100", "--scale-ttl", "3s", "--scale-duration", "2s",
 		"--handoffs", "2", "--candidates", "2", "--failover-ttl", "1s", "--failover-retry", "200ms",
 		"--json", jsonFile)
 	out, err := cmd.Output()
@@ -110,9 +110,11 @@ func TestBenchShort(t *testing.T) {
 	}
 
 	// Scale: SQLite only (the default --scale-stores), 100 leases.
-	if len(r.Scale) != 1 || r.Scale[0].Store != "sqlite" || r.Scale[0].Leases != 100 || r.Scale[0].AcquireErrors != 0 ||
-		r.Scale[0].RenewLatency.N != int(r.Scale[0].Renewals) || r.Scale[0].Requests[bench.KindStatement] == 0 {
-		t.Errorf("scale: %+v", r.Scale)
+	if len(r.Scale) != 1 {
+		t.Errorf("scale: %d results; want 1", len(r.Scale))
+	} else if s := r.Scale[0]; s.Store != "sqlite" || s.Leases != 100 || s.AcquireErrors != 0 || s.Renewals == 0 ||
+		s.RenewLatency.N != int(s.Renewals) || s.Requests[bench.KindStatement] == 0 {
+		t.Errorf("scale: %+v", *s)
 	}
 
 	// Failover: SQLite, kill and release, 2 handoffs each.

@@ -14,6 +14,11 @@ import (
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
+// BaselineTable is the Jaeger-shaped table (name text PRIMARY KEY, owner
+// text) in the Cassandra keyspace on which the Jaeger protocol and the raw
+// LWT run. The bench empties it at the start of each run.
+const BaselineTable = "tenure_bench_baselines"
+
 // Cassandra request kinds.
 const (
 	KindLWT     = "lwt"     // conditional statements and conditional batches (one Paxos round each)
@@ -79,19 +84,35 @@ func openCassandra(ctx context.Context, cfg cassandra.Config, t *Target) error {
 		}
 		cc.QueryObserver, cc.BatchObserver = obs, obs
 	}
+	// The baselines get a Jaeger-shaped table of the bench's own, emptied
+	// at the start: never a `leases` table that Jaeger collectors may use,
+	// and no tombstones left by earlier runs (their deletes and expired
+	// rows), which make Cassandra refuse the store's schema check with
+	// READ_TOO_MANY_TOMBSTONES once there are more than 100,000.
 	native, jaeger := cfg, cfg
 	native.Mode, native.Table = cassandra.ModeNative, ""
-	jaeger.Mode, jaeger.Table = cassandra.ModeJaeger, ""
-	for _, c := range []cassandra.Config{native, jaeger} {
-		if err := cassandra.Init(ctx, c); err != nil {
-			return err
-		}
+	jaeger.Mode, jaeger.Table = cassandra.ModeJaeger, BaselineTable
+	if err := cassandra.Init(ctx, native); err != nil {
+		return err
 	}
 	ns, err := cassandra.Open(ctx, native)
 	if err != nil {
 		return err
 	}
 	t.closers = append(t.closers, ns.Close)
+	if err := ns.Session().Query(`CREATE TABLE IF NOT EXISTS "` + ns.Keyspace() + `"."` + BaselineTable + `" (name text PRIMARY KEY, owner text)`).
+		WithContext(ctx).Exec(); err != nil {
+		return fmt.Errorf("bench: create the baselines' table: %w", err)
+	}
+	if err := ns.Session().AwaitSchemaAgreement(ctx); err != nil {
+		return fmt.Errorf("bench: create the baselines' table: %w", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = ns.Session().Query(`TRUNCATE "` + ns.Keyspace() + `"."` + BaselineTable + `"`).WithContext(tctx).Exec()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("bench: empty the baselines' table: %w", err)
+	}
 	js, err := cassandra.Open(ctx, jaeger)
 	if err != nil {
 		return err

@@ -116,10 +116,14 @@ type candEvent struct {
 }
 
 type candProc struct {
-	cmd    *exec.Cmd
-	ready  bool
-	gone   bool
-	stderr *tailBuffer
+	cmd   *exec.Cmd
+	ready bool
+	gone  bool
+	// signalled: the bench sent it SIGKILL or SIGTERM. It no longer counts
+	// as a campaigning candidate even before its exit is seen, so the next
+	// handoff starts with cfg.Candidates candidates that will stay.
+	signalled bool
+	stderr    *tailBuffer
 }
 
 // RunFailover runs cfg.Handoffs handoffs between real candidate processes.
@@ -151,7 +155,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 	alive := func() (n int, ready bool) {
 		ready = true
 		for _, p := range procs {
-			if !p.gone {
+			if !p.gone && !p.signalled {
 				n++
 				ready = ready && p.ready
 			}
@@ -267,7 +271,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 		deadline := time.Now().Add(cfg.Wait)
 		for {
 			_, ready := alive()
-			if ready && leader != nil && !leader.gone {
+			if ready && leader != nil && !leader.gone && !leader.signalled {
 				break
 			}
 			if _, err := next(deadline); err != nil {
@@ -286,6 +290,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 			continue // it went away by itself; start over
 		}
 		old := leader
+		old.signalled = true
 		t0 := Mono()
 		if err := sig(old); err != nil {
 			return nil, fmt.Errorf("bench: signal the leader: %w", err)

@@ -58,7 +58,13 @@ type OpsResult struct {
 	// Requests are the store requests counted during the measured rounds,
 	// by kind, and PerCycle the primary kind per cycle.
 	Requests Counts  `json:"requests,omitempty"`
+	Unit     string  `json:"unit,omitempty"`
 	PerCycle float64 `json:"requests_per_cycle,omitempty"`
+	// ClientCPUUsPerOp is the CPU time (user + system, getrusage) that this
+	// process spent during the measured rounds, per successful operation:
+	// the client's cost, GC included. The systems of a store run one at a
+	// time, so it is theirs alone.
+	ClientCPUUsPerOp float64 `json:"client_cpu_us_per_op,omitempty"`
 }
 
 // OpResult is one operation's latency and rate.
@@ -71,6 +77,7 @@ type opsAcc struct {
 	mu       sync.Mutex
 	samples  map[string][]time.Duration
 	elapsed  time.Duration
+	cpu      time.Duration
 	cycles   int64
 	errors   int64
 	firstErr string
@@ -140,9 +147,11 @@ func RunOps(ctx context.Context, target *Target, systems []System, cfg OpsConfig
 	for r := 0; r < cfg.Rounds; r++ {
 		for _, e := range entries {
 			before := target.Meter.Snapshot()
+			cpu0 := processCPU()
 			if err := runRound(ctx, target.Name, e.sys, e.clients, cfg, e.acc); err != nil {
 				return nil, err
 			}
+			e.acc.cpu += processCPU() - cpu0
 			d := target.Meter.Snapshot().Sub(before)
 			if e.acc.req == nil {
 				e.acc.req = d
@@ -173,6 +182,10 @@ func RunOps(ctx context.Context, target *Target, systems []System, cfg OpsConfig
 		if a.elapsed > 0 {
 			res.OpsPerS = round3(float64(total) / a.elapsed.Seconds())
 		}
+		if total > 0 && a.cpu > 0 {
+			res.ClientCPUUsPerOp = round3(float64(a.cpu) / 1e3 / float64(total))
+		}
+		res.Unit = target.Meter.Primary()
 		if a.cycles > 0 && target.Meter != nil {
 			res.PerCycle = round3(float64(a.req[target.Meter.Primary()]) / float64(a.cycles))
 		}

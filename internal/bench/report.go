@@ -190,14 +190,6 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		return fmt.Sprintf("%s\t%s", fmtMs(o.Ops[op].P50Ms), fmtMs(o.Ops[op].P99Ms))
 	}
-	unit := func(store string) string {
-		for _, c := range r.Costs {
-			if c.Store == store {
-				return c.Unit
-			}
-		}
-		return ""
-	}
 	var distinct, contended []*OpsResult
 	for _, o := range r.Ops {
 		if o.Mode == ModeDistinct {
@@ -209,10 +201,10 @@ func (r *Report) WriteText(w io.Writer) {
 	if len(distinct) > 0 {
 		fmt.Fprintln(w, "\nOperations, every client on its own resource (latency in ms: p50, p99; throughput: operations per second)")
 		t := tw()
-		fmt.Fprintln(t, "store\tsystem\tclients\tacquire p50\tp99\trenew p50\tp99\trelease p50\tp99\tops/s\trequests/cycle\terrors\t")
+		fmt.Fprintln(t, "store\tsystem\tclients\tacquire p50\tp99\trenew p50\tp99\trelease p50\tp99\tops/s\tclient CPU µs/op\trequests/cycle\terrors\t")
 		for _, o := range distinct {
-			fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%s\t%d\t\n", o.Store, o.System, o.Clients,
-				lat(o, OpAcquire), lat(o, OpRenew), lat(o, OpRelease), o.OpsPerS, perCycle(o, unit(o.Store)), o.Errors)
+			fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%d\t\n", o.Store, o.System, o.Clients,
+				lat(o, OpAcquire), lat(o, OpRenew), lat(o, OpRelease), o.OpsPerS, o.ClientCPUUsPerOp, perCycle(o, o.Unit), o.Errors)
 		}
 		t.Flush()
 	}
@@ -230,7 +222,7 @@ func (r *Report) WriteText(w io.Writer) {
 				attempts = float64(o.Cycles) / o.ElapsedS
 			}
 			fmt.Fprintf(t, "%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", o.Store, o.System, o.Clients, grants, attempts,
-				lat(o, OpAcquire), lat(o, "acquire-held"), lat(o, OpRelease), perCycle(o, unit(o.Store)), o.Errors)
+				lat(o, OpAcquire), lat(o, "acquire-held"), lat(o, OpRelease), perCycle(o, o.Unit), o.Errors)
 		}
 		t.Flush()
 	}

@@ -56,7 +56,7 @@ func newStatements(r resolved) statements {
 			jDelete: `DELETE FROM ` + t + ` WHERE name = ? IF owner = ?`,
 			get:     `SELECT owner, TTL(owner) AS remaining FROM ` + t + ` WHERE name = ?`,
 			list:    `SELECT name, owner, TTL(owner) AS remaining FROM ` + t,
-			find:    `SELECT name, owner FROM ` + t + ` LIMIT 1`,
+			find:    `SELECT name, owner FROM ` + t + ` WHERE name = ?`,
 		}
 	}
 	return statements{
@@ -68,7 +68,7 @@ func newStatements(r resolved) statements {
 		release:        `UPDATE ` + t + ` SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
 		get:            `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
 		list:           `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
-		find:           `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` LIMIT 1`,
+		find:           `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` WHERE resource = ?`,
 	}
 }
 
@@ -149,12 +149,19 @@ func connect(ctx context.Context, r resolved) (*gocql.Session, error) {
 	}
 }
 
-// checkSchema reads one row with every column the mode uses, so that a
-// missing keyspace, table or column fails Open with a clear message.
+// schemaProbeKey is the partition checkSchema reads. Reading one partition
+// by key (not a LIMIT 1 scan) keeps Open fast and working on tables full of
+// tombstones: a scan that meets more than tombstone_failure_threshold
+// (100,000 by default, cassandra.yaml) fails with READ_TOO_MANY_TOMBSTONES,
+// and deleted or expired leases leave tombstones until gc_grace_seconds.
+const schemaProbeKey = "tenure/schema-probe"
+
+// checkSchema reads one partition with every column the mode uses, so that
+// a missing keyspace, table or column fails Open with a clear message.
 func (s *Store) checkSchema(ctx context.Context) error {
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	iter := s.session.Query(s.st.find).Consistency(gocql.One).IterContext(qctx)
+	iter := s.session.Query(s.st.find, schemaProbeKey).Consistency(gocql.One).IterContext(qctx)
 	err := iter.Close()
 	if err == nil {
 		return nil
@@ -706,7 +713,10 @@ func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error)
 // leases whose resource starts with prefix, sorted by resource: Cassandra
 // cannot select a range of partition keys by prefix. It is meant for
 // operators and tools, not for hot paths; each page is bounded by the
-// configured Timeout and the whole scan by ctx. Errors: an invalid prefix
+// configured Timeout and the whole scan by ctx. A scan reads the tombstones
+// that released (Jaeger mode) and expired leases leave until
+// gc_grace_seconds; past tombstone_failure_threshold (100,000 by default)
+// Cassandra fails it with READ_TOO_MANY_TOMBSTONES. Errors: an invalid prefix
 // (ErrInvalidResource) before any I/O; driver errors wrapped.
 func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
 	if err := tenure.ValidatePrefix(prefix); err != nil {
