@@ -54,6 +54,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -242,13 +243,77 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	cc.Context = nil
 	cli, err := clientv3.New(cc)
 	if err != nil {
-		return nil, fmt.Errorf("etcd store: %w", err)
+		return nil, connectErr(cc, err)
 	}
 	if _, err := cli.Get(cctx, cfg.Prefix, clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcd store: connect %s: %w", strings.Join(cc.Endpoints, ","), err)
+		return nil, connectErr(cc, err)
 	}
 	return &Store{cli: cli, prefix: cfg.Prefix}, nil
+}
+
+// connectErr describes a failure to connect. The etcd client retries a
+// failed TLS handshake until its deadline and then reports only "context
+// deadline exceeded", which reads like an unreachable server; so when TLS is
+// on and the error is a timeout or unavailability, one TLS handshake per
+// endpoint (bounded by a second in all) finds the certificate problem (an
+// unknown CA, a wrong name, a client certificate refused) and the error
+// wraps it too.
+func connectErr(cc clientv3.Config, err error) error {
+	err = fmt.Errorf("etcd store: connect %s: %w", strings.Join(cc.Endpoints, ","), err)
+	c := code(err)
+	if cc.TLS == nil || (c != codes.DeadlineExceeded && c != codes.Unavailable && !errors.Is(err, context.DeadlineExceeded)) {
+		return err
+	}
+	deadline := time.Now().Add(min(time.Second, cc.DialTimeout))
+	for _, ep := range cc.Endpoints {
+		if herr := handshake(ep, cc.TLS, deadline); herr != nil {
+			return fmt.Errorf("%w (TLS handshake with %s: %w)", err, ep, herr)
+		}
+	}
+	return err
+}
+
+// handshake makes a TLS connection to endpoint host:port (or
+// https://host:port) as the client would, and waits for the server's first
+// bytes until deadline: with TLS 1.3 a server that refuses the client's
+// certificate says so only after the client's side of the handshake. It
+// returns the TLS error, or nil when the handshake worked or the endpoint
+// could not be reached at all (that is not a TLS problem).
+func handshake(endpoint string, tc *tls.Config, deadline time.Time) error {
+	if _, rest, ok := strings.Cut(endpoint, "://"); ok {
+		endpoint = rest
+	}
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return nil
+	}
+	conn, err := net.DialTimeout("tcp", endpoint, time.Until(deadline))
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(deadline)
+	tc = tc.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName = host // as gRPC does, from the endpoint
+	}
+	tc.NextProtos = []string{"h2"}
+	tlsConn := tls.Client(conn, tc)
+	if err := tlsConn.Handshake(); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	}
+	if _, err := tlsConn.Read(make([]byte, 1)); err != nil {
+		var rec tls.RecordHeaderError
+		if errors.As(err, &rec) || strings.Contains(err.Error(), "tls: ") {
+			return err
+		}
+	}
+	return nil
 }
 
 // Client returns the store's etcd client (for tests and diagnostics).
