@@ -688,3 +688,32 @@ func TestHeldErrorMessages(t *testing.T) {
 		t.Errorf("HeldError without owner = %q", got)
 	}
 }
+
+// TestLossDuringClose: a lease found lost (starting its clean-up) while
+// Close is waiting for clean-ups. Run with -race: the clean-up's start must
+// be ordered with Close's wait. The store's clock stands still, so the
+// lease stays held there until the clean-up or Close frees it.
+func TestLossDuringClose(t *testing.T) {
+	for i := 0; i < 100; i++ {
+		local := clockwork.NewFakeClock()
+		mem := memory.New(memory.WithClock(clockwork.NewFakeClock()))
+		lk, err := tenure.New(mem, tenure.WithClock(&frozenTimers{FakeClock: local}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := lk.TryAcquire(ctxT(t), "r", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local.Advance(2 * ttl) // the holder was paused; no timer fires (frozen)
+		checked := make(chan error, 1)
+		go func() { checked <- l.Err() }() // sees the deadline: lose, clean-up
+		if err := lk.Close(ctxT(t)); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := <-checked; !errors.Is(err, tenure.ErrLeaseLost) && !errors.Is(err, tenure.ErrReleased) {
+			t.Fatalf("Err: %v", err)
+		}
+		waitFree(t, mem, "r")
+	}
+}

@@ -127,18 +127,53 @@ type Locker struct {
 	mu     sync.Mutex
 	held   map[string]*Lease // nil value: an acquire or a clean-up is in flight
 	closed bool
-	bg     sync.WaitGroup // clean-ups in flight (see background)
-	probe  atomic.Bool    // an acquire ended with its outcome unknown: read before writing
+	probe  atomic.Bool // an acquire ended with its outcome unknown: read before writing
+
+	// Clean-ups in flight (see background). A counter and a channel rather
+	// than a sync.WaitGroup: a lease can be lost, and start a clean-up,
+	// while Close is already waiting, and WaitGroup forbids an Add from
+	// zero concurrent with Wait.
+	bgMu   sync.Mutex
+	bgN    int
+	bgIdle chan struct{} // closed when bgN drops to 0; nil until Close asks
 }
 
 // background runs a clean-up (freeing a lost lease, or what an acquire with
 // an unknown outcome may have taken) on the runner; Close waits for them.
 func (lk *Locker) background(f func()) {
-	lk.bg.Add(1)
+	lk.bgMu.Lock()
+	lk.bgN++
+	lk.bgMu.Unlock()
 	lk.runner.submit(func() {
-		defer lk.bg.Done()
+		defer lk.backgroundDone()
 		f()
 	})
+}
+
+func (lk *Locker) backgroundDone() {
+	lk.bgMu.Lock()
+	defer lk.bgMu.Unlock()
+	lk.bgN--
+	if lk.bgN == 0 && lk.bgIdle != nil {
+		close(lk.bgIdle)
+		lk.bgIdle = nil
+	}
+}
+
+// backgroundIdle returns a channel closed once no clean-up is in flight.
+func (lk *Locker) backgroundIdle() <-chan struct{} {
+	lk.bgMu.Lock()
+	defer lk.bgMu.Unlock()
+	if lk.bgIdle == nil {
+		lk.bgIdle = make(chan struct{})
+		if lk.bgN == 0 {
+			close(lk.bgIdle)
+			ch := lk.bgIdle
+			lk.bgIdle = nil
+			return ch
+		}
+	}
+	return lk.bgIdle
 }
 
 // New returns a Locker that keeps its leases in store. It returns an error
@@ -605,10 +640,8 @@ func (lk *Locker) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	done := make(chan struct{})
-	go func() { lk.bg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-lk.backgroundIdle():
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("tenure: close: clean-ups still running: %w", context.Cause(ctx)))
 	}
