@@ -50,6 +50,9 @@ const envStore = "TENURE_STORE"
 const storeTimeout = 30 * time.Second
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == reaperArg {
+		os.Exit(reaperMain(os.Args[2:], os.Stdin, os.Stderr))
+	}
 	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -14,6 +14,10 @@ import (
 // reclaimTTY can give it back.
 const canForeground = true
 
+// canReap says that a reaper can guard the command (see startReaper):
+// waitExited lets tenure disarm it before the command is reaped.
+const canReap = true
+
 // cldStopped is CLD_STOPPED of <signal.h>: the si_code of a child that was
 // stopped.
 const cldStopped = 5

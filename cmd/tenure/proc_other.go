@@ -5,6 +5,10 @@ package main
 // canForeground is false: reclaimTTY is not implemented here.
 const canForeground = false
 
+// canReap is false: without waitExited the command is reaped as soon as it
+// exits, and a reaper could then signal a reused process group id.
+const canReap = false
+
 // waitExited cannot wait without reaping here; the caller reaps at once.
 func waitExited(pid int, stops chan<- struct{}) bool { return false }
 

@@ -126,6 +126,32 @@ func checkWaitSerializes(t *testing.T, e *env, resource string, n int) {
 	t.Logf("%d commands ran one at a time in %v", n, span.Round(time.Millisecond))
 }
 
+// tenure killed with SIGKILL while its command runs: nobody renews the
+// lease any more, so the command must not run on (another host runs its
+// copy once the TTL has passed). The reaper kills the command's whole
+// process group, a grandchild included, as soon as tenure is gone.
+func TestRunSIGKILLOfTenureStopsTheCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	child, grandchild := e.path("child.ready"), e.path("grandchild.ready")
+	script := strings.Join(helper("-ready", grandchild, "-hold", "1h"), " ") + " & exec " +
+		strings.Join(helper("-ready", child, "-hold", "1h"), " ")
+	a := e.start("alpha", startOpt{}, "run", "--ttl", "30s", "--owner", "alpha", "job", "--", "sh", "-c", script)
+	ci := waitReady(t, child, 10*time.Second)
+	gi := waitReady(t, grandchild, 10*time.Second)
+
+	syscall.Kill(a.pid(), syscall.SIGKILL) // tenure only, not its command's group
+	waitFor(t, 10*time.Second, "the command and its child to be killed", func() bool {
+		return processGone(ci.pid) && processGone(gi.pid)
+	})
+	if code := a.wait(10 * time.Second); code != -1 {
+		t.Fatalf("tenure exited %d; want killed by SIGKILL", code)
+	}
+	waitFor(t, 10*time.Second, "the reaper's message", func() bool {
+		return strings.Contains(a.stderr(), "reaper: tenure is gone")
+	})
+}
+
 // A holder killed with SIGKILL (tenure and its command): a waiting process
 // gets the lease once the store expires it, within TTL plus one retry
 // interval, and not before the dead holder's lease ran out.

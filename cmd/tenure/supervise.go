@@ -59,6 +59,17 @@ func (a *app) supervise(name string, lease *tenure.Lease, argv []string, grace t
 	}
 	pgid := cmd.Process.Pid
 	a.log.Debug("command started", "pid", pgid, "command", argv[0], "foreground", ttyFD >= 0, "token", lease.Token())
+	// If tenure dies (SIGKILL, a crash), the reaper kills the command's
+	// group: nobody renews the lease any more, so the command must not run
+	// on. It is disarmed before the command is reaped.
+	var rp *reaper
+	if canReap {
+		var err error
+		if rp, err = startReaper(pgid); err != nil {
+			a.errorf("warning: cannot start the reaper that stops the command if tenure dies: %s", errText(err))
+		}
+	}
+	defer rp.disarm()
 
 	// Wait for the command's exit without reaping it (see waitExited), so that
 	// its process group id stays reserved while tenure may still signal it.
@@ -71,6 +82,7 @@ func (a *app) supervise(name string, lease *tenure.Lease, argv []string, grace t
 	reaped := false
 	go func() {
 		if !waitExited(pgid, stops) {
+			rp.disarm()
 			waitErr = cmd.Wait()
 			reaped = true
 		}
@@ -137,6 +149,7 @@ loop:
 		// command is not reaped yet, so its group id is still its own.
 		if !reaped {
 			a.signal(pgid, syscall.SIGKILL)
+			rp.disarm()
 			waitErr = cmd.Wait()
 		}
 		out.code = exitCode(cmd, waitErr)
@@ -144,6 +157,7 @@ loop:
 		return out, nil
 	}
 	if !reaped {
+		rp.disarm()
 		waitErr = cmd.Wait()
 	}
 	// The group id stays in use, and cannot be reused, while a member is left.
