@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -137,15 +138,15 @@ func connect(ctx context.Context, r resolved) (*gocql.Session, error) {
 	select {
 	case res := <-done:
 		if res.err != nil {
-			return nil, fmt.Errorf("cassandra store: connect to %s: %w", strings.Join(r.Hosts, ","), res.err)
+			return nil, fmt.Errorf("cassandra store: connect to %s: %w", r.hostList(), res.err)
 		}
 		return res.s, nil
 	case <-ctx.Done():
 		abandon()
-		return nil, fmt.Errorf("cassandra store: connect to %s: %w", strings.Join(r.Hosts, ","), context.Cause(ctx))
+		return nil, fmt.Errorf("cassandra store: connect to %s: %w", r.hostList(), context.Cause(ctx))
 	case <-timer.C:
 		abandon()
-		return nil, fmt.Errorf("cassandra store: connect to %s: no session after %v", strings.Join(r.Hosts, ","), bound)
+		return nil, fmt.Errorf("cassandra store: connect to %s: no session after %v", r.hostList(), bound)
 	}
 }
 
@@ -155,6 +156,19 @@ func connect(ctx context.Context, r resolved) (*gocql.Session, error) {
 // (100,000 by default, cassandra.yaml) fails with READ_TOO_MANY_TOMBSTONES,
 // and deleted or expired leases leave tombstones until gc_grace_seconds.
 const schemaProbeKey = "tenure/schema-probe"
+
+// hostList names the contact points with their ports, for messages.
+func (r resolved) hostList() string {
+	hosts := make([]string, len(r.Hosts))
+	for i, h := range r.Hosts {
+		if _, _, err := net.SplitHostPort(h); err == nil {
+			hosts[i] = h
+		} else {
+			hosts[i] = net.JoinHostPort(h, strconv.Itoa(r.Port))
+		}
+	}
+	return strings.Join(hosts, ",")
+}
 
 // checkSchema reads one partition with every column the mode uses, so that
 // a missing keyspace, table or column fails Open with a clear message.
