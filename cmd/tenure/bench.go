@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -48,8 +49,9 @@ type benchFlags struct {
 	failoverRetry  time.Duration
 	failoverStores []string
 
-	jsonFile string
-	prefix   string
+	jsonFile   string
+	prefix     string
+	cpuProfile string
 }
 
 const benchLong = `Bench measures what leases cost a store and how fast leadership moves, for
@@ -138,6 +140,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.StringSliceVar(&f.failoverStores, "failover-stores", []string{"sqlite", "cassandra"}, "store kinds the failover phase runs on")
 	fl.StringVar(&f.jsonFile, "json", "", "write every figure as JSON to this file")
 	fl.StringVar(&f.prefix, "prefix", "", "prefix of every resource name (default bench/ and a random id)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	c.AddCommand(a.newBenchCandidateCmd())
 	return c
 }
@@ -232,6 +235,20 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 	report.Config["prefix"] = prefix
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fail(exitUsage, "bench: %s", errText(err))
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fail(exitUsage, "bench: cpu profile: %s", errText(err))
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
+	}
 	bench.Run(ctx, cfg, report)
 	report.Finished = time.Now().UTC()
 	report.Machine.LoadEnd = bench.LoadAvg()
