@@ -6,18 +6,11 @@ package etcd_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -27,154 +20,19 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/etcd"
 )
-
-// testPKI is a CA with a server certificate (127.0.0.1, ::1, localhost) and
-// a client certificate signed by it, as PEM files in a directory.
-type testPKI struct {
-	CA, ServerCert, ServerKey, ClientCert, ClientKey string
-}
-
-func newTestPKI(t *testing.T, dir string) testPKI {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tenure test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testPKI{CA: filepath.Join(dir, "ca.pem")}
-	writePEM(t, p.CA, "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.DNSNames = []string{"localhost"}
-			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		writePEM(t, certFile, "CERTIFICATE", der)
-		writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-		return certFile, keyFile
-	}
-	p.ServerCert, p.ServerKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.ClientCert, p.ClientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// ownServerBinary returns the path of a server binary the test may start
-// itself, or skips: the test must be asked for (TENURE_SERVER_FAULTS=1, the
-// opt-in of the tests that start and kill servers) and the binary present.
-func ownServerBinary(t *testing.T, path string) string {
-	t.Helper()
-	if os.Getenv("TENURE_SERVER_FAULTS") != "1" {
-		t.Skip("set TENURE_SERVER_FAULTS=1 to run tests that start their own " + filepath.Base(path) + " on a random loopback port")
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("%s is not installed: %v", path, err)
-	}
-	return path
-}
-
-// startProcess starts cmd, kills it at the end of the test and waits (up to
-// 15 s) until addr accepts TCP connections; it fails the test, with the
-// process's output, if the process exits first or the port never opens.
-func startProcess(t *testing.T, cmd *exec.Cmd, logFile, addr string) {
-	t.Helper()
-	log, err := os.Create(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); log.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("%s (pid %d) did not exit after SIGKILL", cmd.Path, cmd.Process.Pid)
-		}
-	})
-	output := func() string { b, _ := os.ReadFile(logFile); return string(b) }
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case werr := <-exited:
-			exited <- werr
-			t.Fatalf("%s exited before listening on %s: %v\n%s", cmd.Path, addr, werr, output())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not listening on %s within 15 s: %v\n%s", cmd.Path, addr, err, output())
-		}
-	}
-}
 
 // startTLSEtcd starts a single-member etcd serving clients over TLS only
 // (server certificate from p; with clientAuth, a client certificate signed
 // by p's CA is required). It returns the client host:port once the member
 // answers a read.
-func startTLSEtcd(t *testing.T, p testPKI, dir string, clientAuth bool) string {
+func startTLSEtcd(t *testing.T, p testserver.PKI, dir string, clientAuth bool) string {
 	t.Helper()
-	bin := ownServerBinary(t, "/usr/bin/etcd")
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	bin := testserver.OwnBinary(t, "/usr/bin/etcd", "etcd-server")
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testserver.FreePort(t)))
+	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(testserver.FreePort(t)))
 	args := []string{
 		"--name", "default", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", "https://" + addr, "--advertise-client-urls", "https://" + addr,
@@ -186,7 +44,7 @@ func startTLSEtcd(t *testing.T, p testPKI, dir string, clientAuth bool) string {
 	if clientAuth {
 		args = append(args, "--trusted-ca-file", p.CA, "--client-cert-auth")
 	}
-	startProcess(t, exec.Command(bin, args...), filepath.Join(dir, "etcd.log"), addr)
+	testserver.StartProcess(t, exec.Command(bin, args...), filepath.Join(dir, "etcd.log"), addr)
 	return addr
 }
 
@@ -259,20 +117,7 @@ func leaseRoundTrip(t *testing.T, s *etcd.Store) {
 	defer cancel()
 	lk := locker(t, s)
 	r := resource(t)
-	l, err := lk.TryAcquire(ctx, r, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Renew(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := lk.Get(ctx, r)
-	if err != nil || rec.Owner != lk.Owner() || rec.Token != l.Token() {
-		t.Fatalf("Get = %+v, %v; want owner %s token %d", rec, err, lk.Owner(), l.Token())
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	testserver.LeaseRoundTrip(ctx, t, lk, r)
 }
 
 // TestTLSAndPasswordRealServer starts its own etcd that serves clients over
@@ -284,7 +129,7 @@ func leaseRoundTrip(t *testing.T, s *etcd.Store) {
 // bounded time.
 func TestTLSAndPasswordRealServer(t *testing.T) {
 	dir := t.TempDir()
-	p := newTestPKI(t, dir)
+	p := testserver.NewPKI(t, dir)
 	addr := startTLSEtcd(t, p, dir, false)
 	admin := openWait(t, fmt.Sprintf("etcd://%s?ca=%s", addr, p.CA))
 	const user, pass = "tenure", "s3cret-pw"
@@ -345,7 +190,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 	})
 
 	t.Run("wrong CA", func(t *testing.T) {
-		other := newTestPKI(t, t.TempDir())
+		other := testserver.NewPKI(t, t.TempDir())
 		_, err := openURL(t, fmt.Sprintf("etcd://%s:%s@%s?ca=%s&dial_timeout=2s", user, pass, addr, other.CA))
 		var verr *tls.CertificateVerificationError
 		if !errors.As(err, &verr) {
@@ -360,7 +205,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 // client certificate or one from another CA fails with an error.
 func TestMutualTLSRealServer(t *testing.T) {
 	dir := t.TempDir()
-	p := newTestPKI(t, dir)
+	p := testserver.NewPKI(t, dir)
 	addr := startTLSEtcd(t, p, dir, true)
 	certs := fmt.Sprintf("ca=%s&cert=%s&key=%s", p.CA, p.ClientCert, p.ClientKey)
 	admin := openWait(t, fmt.Sprintf("etcd://%s?%s", addr, certs))
@@ -378,7 +223,7 @@ func TestMutualTLSRealServer(t *testing.T) {
 		t.Fatalf("OpenURL without a client certificate: %v; want the server's TLS alert", err)
 	}
 	t.Logf("without a client certificate: %v", err)
-	other := newTestPKI(t, t.TempDir())
+	other := testserver.NewPKI(t, t.TempDir())
 	_, err = openURL(t, fmt.Sprintf("etcd://%s:%s@%s?ca=%s&cert=%s&key=%s&dial_timeout=2s", user, pass, addr, p.CA, other.ClientCert, other.ClientKey))
 	if err == nil || !strings.Contains(err.Error(), "remote error: tls: ") {
 		t.Fatalf("OpenURL with a client certificate of another CA: %v; want the server's TLS alert", err)

@@ -6,17 +6,10 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,86 +22,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/postgres"
 )
-
-// testPKI is a CA with a server certificate (127.0.0.1, ::1, localhost) and
-// a client certificate signed by it, as PEM files in a directory.
-type testPKI struct {
-	CA, ServerCert, ServerKey, ClientCert, ClientKey string
-}
-
-func newTestPKI(t *testing.T, dir string) testPKI {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tenure test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testPKI{CA: filepath.Join(dir, "ca.pem")}
-	writePEM(t, p.CA, "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.DNSNames = []string{"localhost"}
-			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		writePEM(t, certFile, "CERTIFICATE", der)
-		writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-		return certFile, keyFile
-	}
-	p.ServerCert, p.ServerKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.ClientCert, p.ClientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // pgBinDir returns the newest /usr/lib/postgresql/<version>/bin with a
 // postgres binary (as scripts/postgres finds it; TENURE_PG_BINDIR
@@ -169,7 +85,7 @@ func command(uid, gid int, name string, args ...string) *exec.Cmd {
 // hostssl ... scram-sha-256 clientcert=verify-ca), and starts postgres with
 // a generated server certificate on a random port. It returns the port and
 // the certificates once the server accepts logins.
-func startTLSPostgres(t *testing.T, user, pass string) (port int, pki testPKI) {
+func startTLSPostgres(t *testing.T, user, pass string) (port int, pki testserver.PKI) {
 	t.Helper()
 	bin := pgBinDir(t)
 	uid, gid := postgresUser(t)
@@ -180,7 +96,7 @@ func startTLSPostgres(t *testing.T, user, pass string) (port int, pki testPKI) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	pki = newTestPKI(t, dir)
+	pki = testserver.NewPKI(t, dir)
 	chown := func(paths ...string) {
 		if uid < 0 {
 			return
@@ -208,7 +124,7 @@ func startTLSPostgres(t *testing.T, user, pass string) (port int, pki testPKI) {
 	}
 	chown(filepath.Join(data, "pg_hba.conf"))
 
-	port = freePort(t)
+	port = testserver.FreePort(t)
 	cmd := command(uid, gid, filepath.Join(bin, "postgres"), "-D", data,
 		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(port),
 		"-c", "unix_socket_directories="+dir,
@@ -310,20 +226,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 		}
 		lk := locker(t, s)
 		r := resource(t)
-		l, err := lk.TryAcquire(ctx, r, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Renew(ctx); err != nil {
-			t.Fatal(err)
-		}
-		rec, err := lk.Get(ctx, r)
-		if err != nil || rec.Owner != lk.Owner() || rec.Token != l.Token() {
-			t.Fatalf("Get = %+v, %v; want owner %s token %d", rec, err, lk.Owner(), l.Token())
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		testserver.LeaseRoundTrip(ctx, t, lk, r)
 		// The LISTEN connection (outside the pool) uses TLS and the
 		// password too.
 		s2, err := openURL(t, good)
@@ -352,7 +255,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 	})
 
 	t.Run("wrong CA", func(t *testing.T) {
-		other := newTestPKI(t, t.TempDir())
+		other := testserver.NewPKI(t, t.TempDir())
 		_, err := openURL(t, fmt.Sprintf(base, pass)+"sslmode=verify-full&sslrootcert="+other.CA+client)
 		var verr *tls.CertificateVerificationError
 		if !errors.As(err, &verr) {
@@ -369,7 +272,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 	})
 
 	t.Run("client certificate of another CA", func(t *testing.T) {
-		other := newTestPKI(t, t.TempDir())
+		other := testserver.NewPKI(t, t.TempDir())
 		_, err := openURL(t, fmt.Sprintf(base, pass)+"sslmode=verify-full&sslrootcert="+p.CA+"&sslcert="+other.ClientCert+"&sslkey="+other.ClientKey)
 		if err == nil {
 			t.Fatal("OpenURL with a client certificate of another CA succeeded")
