@@ -180,3 +180,21 @@ func LeaseRoundTrip(ctx context.Context, t testing.TB, lk *tenure.Locker, r stri
 		t.Fatal(err)
 	}
 }
+
+// OpenBounded opens a store from raw with open, within 10 s, and fails the
+// test if that took the whole 10 s: a wrong password or certificate must
+// give an error, not a hang. A store that opened is closed at the end of
+// the test.
+func OpenBounded[S interface{ Close() error }](t testing.TB, raw string, open func(context.Context, string) (S, error)) (S, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := open(ctx, raw)
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("opening %s took the whole 10 s context (err %v)", raw, err)
+	}
+	return s, err
+}

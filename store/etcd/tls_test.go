@@ -93,20 +93,10 @@ func enableAuth(t *testing.T, cli *clientv3.Client, rootPW, user, pw string) {
 	}
 }
 
-// openURL opens raw within 10 s and fails the test if that took the whole
-// 10 s (a hang instead of an error).
+// openURL opens raw within 10 s (testserver.OpenBounded).
 func openURL(t *testing.T, raw string) (*etcd.Store, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := etcd.OpenURL(ctx, raw)
-	if err == nil {
-		t.Cleanup(func() { s.Close() })
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("OpenURL(%s) took the whole 10 s context (err %v)", raw, err)
-	}
-	return s, err
+	return testserver.OpenBounded(t, raw, etcd.OpenURL)
 }
 
 // leaseRoundTrip takes, renews, reads and releases one lease through a

@@ -179,20 +179,10 @@ func startTLSPostgres(t *testing.T, user, pass string) (port int, pki testserver
 	}
 }
 
-// openURL opens raw within 10 s and fails the test if that took the whole
-// 10 s (a hang instead of an error).
+// openURL opens raw within 10 s (testserver.OpenBounded).
 func openURL(t *testing.T, raw string) (*postgres.Store, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := postgres.OpenURL(ctx, raw)
-	if err == nil {
-		t.Cleanup(func() { s.Close() })
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("OpenURL(%s) took the whole 10 s context (err %v)", raw, err)
-	}
-	return s, err
+	return testserver.OpenBounded(t, raw, postgres.OpenURL)
 }
 
 // TestTLSAndPasswordRealServer starts its own PostgreSQL that accepts only

@@ -59,16 +59,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 	good := fmt.Sprintf("rediss://%s:%s@%s/0?ca=%s", user, pass, addr, p.CA)
 
 	openURL := func(raw string) (*tredis.Store, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s, err := tredis.OpenURL(ctx, raw)
-		if err == nil {
-			t.Cleanup(func() { s.Close() })
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("OpenURL(%s) took the whole 10 s context (err %v)", raw, err)
-		}
-		return s, err
+		return testserver.OpenBounded(t, raw, tredis.OpenURL)
 	}
 
 	t.Run("works", func(t *testing.T) {
