@@ -3,16 +3,34 @@ package tenure
 import (
 	"errors"
 	"fmt"
-	"time"
+
+	"github.com/tenure-go/tenure/driver"
 )
+
+// MaxResourceLen is the longest resource name, in bytes.
+const MaxResourceLen = driver.MaxResourceLen
+
+// Record is a live lease as a store sees it: resource, owner, fencing token,
+// TTL and time left (see driver.Record).
+type Record = driver.Record
+
+// HeldError reports that a resource is held by another owner. It matches
+// ErrHeld with errors.Is and is extracted with errors.As:
+//
+//	var held *tenure.HeldError
+//	if errors.As(err, &held) {
+//		log.Printf("held by %s (token %d)", held.Holder.Owner, held.Holder.Token)
+//	}
+type HeldError = driver.HeldError
 
 // Sentinel errors. Every error that tenure or a store returns for one of these
 // conditions wraps the matching sentinel, so callers test with errors.Is and
-// never compare strings.
+// never compare strings. The store-level ones are the same values as the
+// driver package's.
 var (
 	// ErrHeld means that another owner holds a live lease on the resource.
 	// The error is (or wraps) a *HeldError that names the holder.
-	ErrHeld = errors.New("tenure: lease held by another owner")
+	ErrHeld = driver.ErrHeld
 
 	// ErrLeaseLost means that the lease can no longer be trusted: the store
 	// answered that this owner and fencing token no longer hold it, its local
@@ -20,7 +38,7 @@ var (
 	// context is cancelled with a cause that wraps ErrLeaseLost, and every
 	// Renew or Release after the loss returns it. Jaeger's lock calls the
 	// same condition errLockOwnership.
-	ErrLeaseLost = errors.New("tenure: lease lost")
+	ErrLeaseLost = driver.ErrLeaseLost
 
 	// ErrReleased is the cause of a lease context cancelled because its
 	// holder released the lease. It wraps ErrLeaseLost, so code that only
@@ -30,82 +48,27 @@ var (
 	// ErrInvalidResource means that a resource name is empty, longer than
 	// MaxResourceLen bytes, not valid UTF-8, or contains NUL. It is returned
 	// before any I/O.
-	ErrInvalidResource = errors.New("tenure: invalid resource name")
+	ErrInvalidResource = driver.ErrInvalidResource
 
 	// ErrInvalidOwner means that an owner id is empty, too long, not valid
 	// UTF-8, or contains NUL or the nonce separator where it must not.
-	ErrInvalidOwner = errors.New("tenure: invalid owner id")
+	ErrInvalidOwner = driver.ErrInvalidOwner
 
 	// ErrInvalidTTL means that a TTL is not positive, or is outside what the
 	// store can keep exactly (for example below one second on Cassandra, whose
 	// TTLs are whole seconds). It is returned before any I/O.
-	ErrInvalidTTL = errors.New("tenure: invalid TTL")
+	ErrInvalidTTL = driver.ErrInvalidTTL
 
 	// ErrUnknownOutcome means that the store may or may not have applied an
 	// operation (a timeout after the request was sent, Cassandra's CAS write
 	// timeout) and tenure could not resolve which before the lease's deadline.
 	// The error wraps the store's own error as well.
-	ErrUnknownOutcome = errors.New("tenure: outcome unknown")
+	ErrUnknownOutcome = driver.ErrUnknownOutcome
 
-	// ErrNotHeld is returned by Store.Get when no live lease exists on the
+	// ErrNotHeld is returned by Get when no live lease exists on the
 	// resource.
-	ErrNotHeld = errors.New("tenure: resource not held")
+	ErrNotHeld = driver.ErrNotHeld
 
 	// ErrClosed is returned by a Locker after Close.
 	ErrClosed = errors.New("tenure: locker closed")
 )
-
-// HeldError reports that a resource is held by another owner. It matches
-// ErrHeld with errors.Is and is extracted with errors.As:
-//
-//	var held *tenure.HeldError
-//	if errors.As(err, &held) {
-//		log.Printf("held by %s (token %d)", held.Holder.Owner, held.Holder.Token)
-//	}
-type HeldError struct {
-	// Holder is the live lease as the store reported it. Holder.Remaining is
-	// zero when the store did not say how much time is left. Holder.Owner is
-	// empty when the store saw the resource change hands while the request
-	// ran; trying again is the answer.
-	Holder Record
-}
-
-// Error describes the holder.
-func (e *HeldError) Error() string {
-	if e.Holder.Owner == "" {
-		// A store saw the resource taken and freed by others while the
-		// request ran (Cassandra gives up after two attempts).
-		return fmt.Sprintf("tenure: %q changed hands while the request ran (token %d); try again", e.Holder.Resource, e.Holder.Token)
-	}
-	s := fmt.Sprintf("tenure: %q is held by %s", e.Holder.Resource, e.Holder.Owner)
-	if e.Holder.Token != 0 {
-		s += fmt.Sprintf(" (token %d", e.Holder.Token)
-	} else {
-		s += " (no fencing token"
-	}
-	if e.Holder.Remaining > 0 {
-		s += fmt.Sprintf(", %s left", e.Holder.Remaining.Round(time.Millisecond))
-	}
-	return s + ")"
-}
-
-// Is reports whether target is ErrHeld.
-func (e *HeldError) Is(target error) bool { return target == ErrHeld }
-
-// UnknownOutcome wraps cause so that the result matches both
-// ErrUnknownOutcome and cause with errors.Is. Stores use it when a request
-// was sent but its answer was lost.
-func UnknownOutcome(cause error) error {
-	if cause == nil || errors.Is(cause, ErrUnknownOutcome) {
-		return cause
-	}
-	return &unknownOutcomeError{cause: cause}
-}
-
-type unknownOutcomeError struct{ cause error }
-
-func (e *unknownOutcomeError) Error() string {
-	return ErrUnknownOutcome.Error() + ": " + e.cause.Error()
-}
-
-func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrUnknownOutcome, e.cause} }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/driver"
 )
 
 type leaseState int
@@ -368,7 +369,7 @@ func (l *Lease) releaseInStore(ctx context.Context, until time.Time) error {
 		return fmt.Errorf("tenure: release %q (token %d): %w: the store expired it before it could be released", l.resource, l.token, ErrLeaseLost)
 	}
 	if unknown {
-		lastErr = UnknownOutcome(lastErr)
+		lastErr = driver.UnknownOutcome(lastErr)
 	}
 	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.token, l.ttl, lastErr)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -282,7 +283,7 @@ func TestTransientFailuresLoseAtDeadline(t *testing.T) {
 	}
 }
 
-func waitFree(t *testing.T, s tenure.Store, r string) {
+func waitFree(t *testing.T, s driver.Store, r string) {
 	t.Helper()
 	for limit := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, err := s.Get(context.Background(), r); errors.Is(err, tenure.ErrNotHeld) {

@@ -3,7 +3,7 @@
 // automatic renewal, and a context that is cancelled the moment the lease can
 // no longer be trusted.
 //
-// A Locker is made from a Store (store/sqlite for one host, store/cassandra
+// A Locker is made from a store (store/sqlite for one host, store/cassandra
 // across hosts, store/memory in tests) and acquires leases:
 //
 //	lk, err := tenure.New(store, tenure.WithOwnerID("indexer-1"))
@@ -31,6 +31,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/backoff"
 )
 
@@ -110,12 +111,12 @@ func WithOnLost(f func(lease *Lease, cause error)) Option {
 // goroutines, whatever the number of leases it holds.
 func WithMaxConcurrentRenewals(n int) Option { return func(c *config) { c.maxRenewals = n } }
 
-// Locker acquires leases from a Store on behalf of one owner. It is safe for
+// Locker acquires leases from a store on behalf of one owner. It is safe for
 // concurrent use. A Locker is not reentrant: while it holds (or is
 // acquiring) a resource, TryAcquire of the same resource returns a
 // *HeldError naming this Locker's own owner, and Acquire waits.
 type Locker struct {
-	store  Store
+	store  driver.Store
 	owner  string
 	clock  clockwork.Clock
 	cfg    config
@@ -179,7 +180,7 @@ func (lk *Locker) backgroundIdle() <-chan struct{} {
 // New returns a Locker that keeps its leases in store. It returns an error
 // wrapping ErrInvalidOwner for a bad owner id, and a plain error for other
 // bad options.
-func New(store Store, opts ...Option) (*Locker, error) {
+func New(store driver.Store, opts ...Option) (*Locker, error) {
 	if store == nil {
 		return nil, errors.New("tenure: nil store")
 	}
@@ -232,20 +233,10 @@ func New(store Store, opts ...Option) (*Locker, error) {
 // Locker writes to the store.
 func (lk *Locker) Owner() string { return lk.owner }
 
-// Store returns the Locker's store.
-func (lk *Locker) Store() Store { return lk.store }
-
-// Clock returns the Locker's clock.
-func (lk *Locker) Clock() clockwork.Clock { return lk.clock }
-
-// RetryInterval returns the largest delay between two attempts of a blocking
-// Acquire.
-func (lk *Locker) RetryInterval() time.Duration { return lk.cfg.retry.Cap }
-
 // Get returns the live lease on resource as the store sees it, or an error
 // wrapping ErrNotHeld.
 func (lk *Locker) Get(ctx context.Context, resource string) (Record, error) {
-	if err := ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return Record{}, err
 	}
 	return lk.store.Get(ctx, resource)
@@ -253,7 +244,7 @@ func (lk *Locker) Get(ctx context.Context, resource string) (Record, error) {
 
 // List returns the live leases whose resource starts with prefix.
 func (lk *Locker) List(ctx context.Context, prefix string) ([]Record, error) {
-	if err := ValidatePrefix(prefix); err != nil {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	return lk.store.List(ctx, prefix)
@@ -272,10 +263,10 @@ func (lk *Locker) interval(ttl time.Duration) time.Duration {
 }
 
 func (lk *Locker) checkTTL(ttl time.Duration) error {
-	if err := ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	if c, ok := lk.store.(TTLChecker); ok {
+	if c, ok := lk.store.(driver.TTLChecker); ok {
 		if err := c.CheckTTL(ttl); err != nil {
 			return err
 		}
@@ -300,7 +291,7 @@ func (lk *Locker) checkTTL(ttl time.Duration) error {
 // cancellation: cancelling ctx after TryAcquire returns does not end the
 // lease.
 func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
-	if err := ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
 	if err := lk.checkTTL(ttl); err != nil {
@@ -416,7 +407,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, t
 	// Until a read succeeds again, later acquires probe before they write.
 	lk.probe.Store(true)
 	lk.background(func() { lk.cleanup(resource, ttl) })
-	return nil, fmt.Errorf("tenure: acquire %q: %w", resource, UnknownOutcome(lastErr))
+	return nil, fmt.Errorf("tenure: acquire %q: %w", resource, driver.UnknownOutcome(lastErr))
 }
 
 // cleanup frees resource in the store if it is held by this Locker's owner,
@@ -507,14 +498,14 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	for _, o := range opts {
 		o(&ac)
 	}
-	if err := ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
 	if err := lk.checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	var notify <-chan struct{}
-	if n, ok := lk.store.(Notifier); ok {
+	if n, ok := lk.store.(driver.Notifier); ok {
 		ch, stop, err := n.Subscribe(ctx, resource)
 		if err != nil {
 			lk.log.Warn("release notifications unavailable; polling", "resource", resource, "err", err)

@@ -10,6 +10,9 @@ import (
 	"unicode/utf8"
 )
 
+// MaxOwnerIDLen is the longest readable owner id, in bytes.
+const MaxOwnerIDLen = 200
+
 // OwnerSeparator separates the readable id from the nonce in an owner
 // string, as in "web-3:4711#9f86d081884c7d65".
 const OwnerSeparator = "#"

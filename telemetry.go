@@ -85,7 +85,7 @@ func newTelemetry(c telemetryConfig) *telemetry {
 		metric.WithDescription("Leases currently held and trusted."),
 		metric.WithUnit("{lease}"))
 	t.unknown, _ = m.Int64Counter("tenure.lease.unknown_outcomes",
-		metric.WithDescription("Store operations whose answer was lost and had to be resolved, by operation."),
+		metric.WithDescription("driver.Store operations whose answer was lost and had to be resolved, by operation."),
 		metric.WithUnit("{operation}"))
 	return t
 }

@@ -36,6 +36,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Defaults, as in client-go's leader election, scaled to tenure's renewal
@@ -106,8 +107,8 @@ type Candidate struct {
 // New returns a candidate whose lease lives in store. It validates the
 // configuration and returns an error wrapping tenure.ErrInvalidResource,
 // tenure.ErrInvalidTTL or tenure.ErrInvalidOwner for bad input.
-func New(store tenure.Store, cfg Config) (*Candidate, error) {
-	if err := tenure.ValidateResource(cfg.Resource); err != nil {
+func New(store driver.Store, cfg Config) (*Candidate, error) {
+	if err := driver.ValidateResource(cfg.Resource); err != nil {
 		return nil, err
 	}
 	if cfg.TTL == 0 {
@@ -116,7 +117,7 @@ func New(store tenure.Store, cfg Config) (*Candidate, error) {
 	if cfg.RetryPeriod == 0 {
 		cfg.RetryPeriod = DefaultRetryPeriod
 	}
-	if err := tenure.ValidateTTL(cfg.TTL); err != nil {
+	if err := driver.ValidateTTL(cfg.TTL); err != nil {
 		return nil, err
 	}
 	if cfg.RetryPeriod < 0 || cfg.RenewInterval < 0 {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // ParticipantOptions configures a Participant, with the names of Jaeger's
@@ -40,7 +40,7 @@ type Participant struct {
 
 // NewParticipant returns a participant in the election on resource, with
 // its lease in store.
-func NewParticipant(store tenure.Store, resource string, opts ParticipantOptions) (*Participant, error) {
+func NewParticipant(store driver.Store, resource string, opts ParticipantOptions) (*Participant, error) {
 	if opts.LeaderLeaseRefreshInterval == 0 {
 		opts.LeaderLeaseRefreshInterval = 5 * time.Second
 	}

@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/internal/storeurl"
 	"github.com/tenure-go/tenure/store/cassandra"
@@ -54,7 +55,7 @@ func init() {
 	// The tenure command registers cassandra:// for storeurl; so do the
 	// tests and their helpers.
 	if !storeurl.Registered("cassandra") {
-		storeurl.Register("cassandra", func(ctx context.Context, raw string) (tenure.Store, error) {
+		storeurl.Register("cassandra", func(ctx context.Context, raw string) (driver.Store, error) {
 			s, err := cassandra.OpenURL(ctx, raw)
 			if errors.Is(err, cassandra.ErrBadURL) {
 				return nil, storeurl.BadURL(err)
@@ -240,7 +241,7 @@ func (c *candidate) exited() bool {
 type cluster struct {
 	t             *testing.T
 	dir           string
-	store         tenure.Store // the test's own connection, to ask who leads
+	store         driver.Store // the test's own connection, to ask who leads
 	storeURL      string
 	resource      string
 	ttl, retry    time.Duration

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
 )
 
@@ -160,7 +161,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 
 	// Open the store and read the current leader: a store that cannot be
 	// reached at start is exit code 69, as for tenure run.
-	var store tenure.Store
+	var store driver.Store
 	var current tenure.Record
 	if s := interruptible(sigCh, func(ctx context.Context) {
 		if store, err = a.openStore(ctx); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/storeurl"
 )
 
@@ -58,7 +59,7 @@ func display(s string) string {
 	return s
 }
 
-func (a *app) withStore(f func(ctx context.Context, s tenure.Store) error) error {
+func (a *app) withStore(f func(ctx context.Context, s driver.Store) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	s, err := a.openStore(ctx)
@@ -92,10 +93,10 @@ arguments, 69 when the store cannot be opened or reached.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			resource := args[0]
-			if err := tenure.ValidateResource(resource); err != nil {
+			if err := driver.ValidateResource(resource); err != nil {
 				return usage("status: resource %q: %s", resource, errText(err))
 			}
-			return a.withStore(func(ctx context.Context, s tenure.Store) error {
+			return a.withStore(func(ctx context.Context, s driver.Store) error {
 				rec, err := s.Get(ctx, resource)
 				if errors.Is(err, tenure.ErrNotHeld) {
 					if asJSON {
@@ -169,10 +170,10 @@ store cannot be opened or reached.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			if err := tenure.ValidatePrefix(prefix); err != nil {
+			if err := driver.ValidatePrefix(prefix); err != nil {
 				return usage("list: prefix %q: %s", prefix, errText(err))
 			}
-			return a.withStore(func(ctx context.Context, s tenure.Store) error {
+			return a.withStore(func(ctx context.Context, s driver.Store) error {
 				recs, err := s.List(ctx, prefix)
 				if err != nil {
 					return storeErr(err, "list %s", quoteName(prefix))
@@ -245,10 +246,10 @@ is held by another owner than ID); 64 bad arguments, or neither --owner nor
 			case ownerSet && owner == "":
 				return usage("release: --owner is empty")
 			}
-			if err := tenure.ValidateResource(resource); err != nil {
+			if err := driver.ValidateResource(resource); err != nil {
 				return usage("release: resource %q: %s", resource, errText(err))
 			}
-			return a.withStore(func(ctx context.Context, s tenure.Store) error {
+			return a.withStore(func(ctx context.Context, s driver.Store) error {
 				rec, err := s.Get(ctx, resource)
 				if errors.Is(err, tenure.ErrNotHeld) {
 					return fail(exitFree, "release: %s is not held; nothing to release", quoteName(resource))

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/storeurl"
 )
 
@@ -257,7 +258,7 @@ func (a *app) storeURLOrDefault() (string, error) {
 // openStore opens the store that --store, $TENURE_STORE or the default
 // names. A bad URL is a usage error (64) and names the known schemes; a
 // store that cannot be opened is exit code 69.
-func (a *app) openStore(ctx context.Context) (tenure.Store, error) {
+func (a *app) openStore(ctx context.Context) (driver.Store, error) {
 	raw, err := a.storeURLOrDefault()
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 type runFlags struct {
@@ -144,13 +145,13 @@ func validateCommand(name string, c *cobra.Command, args []string, ttl, grace ti
 	if err != nil {
 		return "", nil, "", err
 	}
-	if err := tenure.ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return "", nil, "", usage("%s: resource %q: %s", name, resource, errText(err))
 	}
 	if argv[0] == "" {
 		return "", nil, "", usage("%s: the command name is empty", name)
 	}
-	if err := tenure.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return "", nil, "", usage("%s: --ttl %v: the TTL must be positive, such as 30s", name, ttl)
 	}
 	if ttl < time.Millisecond {
@@ -270,7 +271,7 @@ func (a *app) acquire(ctx context.Context, lk *tenure.Locker, resource string, f
 }
 
 // notAcquired turns a failed acquire into an exit code and a message.
-func (a *app) notAcquired(store tenure.Store, resource string, f *runFlags, timedOut bool, err error) error {
+func (a *app) notAcquired(store driver.Store, resource string, f *runFlags, timedOut bool, err error) error {
 	var held *tenure.HeldError
 	if errors.As(err, &held) {
 		msg := describeHolder(held.Holder)

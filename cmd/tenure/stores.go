@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/storeurl"
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/etcd"
@@ -58,7 +58,7 @@ func (d driverLog) Printf(ctx context.Context, format string, v ...any) {
 	d.log.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
-func openEtcd(ctx context.Context, raw string) (tenure.Store, error) {
+func openEtcd(ctx context.Context, raw string) (driver.Store, error) {
 	cfg, err := etcd.ParseURL(raw)
 	if err != nil {
 		return nil, storeurl.BadURL(err)
@@ -70,7 +70,7 @@ func openEtcd(ctx context.Context, raw string) (tenure.Store, error) {
 	return s, nil
 }
 
-func openRedis(ctx context.Context, raw string) (tenure.Store, error) {
+func openRedis(ctx context.Context, raw string) (driver.Store, error) {
 	cfg, err := redis.ParseURL(raw)
 	if err != nil {
 		return nil, storeurl.BadURL(err)
@@ -99,7 +99,7 @@ func cassandraErr(err error) error {
 	return err
 }
 
-func openCassandra(ctx context.Context, raw string) (tenure.Store, error) {
+func openCassandra(ctx context.Context, raw string) (driver.Store, error) {
 	cfg, err := cassandraConfig(raw)
 	if err != nil {
 		return nil, err
@@ -127,7 +127,7 @@ func postgresConfig(raw string) (postgres.Config, error) {
 	return cfg, nil
 }
 
-func openPostgres(ctx context.Context, raw string) (tenure.Store, error) {
+func openPostgres(ctx context.Context, raw string) (driver.Store, error) {
 	cfg, err := postgresConfig(raw)
 	if err != nil {
 		return nil, err

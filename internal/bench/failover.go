@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
 )
 
@@ -40,7 +40,7 @@ type CandidateConfig struct {
 //	lead PID MONO_NS TOKEN     started leading
 //	stopped PID MONO_NS        the term ended
 //	exit PID MONO_NS           Run returned
-func RunCandidate(ctx context.Context, store tenure.Store, cfg CandidateConfig, pid int, out io.Writer) error {
+func RunCandidate(ctx context.Context, store driver.Store, cfg CandidateConfig, pid int, out io.Writer) error {
 	var mu sync.Mutex
 	emit := func(format string, args ...any) {
 		mu.Lock()

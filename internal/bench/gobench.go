@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // GoBenchmarks runs the Go benchmarks that every store's *_bench_test.go
@@ -22,7 +23,7 @@ import (
 // Each iteration is one acquire+release, renewal or cycle. When count is
 // not nil it returns the store requests of kind unit sent so far (a Meter's
 // count, a test's LWT counter), and each benchmark reports unit/op.
-func GoBenchmarks(b *testing.B, s tenure.Store, prefix string, unit string, count func() int64) {
+func GoBenchmarks(b *testing.B, s driver.Store, prefix string, unit string, count func() int64) {
 	const ttl = 30 * time.Second
 	report := func(b *testing.B, before int64) {
 		if count != nil && b.N > 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // ScaleConfig configures the scale phase: one Locker holding many leases,
@@ -89,7 +90,7 @@ type ScaleResult struct {
 // scaleStore wraps the target's store to time every renewal of the scale
 // leases. Its memory is allocated before the baseline is measured.
 type scaleStore struct {
-	tenure.Store
+	driver.Store
 	base     time.Time
 	interval time.Duration
 	slack    time.Duration
@@ -110,7 +111,7 @@ func (s *scaleStore) index(resource string) int {
 }
 
 func (s *scaleStore) CheckTTL(ttl time.Duration) error {
-	if c, ok := s.Store.(tenure.TTLChecker); ok {
+	if c, ok := s.Store.(driver.TTLChecker); ok {
 		return c.CheckTTL(ttl)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Operations.
@@ -40,7 +41,7 @@ type Client interface {
 // background schedule, which the long TTL keeps from running), Release is
 // Lease.Release.
 type lockerSystem struct {
-	store tenure.Store
+	store driver.Store
 	opts  []tenure.Option
 	// fresh makes every acquire take a resource never used before (the
 	// resource name given, plus a counter), as the raw-LWT floor does.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/storeurl"
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/etcd"
@@ -36,7 +37,7 @@ type Target struct {
 	Name string
 	// URL is the store URL (empty for memory), for candidate processes.
 	URL   string
-	Store tenure.Store
+	Store driver.Store
 	// Meter counts the store's requests; nil for memory.
 	Meter *Meter
 	// Baselines are the other systems measured on the same server: on

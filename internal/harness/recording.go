@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // RecordingStore wraps the store a worker's Locker uses and records every
@@ -15,18 +16,18 @@ import (
 // the result (granted, held, renewed, released, lost, got, notheld, unknown
 // or error). A process killed during a call leaves a call without a return.
 type RecordingStore struct {
-	inner tenure.Store
+	inner driver.Store
 	rec   *Recorder
 
 	mu        sync.Mutex
 	lastGrant Event // the return event of the last granted Acquire, with Send set
 }
 
-// NewRecordingStore wraps inner. When inner is a tenure.Notifier, so is the
+// NewRecordingStore wraps inner. When inner is a driver.Notifier, so is the
 // result.
-func NewRecordingStore(inner tenure.Store, rec *Recorder) tenure.Store {
+func NewRecordingStore(inner driver.Store, rec *Recorder) driver.Store {
 	s := &RecordingStore{inner: inner, rec: rec}
-	if n, ok := inner.(tenure.Notifier); ok {
+	if n, ok := inner.(driver.Notifier); ok {
 		return &recordingNotifier{RecordingStore: s, n: n}
 	}
 	return s
@@ -34,7 +35,7 @@ func NewRecordingStore(inner tenure.Store, rec *Recorder) tenure.Store {
 
 type recordingNotifier struct {
 	*RecordingStore
-	n tenure.Notifier
+	n driver.Notifier
 }
 
 func (s *recordingNotifier) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
@@ -43,7 +44,7 @@ func (s *recordingNotifier) Subscribe(ctx context.Context, resource string) (<-c
 
 // LastGrant returns the send and reply times and the token of the last
 // Acquire call that the store answered with a grant.
-func LastGrant(s tenure.Store) (send, reply int64, token uint64) {
+func LastGrant(s driver.Store) (send, reply int64, token uint64) {
 	var rs *RecordingStore
 	switch v := s.(type) {
 	case *RecordingStore:
@@ -83,7 +84,7 @@ func classify(err error, ok string) (string, string) {
 	return ResError, err.Error()
 }
 
-// Acquire implements tenure.Store.
+// Acquire implements driver.Store.
 func (s *RecordingStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
 	id, send := s.call(OpAcquire, owner, 0, ttl)
 	rec, err := s.inner.Acquire(ctx, resource, owner, ttl)
@@ -109,7 +110,7 @@ func (s *RecordingStore) Acquire(ctx context.Context, resource, owner string, tt
 	return rec, err
 }
 
-// Renew implements tenure.Store.
+// Renew implements driver.Store.
 func (s *RecordingStore) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	id, _ := s.call(OpRenew, owner, token, ttl)
 	err := s.inner.Renew(ctx, resource, owner, token, ttl)
@@ -119,7 +120,7 @@ func (s *RecordingStore) Renew(ctx context.Context, resource, owner string, toke
 	return err
 }
 
-// Release implements tenure.Store.
+// Release implements driver.Store.
 func (s *RecordingStore) Release(ctx context.Context, resource, owner string, token uint64) error {
 	id, _ := s.call(OpRelease, owner, token, 0)
 	err := s.inner.Release(ctx, resource, owner, token)
@@ -129,7 +130,7 @@ func (s *RecordingStore) Release(ctx context.Context, resource, owner string, to
 	return err
 }
 
-// Get implements tenure.Store.
+// Get implements driver.Store.
 func (s *RecordingStore) Get(ctx context.Context, resource string) (tenure.Record, error) {
 	id, _ := s.call(OpGet, "", 0, 0)
 	rec, err := s.inner.Get(ctx, resource)
@@ -142,11 +143,11 @@ func (s *RecordingStore) Get(ctx context.Context, resource string) (tenure.Recor
 	return rec, err
 }
 
-// List implements tenure.Store. It is not recorded: the checker's model
+// List implements driver.Store. It is not recorded: the checker's model
 // covers one resource.
 func (s *RecordingStore) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
 	return s.inner.List(ctx, prefix)
 }
 
-// Close implements tenure.Store.
+// Close implements driver.Store.
 func (s *RecordingStore) Close() error { return s.inner.Close() }

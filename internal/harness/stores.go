@@ -16,7 +16,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/storeurl"
 	"github.com/tenure-go/tenure/store/cassandra"
@@ -186,7 +186,7 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 // ("node=proxy,...") makes the driver reach every node through the
 // orchestrator's fault proxy: the contact points are the proxies, and the
 // node addresses the cluster announces are translated to them.
-func openWorkerStore(ctx context.Context, raw, translate string) (tenure.Store, error) {
+func openWorkerStore(ctx context.Context, raw, translate string) (driver.Store, error) {
 	if translate == "" {
 		scheme, _, _ := strings.Cut(raw, ":")
 		switch scheme {

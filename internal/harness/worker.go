@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // WorkerConfig configures one contender process.
@@ -96,7 +97,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 type worker struct {
 	cfg    WorkerConfig
 	rec    *Recorder
-	rs     tenure.Store
+	rs     driver.Store
 	lk     *tenure.Locker
 	status io.Writer
 	rng    *rand.Rand

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -58,7 +58,7 @@ func SQLitePath(u *url.URL) (string, error) {
 	return p, nil
 }
 
-func openSQLite(ctx context.Context, raw string) (tenure.Store, error) {
+func openSQLite(ctx context.Context, raw string) (driver.Store, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		var ue *url.Error

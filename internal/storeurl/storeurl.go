@@ -1,4 +1,4 @@
-// Package storeurl opens a tenure.Store from a URL such as
+// Package storeurl opens a driver.Store from a URL such as
 // "sqlite:/var/lib/tenure/leases.db", for the tenure command and for
 // programs that take a store from their configuration.
 //
@@ -24,7 +24,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 var (
@@ -45,7 +45,7 @@ var (
 // wrapping ErrBadURL (see BadURL) for a URL it cannot use (a missing path, an
 // unknown parameter); any other error is reported by Open as ErrUnavailable.
 // It must honour ctx.
-type OpenFunc func(ctx context.Context, raw string) (tenure.Store, error)
+type OpenFunc func(ctx context.Context, raw string) (driver.Store, error)
 
 // BadURL marks err as a bad-URL error: the result matches both ErrBadURL and
 // err with errors.Is. Open functions use it for errors of their own URL
@@ -221,7 +221,7 @@ func Init(ctx context.Context, raw string) error {
 // ErrBadURL that names the known schemes; a store that cannot be opened or
 // reached returns an error wrapping ErrUnavailable and the store's error.
 // Passwords in the URL are redacted from error messages.
-func Open(ctx context.Context, raw string) (tenure.Store, error) {
+func Open(ctx context.Context, raw string) (driver.Store, error) {
 	r, scheme, err := lookup(raw)
 	if err != nil {
 		return nil, err

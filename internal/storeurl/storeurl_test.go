@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/storeurl"
 	"github.com/tenure-go/tenure/store/memory"
 )
@@ -155,7 +155,7 @@ var memtestURL string
 
 // Registered once per process, so that go test -count=N works.
 func init() {
-	storeurl.Register("memtest", func(ctx context.Context, raw string) (tenure.Store, error) {
+	storeurl.Register("memtest", func(ctx context.Context, raw string) (driver.Store, error) {
 		memtestURL = raw
 		switch {
 		case strings.Contains(raw, "fail=1"):
@@ -270,7 +270,7 @@ func TestRegister(t *testing.T) {
 					t.Errorf("Register(%q) did not panic", bad)
 				}
 			}()
-			storeurl.Register(bad, func(context.Context, string) (tenure.Store, error) { return nil, nil }, "")
+			storeurl.Register(bad, func(context.Context, string) (driver.Store, error) { return nil, nil }, "")
 		}()
 	}
 }

@@ -3,14 +3,14 @@ package cassandra
 import (
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
-// CheckTTL implements tenure.TTLChecker, so a Locker rejects a TTL this
+// CheckTTL implements driver.TTLChecker, so a Locker rejects a TTL this
 // store cannot keep (see StoreTTL) before any I/O.
 func (s *Store) CheckTTL(ttl time.Duration) error {
 	_, err := StoreTTL(ttl)
 	return err
 }
 
-var _ tenure.TTLChecker = (*Store)(nil)
+var _ driver.TTLChecker = (*Store)(nil)

@@ -18,6 +18,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -286,7 +287,7 @@ func TestClusterConformance(t *testing.T) {
 	cfg := clusterConfig(t, cassandra.ModeNative)
 	s := openCluster(t, cfg)
 	scfg := storetest.Config{
-		New:         func(*testing.T) tenure.Store { return s },
+		New:         func(*testing.T) driver.Store { return s },
 		ShortTTL:    cassandra.MinTTL,
 		ExpirySlack: time.Second,
 		InvalidTTLs: invalidTTLs,

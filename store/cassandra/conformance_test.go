@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -25,7 +25,7 @@ var invalidTTLs = []time.Duration{
 // write: ExpirySlack is that one second.
 func nativeCfg(t *testing.T) storetest.Config {
 	return storetest.Config{
-		New: func(t *testing.T) tenure.Store {
+		New: func(t *testing.T) driver.Store {
 			s, _ := stores(t)
 			return s
 		},
@@ -37,7 +37,7 @@ func nativeCfg(t *testing.T) storetest.Config {
 
 func jaegerCfg(t *testing.T) storetest.Config {
 	c := nativeCfg(t)
-	c.New = func(t *testing.T) tenure.Store {
+	c.New = func(t *testing.T) driver.Store {
 		_, s := stores(t)
 		return s
 	}

@@ -28,7 +28,7 @@
 // so acquiring a free resource is one lightweight transaction when its view
 // is current, and at most two otherwise: a not-applied result carries the
 // current row, read by column name, which names the holder (a
-// *tenure.HeldError), the right token (one more attempt), or this owner (the
+// *driver.HeldError), the right token (one more attempt), or this owner (the
 // same lease, renewed). A renewal is one conditional UPDATE ... IF owner = ?
 // AND fencing_token = ?, a release one conditional UPDATE that sets the owner
 // to null and keeps the token. Get is a linearizable (SERIAL) read with
@@ -56,7 +56,7 @@
 // the store then keeps every lease at least the requested TTL after it
 // applied the write, which the client's deadline (tSend + TTL·(1−ρ)) relies
 // on. TTLs below MinTTL (1 s) or above MaxTTL are rejected with
-// tenure.ErrInvalidTTL before any I/O; a lease whose holder vanished is gone
+// driver.ErrInvalidTTL before any I/O; a lease whose holder vanished is gone
 // at most MaxExpirySlack after its TTL.
 //
 // # Unknown outcomes
@@ -67,7 +67,7 @@
 // in flight: a row that carries this call's write id proves the write was
 // applied; a row that no longer satisfies the write's condition proves it
 // was not (held by another owner, or lost); otherwise, or when the read
-// fails too, the result wraps tenure.ErrUnknownOutcome and the Locker
+// fails too, the result wraps driver.ErrUnknownOutcome and the Locker
 // resolves it by retrying safely. Nothing is reported granted or not by
 // guess.
 //

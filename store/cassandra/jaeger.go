@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // DefaultJaegerTTL is the TTL that JaegerLock.Acquire uses for a TTL of 0,
@@ -22,7 +23,7 @@ const DefaultJaegerTTL = 60 * time.Second
 // a ModeNative store it also gets fencing tokens (see Token).
 //
 // Deliberate differences from Jaeger's lock, each for safety:
-//   - A TTL between 0 and 1 s is an error wrapping tenure.ErrInvalidTTL
+//   - A TTL between 0 and 1 s is an error wrapping driver.ErrInvalidTTL
 //     (Jaeger writes `USING TTL 0`: a lease that never expires). A TTL of 0
 //     means DefaultJaegerTTL, as in Jaeger.
 //   - Fractional TTLs round up, plus the one second that Cassandra's
@@ -32,7 +33,7 @@ const DefaultJaegerTTL = 60 * time.Second
 //     conditional UPDATE); Jaeger spends two (INSERT IF NOT EXISTS, then
 //     UPDATE).
 //   - A renewal that finds the lease gone reports the loss: Acquire returns
-//     false and an error wrapping tenure.ErrLeaseLost (test it with
+//     false and an error wrapping driver.ErrLeaseLost (test it with
 //     errors.Is). Jaeger's lock would silently insert a new lease when the
 //     old one had expired, hiding that another owner may have held the
 //     resource in between. The next Acquire starts a new lease.
@@ -40,7 +41,7 @@ const DefaultJaegerTTL = 60 * time.Second
 //     two processes configured with the same id (identical containers)
 //     still exclude each other.
 //   - A lost answer is resolved (see Store), and an outcome that stays
-//     unknown is an error wrapping tenure.ErrUnknownOutcome, never a guess.
+//     unknown is an error wrapping driver.ErrUnknownOutcome, never a guess.
 //
 // JaegerLock keeps no timers: as in Jaeger, the caller renews by calling
 // Acquire again well within the TTL, and must stop acting as the holder when
@@ -62,7 +63,7 @@ type jaegerHeld struct {
 
 // NewJaegerLock returns a lock on store for the owner id (tenure.NewOwner
 // appends a random nonce; an empty id means tenure.DefaultOwnerID()). It
-// returns an error wrapping tenure.ErrInvalidOwner for a bad id.
+// returns an error wrapping driver.ErrInvalidOwner for a bad id.
 func NewJaegerLock(store *Store, ownerID string) (*JaegerLock, error) {
 	if store == nil {
 		return nil, errors.New("cassandra store: nil store")
@@ -96,9 +97,9 @@ func (l *JaegerLock) Token(resource string) (uint64, bool) {
 // Acquire acquires resource for ttl, or renews it when this lock already
 // holds it. It returns true when this lock holds the lease (granted or
 // renewed); false and a nil error when another owner holds it; false and an
-// error wrapping tenure.ErrLeaseLost when a lease this lock held was lost
+// error wrapping driver.ErrLeaseLost when a lease this lock held was lost
 // (expired or taken) since the last call; and false with another error
-// (tenure.ErrInvalidTTL, ErrInvalidResource, ErrUnknownOutcome, or the
+// (driver.ErrInvalidTTL, ErrInvalidResource, ErrUnknownOutcome, or the
 // driver's) when it could not tell, in which case acquired is meaningless,
 // as in Jaeger's interface. Each call is bounded by four times the store's
 // Timeout.
@@ -106,7 +107,7 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 	if ttl == 0 {
 		ttl = DefaultJaegerTTL
 	}
-	if err := tenure.ValidateAcquire(resource, l.owner, ttl); err != nil {
+	if err := driver.ValidateAcquire(resource, l.owner, ttl); err != nil {
 		return false, err
 	}
 	if _, err := StoreTTL(ttl); err != nil {
@@ -122,7 +123,7 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 		case err == nil:
 			h.ttl = ttl
 			return true, nil
-		case errors.Is(err, tenure.ErrLeaseLost):
+		case errors.Is(err, driver.ErrLeaseLost):
 			delete(l.held, resource)
 			return false, fmt.Errorf("cassandra jaeger lock: %q: %w", resource, err)
 		default:
@@ -131,7 +132,7 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 	}
 	rec, err := l.store.Acquire(ctx, resource, l.owner, ttl)
 	if err != nil {
-		var held *tenure.HeldError
+		var held *driver.HeldError
 		if errors.As(err, &held) {
 			return false, nil
 		}
@@ -143,13 +144,13 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 
 // Forfeit releases the lease this lock holds on resource, conditioned on
 // this owner (and, on a ModeNative store, its fencing token). It returns true
-// when the store freed it; false and an error wrapping tenure.ErrLeaseLost
+// when the store freed it; false and an error wrapping driver.ErrLeaseLost
 // when this lock did not hold it (as Jaeger's errLockOwnership); false and
 // another error when the store could not be reached or the outcome stayed
 // unknown (the lease then expires by its TTL). Each call is bounded by four
 // times the store's Timeout.
 func (l *JaegerLock) Forfeit(resource string) (bool, error) {
-	if err := tenure.ValidateRelease(resource, l.owner); err != nil {
+	if err := driver.ValidateRelease(resource, l.owner); err != nil {
 		return false, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
@@ -164,12 +165,12 @@ func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 		// outcome): free it only if the store says it is ours.
 		rec, err := l.store.Get(ctx, resource)
 		switch {
-		case errors.Is(err, tenure.ErrNotHeld):
-			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: not held: %w", resource, tenure.ErrLeaseLost)
+		case errors.Is(err, driver.ErrNotHeld):
+			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: not held: %w", resource, driver.ErrLeaseLost)
 		case err != nil:
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: %w", resource, err)
 		case rec.Owner != l.owner:
-			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: held by %s: %w", resource, rec.Owner, tenure.ErrLeaseLost)
+			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: held by %s: %w", resource, rec.Owner, driver.ErrLeaseLost)
 		}
 		token = rec.Token
 	}
@@ -180,7 +181,7 @@ func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 		case err == nil:
 			delete(l.held, resource)
 			return true, nil
-		case errors.Is(err, tenure.ErrLeaseLost):
+		case errors.Is(err, driver.ErrLeaseLost):
 			delete(l.held, resource)
 			if unknown {
 				// The first attempt's answer was lost; the store now says
@@ -188,12 +189,12 @@ func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 				return true, nil
 			}
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: %w", resource, err)
-		case errors.Is(err, tenure.ErrUnknownOutcome) && ctx.Err() == nil:
+		case errors.Is(err, driver.ErrUnknownOutcome) && ctx.Err() == nil:
 			unknown = true
 			continue
 		default:
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: %w", resource, err)
 		}
 	}
-	return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: outcome unknown; the lease expires by its TTL: %w", resource, tenure.ErrUnknownOutcome)
+	return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: outcome unknown; the lease expires by its TTL: %w", resource, driver.ErrUnknownOutcome)
 }

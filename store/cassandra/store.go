@@ -16,11 +16,10 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
-// Store is a tenure.Store on Apache Cassandra (or ScyllaDB). It is safe for
+// Store is a driver.Store on Apache Cassandra (or ScyllaDB). It is safe for
 // concurrent use by many goroutines; many processes and hosts share leases
 // through the cluster. Open one Store per process and share it: each holds
 // a driver session with its own connection pools.
@@ -276,9 +275,9 @@ func (r row) String() string {
 	}
 }
 
-// record describes the row as a tenure.Record.
-func (r row) record(resource string) tenure.Record {
-	rec := tenure.Record{Resource: resource, Owner: r.owner, Token: r.token, Remaining: remaining(r.remaining)}
+// record describes the row as a driver.Record.
+func (r row) record(resource string) driver.Record {
+	rec := driver.Record{Resource: resource, Owner: r.owner, Token: r.token, Remaining: remaining(r.remaining)}
 	if r.ttlMs > 0 {
 		rec.TTL = time.Duration(r.ttlMs) * time.Millisecond
 	}
@@ -286,7 +285,7 @@ func (r row) record(resource string) tenure.Record {
 }
 
 func (r row) held(resource string) error {
-	return &tenure.HeldError{Holder: r.record(resource)}
+	return &driver.HeldError{Holder: r.record(resource)}
 }
 
 // newWriteID returns a random non-zero id for one conditional write, so
@@ -430,52 +429,52 @@ func connectionLost(err error) bool {
 // resolve settles a conditional write whose answer was lost (cause): it
 // reads the row at serial consistency. When the write may not have been
 // sent, or the read fails too, or ctx has ended, it returns an error
-// wrapping tenure.ErrUnknownOutcome; a write that was certainly never
+// wrapping driver.ErrUnknownOutcome; a write that was certainly never
 // executed returns the cause as it is.
 func (s *Store) resolve(ctx context.Context, op, resource string, cause error) (row, error) {
 	if definitelyNotApplied(cause) {
 		return row{}, fmt.Errorf("cassandra store: %s %q: %w", op, resource, cause)
 	}
 	if ctx.Err() != nil {
-		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w (no time left to read the outcome)", op, resource, cause))
+		return row{}, driver.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w (no time left to read the outcome)", op, resource, cause))
 	}
 	r, err := s.read(ctx, resource)
 	if err != nil {
-		return row{}, tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w; the serial read to resolve it failed too: %w", op, resource, cause, err))
+		return row{}, driver.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w; the serial read to resolve it failed too: %w", op, resource, cause, err))
 	}
 	return r, nil
 }
 
 func unknownf(op, resource string, cause error, format string, args ...any) error {
-	return tenure.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), cause))
+	return driver.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), cause))
 }
 
 func lostf(op, resource string, format string, args ...any) error {
-	return fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), tenure.ErrLeaseLost)
+	return fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), driver.ErrLeaseLost)
 }
 
-// Acquire implements tenure.Store. In ModeNative a grant is one conditional
+// Acquire implements driver.Store. In ModeNative a grant is one conditional
 // batch that sets the owner (with the TTL, see StoreTTL) and the next
 // fencing token together; with the last token of the resource in the
 // store's cache, acquiring a free resource is one lightweight transaction,
 // and never more than two (a stale cache, or a lease of the same owner that
 // is renewed). When the second also finds the resource changed hands, the
-// result is a *tenure.HeldError describing the row it saw; its Holder.Owner
+// result is a *driver.HeldError describing the row it saw; its Holder.Owner
 // is empty when the resource was granted and freed again meanwhile.
 //
-// Errors: tenure.ErrInvalidResource, ErrInvalidOwner or ErrInvalidTTL before
-// any I/O; *tenure.HeldError when another owner holds the resource (Holder
+// Errors: driver.ErrInvalidResource, ErrInvalidOwner or ErrInvalidTTL before
+// any I/O; *driver.HeldError when another owner holds the resource (Holder
 // carries owner and token; Remaining is 0 because Cassandra's
 // not-applied result carries no TTL); an error wrapping
-// tenure.ErrUnknownOutcome when the answer was lost and a serial read could
+// driver.ErrUnknownOutcome when the answer was lost and a serial read could
 // not show that this very write was applied; other driver errors wrapped.
-func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
-		return tenure.Record{}, err
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+		return driver.Record{}, err
 	}
 	secs, err := StoreTTL(ttl)
 	if err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	if s.cfg.Mode == ModeJaeger {
 		return s.acquireJaeger(ctx, resource, owner, ttl, secs)
@@ -503,7 +502,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		res = g.renewal(ctx, cur.token)
 	case cur.owner != "":
 		s.cache.set(resource, cur.token)
-		return tenure.Record{}, cur.held(resource)
+		return driver.Record{}, cur.held(resource)
 	default:
 		res = g.free(ctx, cur.token)
 	}
@@ -511,7 +510,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		return res.rec, res.err
 	}
 	s.cache.set(resource, res.row.token)
-	return tenure.Record{}, res.row.held(resource)
+	return driver.Record{}, res.row.held(resource)
 }
 
 // grant is one Acquire in ModeNative.
@@ -528,14 +527,14 @@ type grant struct {
 // record or an error, or not applied with the current row.
 type attempt struct {
 	done bool
-	rec  tenure.Record
+	rec  driver.Record
 	err  error
 	row  row
 }
 
 func (g grant) granted(token uint64) attempt {
 	g.s.cache.set(g.resource, token)
-	return attempt{done: true, rec: tenure.Record{
+	return attempt{done: true, rec: driver.Record{
 		Resource:  g.resource,
 		Owner:     g.owner,
 		Token:     token,
@@ -619,16 +618,16 @@ func (g grant) resolve(ctx context.Context, cause error, pending func(row) bool)
 	return attempt{done: true, err: cur.held(g.resource)}
 }
 
-// Renew implements tenure.Store: one lightweight transaction that extends
+// Renew implements driver.Store: one lightweight transaction that extends
 // the lease only if the row still has this owner and fencing token (so it
 // never re-creates an expired or replaced lease). Errors:
 // ErrInvalidResource, ErrInvalidOwner or ErrInvalidTTL before any I/O; an
-// error wrapping tenure.ErrLeaseLost when the lease is not this owner's
+// error wrapping driver.ErrLeaseLost when the lease is not this owner's
 // with this token (expired, released or replaced); one wrapping
-// tenure.ErrUnknownOutcome when the answer was lost and a serial read could
+// driver.ErrUnknownOutcome when the answer was lost and a serial read could
 // not show that this write was applied; other driver errors wrapped.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	secs, err := StoreTTL(ttl)
@@ -661,15 +660,15 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return nil
 }
 
-// Release implements tenure.Store: one lightweight transaction that frees
+// Release implements driver.Store: one lightweight transaction that frees
 // the resource only if the row has this owner and fencing token, and keeps
 // the token. Errors: ErrInvalidResource or ErrInvalidOwner before any I/O;
-// an error wrapping tenure.ErrLeaseLost when the lease is not this owner's
+// an error wrapping driver.ErrLeaseLost when the lease is not this owner's
 // with this token (including a lease already gone); one wrapping
-// tenure.ErrUnknownOutcome when the answer was lost and a serial read could
+// driver.ErrUnknownOutcome when the answer was lost and a serial read could
 // not show the outcome; other driver errors wrapped.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
-	if err := tenure.ValidateRelease(resource, owner); err != nil {
+	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
 	if s.cfg.Mode == ModeJaeger {
@@ -698,31 +697,31 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	return nil
 }
 
-// Get implements tenure.Store with a linearizable (serial) read, so it sees
+// Get implements driver.Store with a linearizable (serial) read, so it sees
 // every grant, renewal and release that was confirmed before it, and
 // completes any in flight. Remaining is a lower bound: Cassandra's TTL() is
 // whole seconds (see StoreTTL), so the lease lives up to one second longer;
 // it is at least 1 ms for a live lease. Errors: ErrInvalidResource before
-// any I/O; an error wrapping tenure.ErrNotHeld when no live lease exists;
+// any I/O; an error wrapping driver.ErrNotHeld when no live lease exists;
 // driver errors wrapped.
-func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	if err := tenure.ValidateResource(resource); err != nil {
-		return tenure.Record{}, err
+func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
+	if err := driver.ValidateResource(resource); err != nil {
+		return driver.Record{}, err
 	}
 	cur, err := s.read(ctx, resource)
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("cassandra store: get %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("cassandra store: get %q: %w", resource, err)
 	}
 	if cur.token != 0 {
 		s.cache.set(resource, cur.token)
 	}
 	if cur.owner == "" {
-		return tenure.Record{}, fmt.Errorf("cassandra store: %q: %w", resource, tenure.ErrNotHeld)
+		return driver.Record{}, fmt.Errorf("cassandra store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	return cur.record(resource), nil
 }
 
-// List implements tenure.Store. It scans the whole table at the commit
+// List implements driver.Store. It scans the whole table at the commit
 // consistency (QUORUM or LOCAL_QUORUM), page by page, and keeps the live
 // leases whose resource starts with prefix, sorted by resource: Cassandra
 // cannot select a range of partition keys by prefix. It is meant for
@@ -732,8 +731,8 @@ func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error)
 // gc_grace_seconds; past tombstone_failure_threshold (100,000 by default)
 // Cassandra fails it with READ_TOO_MANY_TOMBSTONES. Errors: an invalid prefix
 // (ErrInvalidResource) before any I/O; driver errors wrapped.
-func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
-	if err := tenure.ValidatePrefix(prefix); err != nil {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	iter := s.session.Query(s.st.list).
@@ -741,7 +740,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 		Idempotent(true).
 		PageSize(1000).
 		IterContext(ctx)
-	var out []tenure.Record
+	var out []driver.Record
 	for {
 		m := map[string]any{}
 		if !iter.MapScan(m) {
@@ -766,27 +765,27 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 
 // ModeJaeger.
 
-func (s *Store) acquireJaeger(ctx context.Context, resource, owner string, ttl time.Duration, secs int) (tenure.Record, error) {
-	granted := tenure.Record{Resource: resource, Owner: owner, TTL: ttl, Remaining: time.Duration(secs-1) * time.Second}
+func (s *Store) acquireJaeger(ctx context.Context, resource, owner string, ttl time.Duration, secs int) (driver.Record, error) {
+	granted := driver.Record{Resource: resource, Owner: owner, TTL: ttl, Remaining: time.Duration(secs-1) * time.Second}
 	applied, cur, err := s.casQuery(ctx, s.st.jInsert, resource, owner, secs)
 	if err != nil {
-		return tenure.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
+		return driver.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
 	}
 	if applied {
 		return granted, nil
 	}
 	if cur.owner != owner {
-		return tenure.Record{}, cur.held(resource)
+		return driver.Record{}, cur.held(resource)
 	}
 	// Held by this owner: the same lease, renewed with Jaeger's update.
 	applied, cur, err = s.casQuery(ctx, s.st.jUpdate, secs, owner, resource, owner)
 	if err != nil {
-		return tenure.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
+		return driver.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
 	}
 	if applied {
 		return granted, nil
 	}
-	return tenure.Record{}, cur.held(resource)
+	return driver.Record{}, cur.held(resource)
 }
 
 // resolveJaegerGrant settles a grant in ModeJaeger whose answer was lost.

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // TTL limits.
 const (
 	// MinTTL is the shortest lease TTL the store accepts. Cassandra's TTLs
 	// are whole seconds and `USING TTL 0` means "never expires", so a TTL
-	// below one second is rejected (tenure.ErrInvalidTTL) rather than
+	// below one second is rejected (driver.ErrInvalidTTL) rather than
 	// rounded to 0.
 	MinTTL = time.Second
 
@@ -50,17 +50,17 @@ const cassandraMaxTTL = 630_720_000
 // it at least TTL after it applied the write, and T − 1 ≥ TTL guarantees
 // that whatever the sub-second offset of the write.
 //
-// It returns an error wrapping tenure.ErrInvalidTTL for ttl below MinTTL or
+// It returns an error wrapping driver.ErrInvalidTTL for ttl below MinTTL or
 // above MaxTTL. A TTL of 0 is never returned.
 func StoreTTL(ttl time.Duration) (int, error) {
-	if err := tenure.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return 0, err
 	}
 	if ttl < MinTTL {
-		return 0, fmt.Errorf("%w: %v is below the Cassandra store's minimum of %v (Cassandra TTLs are whole seconds, and TTL 0 means never expires)", tenure.ErrInvalidTTL, ttl, MinTTL)
+		return 0, fmt.Errorf("%w: %v is below the Cassandra store's minimum of %v (Cassandra TTLs are whole seconds, and TTL 0 means never expires)", driver.ErrInvalidTTL, ttl, MinTTL)
 	}
 	if ttl > MaxTTL {
-		return 0, fmt.Errorf("%w: %v is above the Cassandra store's maximum of %v", tenure.ErrInvalidTTL, ttl, MaxTTL)
+		return 0, fmt.Errorf("%w: %v is above the Cassandra store's maximum of %v", driver.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	secs := (ttl + time.Second - 1) / time.Second
 	return int(secs) + 1, nil

@@ -1,4 +1,4 @@
-// Package etcd is a tenure.Store on etcd, through go.etcd.io/etcd/client/v3
+// Package etcd is a driver.Store on etcd, through go.etcd.io/etcd/client/v3
 // (client v3.6, tested against etcd server 3.4.23 as Debian ships it; the v3
 // gRPC API it uses exists unchanged since etcd 3.3).
 //
@@ -42,7 +42,7 @@
 //
 // # Notifications
 //
-// The Store implements tenure.Notifier with an etcd watch on the key, from
+// The Store implements driver.Notifier with an etcd watch on the key, from
 // the revision the subscription read, so that no release or expiry after
 // Subscribe returns is missed. The etcd client multiplexes all watches of a
 // Store on one gRPC stream.
@@ -62,13 +62,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenure-go/tenure/driver"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/tenure-go/tenure"
 )
 
 // Defaults.
@@ -95,7 +94,7 @@ type Config struct {
 	Prefix string
 }
 
-// Store is a tenure.Store and tenure.Notifier on etcd. It is safe for
+// Store is a driver.Store and driver.Notifier on etcd. It is safe for
 // concurrent use.
 type Store struct {
 	cli    *clientv3.Client
@@ -327,14 +326,14 @@ func (s *Store) key(resource string) string { return s.prefix + resource }
 
 // seconds returns ttl in whole seconds, rounded up, or ErrInvalidTTL.
 func seconds(ttl time.Duration) (int64, error) {
-	if err := tenure.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return 0, err
 	}
 	if ttl < time.Second {
-		return 0, fmt.Errorf("%w: %v is below etcd's resolution of 1s (TTLs are whole seconds)", tenure.ErrInvalidTTL, ttl)
+		return 0, fmt.Errorf("%w: %v is below etcd's resolution of 1s (TTLs are whole seconds)", driver.ErrInvalidTTL, ttl)
 	}
 	if ttl > MaxTTL {
-		return 0, fmt.Errorf("%w: %v is above etcd's maximum %v", tenure.ErrInvalidTTL, ttl, MaxTTL)
+		return 0, fmt.Errorf("%w: %v is above etcd's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	return int64((ttl + time.Second - 1) / time.Second), nil
 }
@@ -370,11 +369,11 @@ func writeErr(op, resource string, err error) error {
 	if definite(err) {
 		return e
 	}
-	return tenure.UnknownOutcome(e)
+	return driver.UnknownOutcome(e)
 }
 
 func lost(op, resource string) error {
-	return fmt.Errorf("etcd store: %s %q: no live lease with this owner and token: %w", op, resource, tenure.ErrLeaseLost)
+	return fmt.Errorf("etcd store: %s %q: no live lease with this owner and token: %w", op, resource, driver.ErrLeaseLost)
 }
 
 // revoke revokes an etcd lease that holds no key of ours any more, or an
@@ -385,27 +384,27 @@ func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
 	_, _ = s.cli.Revoke(rctx, id)
 }
 
-// Acquire implements tenure.Store. The TTL is rounded up to whole seconds
+// Acquire implements driver.Store. The TTL is rounded up to whole seconds
 // (below one second: ErrInvalidTTL, before any I/O). It returns a
-// *tenure.HeldError naming the holder, with the time left on its etcd lease
+// *driver.HeldError naming the holder, with the time left on its etcd lease
 // (whole seconds, as etcd reports it), when another owner holds the
 // resource. When the caller already holds it, its lease is renewed (the
 // same token). The etcd lease granted before the transaction is revoked
 // when the transaction does not use it; if that fails it expires by its TTL.
-func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
-		return tenure.Record{}, err
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+		return driver.Record{}, err
 	}
 	secs, err := seconds(ttl)
 	if err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	key := s.key(resource)
 	for attempt := 0; ; attempt++ {
 		g, err := s.cli.Grant(ctx, secs)
 		if err != nil {
 			// An etcd lease without a key changes nothing: definite.
-			return tenure.Record{}, fmt.Errorf("etcd store: acquire %q: grant lease: %w", resource, err)
+			return driver.Record{}, fmt.Errorf("etcd store: acquire %q: grant lease: %w", resource, err)
 		}
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -413,16 +412,16 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
-			return tenure.Record{}, writeErr("acquire", resource, err)
+			return driver.Record{}, writeErr("acquire", resource, err)
 		}
 		if resp.Succeeded {
-			return tenure.Record{Resource: resource, Owner: owner, Token: uint64(resp.Header.Revision), TTL: ttl,
+			return driver.Record{Resource: resource, Owner: owner, Token: uint64(resp.Header.Revision), TTL: ttl,
 				Remaining: time.Duration(g.TTL) * time.Second}, nil
 		}
 		s.revoke(ctx, g.ID)
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 { // deleted between the compare and the read: cannot happen in one txn
-			return tenure.Record{}, fmt.Errorf("etcd store: acquire %q: key neither absent nor present", resource)
+			return driver.Record{}, fmt.Errorf("etcd store: acquire %q: key neither absent nor present", resource)
 		}
 		kv := kvs[0]
 		if string(kv.Value) == owner {
@@ -431,25 +430,25 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			// grant anew.
 			err := s.extend(ctx, resource, owner, uint64(kv.CreateRevision), clientv3.LeaseID(kv.Lease), secs)
 			if err == nil {
-				return tenure.Record{Resource: resource, Owner: owner, Token: uint64(kv.CreateRevision), TTL: ttl,
+				return driver.Record{Resource: resource, Owner: owner, Token: uint64(kv.CreateRevision), TTL: ttl,
 					Remaining: time.Duration(secs) * time.Second}, nil
 			}
-			if !errors.Is(err, tenure.ErrLeaseLost) || attempt >= 20 {
-				return tenure.Record{}, err
+			if !errors.Is(err, driver.ErrLeaseLost) || attempt >= 20 {
+				return driver.Record{}, err
 			}
 			select {
 			case <-time.After(100 * time.Millisecond):
 				continue
 			case <-ctx.Done():
-				return tenure.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, context.Cause(ctx))
+				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, context.Cause(ctx))
 			}
 		}
-		holder := tenure.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
+		holder := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
 		if tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && tl.TTL >= 0 {
 			holder.TTL = time.Duration(tl.GrantedTTL) * time.Second
 			holder.Remaining = time.Duration(tl.TTL) * time.Second
 		}
-		return tenure.Record{}, &tenure.HeldError{Holder: holder}
+		return driver.Record{}, &driver.HeldError{Holder: holder}
 	}
 }
 
@@ -500,13 +499,13 @@ func (s *Store) extend(ctx context.Context, resource, owner string, token uint64
 	return nil
 }
 
-// Renew implements tenure.Store: it keeps the etcd lease of the live lease
+// Renew implements driver.Store: it keeps the etcd lease of the live lease
 // with this owner and token alive for at least ttl (rounded up to whole
-// seconds) from now, or returns an error wrapping tenure.ErrLeaseLost. It
+// seconds) from now, or returns an error wrapping driver.ErrLeaseLost. It
 // never revives an expired lease: etcd refuses keep-alives of expired
 // leases, and the key of a revoked one is gone.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	secs, err := seconds(ttl)
@@ -523,12 +522,12 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return s.extend(ctx, resource, owner, token, clientv3.LeaseID(resp.Kvs[0].Lease), secs)
 }
 
-// Release implements tenure.Store: it deletes the key if it holds this
+// Release implements driver.Store: it deletes the key if it holds this
 // owner and token, in one transaction, then revokes its etcd lease (best
-// effort); otherwise it returns an error wrapping tenure.ErrLeaseLost and
+// effort); otherwise it returns an error wrapping driver.ErrLeaseLost and
 // changes nothing.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
-	if err := tenure.ValidateRelease(resource, owner); err != nil {
+	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
 	key := s.key(resource)
@@ -551,8 +550,8 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 
 // record builds the Record of a key, with the time left on its etcd lease.
 // ok is false when the lease has already expired (the key awaits deletion).
-func (s *Store) record(ctx context.Context, resource string, owner []byte, createRev, lease int64) (tenure.Record, bool, error) {
-	rec := tenure.Record{Resource: resource, Owner: string(owner), Token: uint64(createRev)}
+func (s *Store) record(ctx context.Context, resource string, owner []byte, createRev, lease int64) (driver.Record, bool, error) {
+	rec := driver.Record{Resource: resource, Owner: string(owner), Token: uint64(createRev)}
 	tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
 	if err != nil {
 		return rec, false, err
@@ -567,42 +566,42 @@ func (s *Store) record(ctx context.Context, resource string, owner []byte, creat
 	return rec, true, nil
 }
 
-// Get implements tenure.Store. Remaining is whole seconds, rounded down, as
+// Get implements driver.Store. Remaining is whole seconds, rounded down, as
 // etcd reports it (zero: less than a second, or unknown).
-func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	if err := tenure.ValidateResource(resource); err != nil {
-		return tenure.Record{}, err
+func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
+	if err := driver.ValidateResource(resource); err != nil {
+		return driver.Record{}, err
 	}
 	resp, err := s.cli.Get(ctx, s.key(resource))
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return tenure.Record{}, fmt.Errorf("etcd store: %q: %w", resource, tenure.ErrNotHeld)
+		return driver.Record{}, fmt.Errorf("etcd store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	kv := resp.Kvs[0]
 	rec, ok, err := s.record(ctx, resource, kv.Value, kv.CreateRevision, kv.Lease)
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
 	}
 	if !ok {
-		return tenure.Record{}, fmt.Errorf("etcd store: %q: %w", resource, tenure.ErrNotHeld)
+		return driver.Record{}, fmt.Errorf("etcd store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	return rec, nil
 }
 
-// List implements tenure.Store: the live leases whose resource starts with
+// List implements driver.Store: the live leases whose resource starts with
 // prefix, in byte order, from one linearizable read (plus one lease lookup
 // per lease for the time left).
-func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
-	if err := tenure.ValidatePrefix(prefix); err != nil {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	resp, err := s.cli.Get(ctx, s.key(prefix), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, fmt.Errorf("etcd store: list %q: %w", prefix, err)
 	}
-	out := make([]tenure.Record, 0, len(resp.Kvs))
+	out := make([]driver.Record, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		rec, ok, err := s.record(ctx, strings.TrimPrefix(string(kv.Key), s.prefix), kv.Value, kv.CreateRevision, kv.Lease)
 		if err != nil {
@@ -615,7 +614,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 	return out, nil
 }
 
-// Subscribe implements tenure.Notifier: the channel receives a value
+// Subscribe implements driver.Notifier: the channel receives a value
 // (coalesced, never blocking the sender) when the key of resource is
 // deleted (a release or an expiry), and when the watch had to be
 // re-established. It reads the key's current revision first and watches
@@ -623,7 +622,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 // notification is only a hint. The returned function ends the watch and
 // waits for its goroutine; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	if err := tenure.ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return nil, nil, err
 	}
 	key := s.key(resource)

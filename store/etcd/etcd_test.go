@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/store/storetest"
@@ -52,7 +53,7 @@ func open(tb testing.TB, mod ...func(*etcd.Config)) *etcd.Store {
 }
 
 var cfg = storetest.Config{
-	New: func(t *testing.T) tenure.Store { return open(t) },
+	New: func(t *testing.T) driver.Store { return open(t) },
 	// The smallest TTL etcd accepts from tenure is 1 s. etcd raises it to
 	// its minimum lease TTL (2 s with the default election timeout) and
 	// revokes expired leases every 500 ms, so a 1 s lease vanishes 2.0 to

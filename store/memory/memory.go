@@ -1,8 +1,8 @@
-// Package memory is an in-process tenure.Store for unit tests of code that
+// Package memory is an in-process driver.Store for unit tests of code that
 // uses tenure, and for examples. Leases live in a map guarded by a mutex and
 // expire on the store's clock (injectable, so tests need no sleeps). It
 // keeps fencing tokens per resource for the store's lifetime and notifies
-// waiters on release (tenure.Notifier).
+// waiters on release (driver.Notifier).
 //
 // It is not a stand-in for a real store in that store's own tests: it shares
 // no state between processes and survives no restart.
@@ -10,6 +10,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,10 +19,10 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
-// Store is an in-memory tenure.Store. It is safe for concurrent use.
+// Store is an in-memory driver.Store. It is safe for concurrent use.
 type Store struct {
 	clock clockwork.Clock
 
@@ -59,7 +60,7 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var errClosed = fmt.Errorf("memory store: %w", tenure.ErrClosed)
+var errClosed = errors.New("memory store: closed")
 
 // live returns the live lease on resource; the caller holds s.mu.
 func (s *Store) live(resource string, now time.Time) *lease {
@@ -74,27 +75,27 @@ func (s *Store) live(resource string, now time.Time) *lease {
 	return l
 }
 
-func record(resource string, l *lease, now time.Time) tenure.Record {
-	return tenure.Record{Resource: resource, Owner: l.owner, Token: l.token, TTL: l.ttl, Remaining: l.expires.Sub(now)}
+func record(resource string, l *lease, now time.Time) driver.Record {
+	return driver.Record{Resource: resource, Owner: l.owner, Token: l.token, TTL: l.ttl, Remaining: l.expires.Sub(now)}
 }
 
-// Acquire implements tenure.Store.
-func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
-		return tenure.Record{}, err
+// Acquire implements driver.Store.
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+		return driver.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return tenure.Record{}, errClosed
+		return driver.Record{}, errClosed
 	}
 	now := s.clock.Now()
 	if l := s.live(resource, now); l != nil {
 		if l.owner != owner {
-			return tenure.Record{}, &tenure.HeldError{Holder: record(resource, l, now)}
+			return driver.Record{}, &driver.HeldError{Holder: record(resource, l, now)}
 		}
 		l.ttl, l.expires = ttl, now.Add(ttl)
 		return record(resource, l, now), nil
@@ -105,9 +106,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	return record(resource, l, now), nil
 }
 
-// Renew implements tenure.Store.
+// Renew implements driver.Store.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -121,15 +122,15 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	now := s.clock.Now()
 	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: renew %q: %w", resource, tenure.ErrLeaseLost)
+		return fmt.Errorf("memory store: renew %q: %w", resource, driver.ErrLeaseLost)
 	}
 	l.ttl, l.expires = ttl, now.Add(ttl)
 	return nil
 }
 
-// Release implements tenure.Store.
+// Release implements driver.Store.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
-	if err := tenure.ValidateRelease(resource, owner); err != nil {
+	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -142,7 +143,7 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	}
 	l := s.live(resource, s.clock.Now())
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: release %q: %w", resource, tenure.ErrLeaseLost)
+		return fmt.Errorf("memory store: release %q: %w", resource, driver.ErrLeaseLost)
 	}
 	delete(s.leases, resource)
 	for ch := range s.subs[resource] {
@@ -154,27 +155,27 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	return nil
 }
 
-// Get implements tenure.Store.
-func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	if err := tenure.ValidateResource(resource); err != nil {
-		return tenure.Record{}, err
+// Get implements driver.Store.
+func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
+	if err := driver.ValidateResource(resource); err != nil {
+		return driver.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	l := s.live(resource, now)
 	if l == nil {
-		return tenure.Record{}, fmt.Errorf("memory store: %q: %w", resource, tenure.ErrNotHeld)
+		return driver.Record{}, fmt.Errorf("memory store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	return record(resource, l, now), nil
 }
 
-// List implements tenure.Store.
-func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
-	if err := tenure.ValidatePrefix(prefix); err != nil {
+// List implements driver.Store.
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -183,7 +184,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	var out []tenure.Record
+	var out []driver.Record
 	for r := range s.leases {
 		if l := s.live(r, now); l != nil && strings.HasPrefix(r, prefix) {
 			out = append(out, record(r, l, now))
@@ -193,10 +194,10 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 	return out, nil
 }
 
-// Subscribe implements tenure.Notifier: the channel receives a value when a
+// Subscribe implements driver.Notifier: the channel receives a value when a
 // lease on resource is released.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	if err := tenure.ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return nil, nil, err
 	}
 	ch := make(chan struct{}, 1)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -14,17 +14,17 @@ func TestConformanceFakeClock(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	s := memory.New(memory.WithClock(clock))
 	storetest.Run(t, storetest.Config{
-		New:     func(t *testing.T) tenure.Store { return s },
+		New:     func(t *testing.T) driver.Store { return s },
 		Advance: clock.Advance,
 	})
 }
 
 func TestConformanceRealClock(t *testing.T) {
 	s := memory.New()
-	storetest.Run(t, storetest.Config{New: func(t *testing.T) tenure.Store { return s }})
+	storetest.Run(t, storetest.Config{New: func(t *testing.T) driver.Store { return s }})
 }
 
 func TestCases(t *testing.T) {
 	s := memory.New()
-	storetest.RunCases(t, storetest.Config{New: func(t *testing.T) tenure.Store { return s }})
+	storetest.RunCases(t, storetest.Config{New: func(t *testing.T) driver.Store { return s }})
 }

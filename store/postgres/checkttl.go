@@ -3,11 +3,11 @@ package postgres
 import (
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
-// CheckTTL implements tenure.TTLChecker, so a Locker rejects a TTL this
+// CheckTTL implements driver.TTLChecker, so a Locker rejects a TTL this
 // store cannot keep before any I/O.
 func (s *Store) CheckTTL(ttl time.Duration) error { return validateTTL(ttl) }
 
-var _ tenure.TTLChecker = (*Store)(nil)
+var _ driver.TTLChecker = (*Store)(nil)

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // listener is the one connection per Store that LISTENs on the release
@@ -129,7 +128,7 @@ func (l *listener) wakeAll() {
 	}
 }
 
-// Subscribe implements tenure.Notifier: the channel receives a value
+// Subscribe implements driver.Notifier: the channel receives a value
 // (coalesced, never blocking the sender) when a lease on resource is
 // released through any store on this table, and after the listening
 // connection was re-established. It waits until the Store's listening
@@ -139,7 +138,7 @@ func (l *listener) wakeAll() {
 // expiry sends none. The returned function ends the subscription; it is
 // idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	if err := tenure.ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return nil, nil, err
 	}
 	l := s.listener()

@@ -1,4 +1,4 @@
-// Package postgres is a tenure.Store on PostgreSQL, through
+// Package postgres is a driver.Store on PostgreSQL, through
 // github.com/jackc/pgx/v5 (pgxpool).
 //
 // Leases live in one table (default tenure_leases), one row per resource
@@ -32,14 +32,14 @@
 //
 // Release sends NOTIFY on a channel (default tenure_release) with the
 // resource as payload, in the same statement, so it is delivered only if the
-// release commits. The Store implements tenure.Notifier: one listening
+// release commits. The Store implements driver.Notifier: one listening
 // connection per Store fans notifications out to the waiting Acquires of that
 // Store and reconnects when it fails. A notification is only a hint; expiry
 // sends none (a waiter finds an expired lease by its backoff).
 //
 // An error that leaves the outcome of a write unknown (the connection broke
 // or the context ended after the statement was sent) is reported with
-// tenure.UnknownOutcome; a statement that was never sent (no connection
+// driver.UnknownOutcome; a statement that was never sent (no connection
 // could be had) or that the server refused is a plain error.
 package postgres
 
@@ -57,8 +57,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Defaults.
@@ -106,7 +105,7 @@ type Config struct {
 	ConnectTimeout time.Duration
 }
 
-// Store is a tenure.Store and tenure.Notifier on PostgreSQL. It is safe for
+// Store is a driver.Store and driver.Notifier on PostgreSQL. It is safe for
 // concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
@@ -321,14 +320,14 @@ ORDER BY resource`, t)
 }
 
 func validateTTL(ttl time.Duration) error {
-	if err := tenure.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", tenure.ErrInvalidTTL, ttl)
+		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", driver.ErrInvalidTTL, ttl)
 	}
 	if ttl > MaxTTL {
-		return fmt.Errorf("%w: %v is above the store's maximum %v", tenure.ErrInvalidTTL, ttl, MaxTTL)
+		return fmt.Errorf("%w: %v is above the store's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	return nil
 }
@@ -361,7 +360,7 @@ func (s *Store) writeErr(op, resource string, err error) error {
 	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
 		return s.failed(op, resource, err)
 	}
-	return tenure.UnknownOutcome(s.failed(op, resource, err))
+	return driver.UnknownOutcome(s.failed(op, resource, err))
 }
 
 // errNoConn marks errors from taking a connection from the pool: nothing
@@ -406,19 +405,19 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *pgxpool
 	return err
 }
 
-// Acquire implements tenure.Store. The TTL is rounded up to whole
+// Acquire implements driver.Store. The TTL is rounded up to whole
 // milliseconds; TTLs below 1 ms or above MaxTTL return ErrInvalidTTL before
-// any I/O. It returns a *tenure.HeldError naming the holder, with the time
+// any I/O. It returns a *driver.HeldError naming the holder, with the time
 // left on the database's clock, when another owner holds the resource.
-func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
-		return tenure.Record{}, err
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+		return driver.Record{}, err
 	}
 	if err := validateTTL(ttl); err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	msTTL := ttlMillis(ttl)
-	var rec tenure.Record
+	var rec driver.Record
 	err := s.with(ctx, "acquire", resource, func(c *pgxpool.Conn) error {
 		// A held resource may be freed between the statement that found it
 		// held and the read of its holder; then acquiring again is the right
@@ -427,7 +426,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			var token int64
 			err := c.QueryRow(ctx, s.sql.acquire, resource, owner, msTTL).Scan(&token)
 			if err == nil {
-				rec = tenure.Record{Resource: resource, Owner: owner, Token: uint64(token), TTL: ttl,
+				rec = driver.Record{Resource: resource, Owner: owner, Token: uint64(token), TTL: ttl,
 					Remaining: time.Duration(msTTL) * time.Millisecond}
 				return nil
 			}
@@ -437,9 +436,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			// Not applied: another owner holds a live lease.
 			holder, err := s.get(ctx, c, resource)
 			if err == nil {
-				return &tenure.HeldError{Holder: holder}
+				return &driver.HeldError{Holder: holder}
 			}
-			if !errors.Is(err, tenure.ErrNotHeld) {
+			if !errors.Is(err, driver.ErrNotHeld) {
 				return err
 			}
 			if attempt >= 10 {
@@ -447,22 +446,22 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			}
 		}
 	})
-	var held *tenure.HeldError
+	var held *driver.HeldError
 	switch {
 	case err == nil:
 		return rec, nil
 	case errors.As(err, &held):
-		return tenure.Record{}, held
+		return driver.Record{}, held
 	default:
-		return tenure.Record{}, s.writeErr("acquire", resource, err)
+		return driver.Record{}, s.writeErr("acquire", resource, err)
 	}
 }
 
-// Renew implements tenure.Store: it extends the live lease with this owner
+// Renew implements driver.Store: it extends the live lease with this owner
 // and token to ttl from now on the database's clock, or returns an error
-// wrapping tenure.ErrLeaseLost and changes nothing.
+// wrapping driver.ErrLeaseLost and changes nothing.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	if err := validateTTL(ttl); err != nil {
@@ -479,11 +478,11 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return changedOne(tag, "renew", resource)
 }
 
-// Release implements tenure.Store: it frees the live lease with this owner
+// Release implements driver.Store: it frees the live lease with this owner
 // and token and notifies waiters, or returns an error wrapping
-// tenure.ErrLeaseLost and changes nothing. The row and its token stay.
+// driver.ErrLeaseLost and changes nothing. The row and its token stay.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
-	if err := tenure.ValidateRelease(resource, owner); err != nil {
+	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
 	var tag pgconn.CommandTag
@@ -499,7 +498,7 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 
 func changedOne(tag pgconn.CommandTag, op, resource string) error {
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("postgres store: %s %q: no live lease with this owner and token: %w", op, resource, tenure.ErrLeaseLost)
+		return fmt.Errorf("postgres store: %s %q: no live lease with this owner and token: %w", op, resource, driver.ErrLeaseLost)
 	}
 	return nil
 }
@@ -508,7 +507,7 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (s *Store) get(ctx context.Context, q querier, resource string) (tenure.Record, error) {
+func (s *Store) get(ctx context.Context, q querier, resource string) (driver.Record, error) {
 	var (
 		owner           string
 		token           int64
@@ -516,22 +515,22 @@ func (s *Store) get(ctx context.Context, q querier, resource string) (tenure.Rec
 	)
 	err := q.QueryRow(ctx, s.sql.holder, resource).Scan(&owner, &token, &ttlMs, &remainMs)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return tenure.Record{}, fmt.Errorf("postgres store: %q: %w", resource, tenure.ErrNotHeld)
+		return driver.Record{}, fmt.Errorf("postgres store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	if err != nil {
-		return tenure.Record{}, s.failed("get", resource, err)
+		return driver.Record{}, s.failed("get", resource, err)
 	}
-	return tenure.Record{Resource: resource, Owner: owner, Token: uint64(token),
+	return driver.Record{Resource: resource, Owner: owner, Token: uint64(token),
 		TTL: time.Duration(ttlMs) * time.Millisecond, Remaining: time.Duration(max(remainMs, 0)) * time.Millisecond}, nil
 }
 
-// Get implements tenure.Store. Remaining is measured on the database's
+// Get implements driver.Store. Remaining is measured on the database's
 // clock.
-func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	if err := tenure.ValidateResource(resource); err != nil {
-		return tenure.Record{}, err
+func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
+	if err := driver.ValidateResource(resource); err != nil {
+		return driver.Record{}, err
 	}
-	var rec tenure.Record
+	var rec driver.Record
 	err := s.with(ctx, "get", resource, func(c *pgxpool.Conn) (err error) {
 		rec, err = s.get(ctx, c, resource)
 		return err
@@ -539,10 +538,10 @@ func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error)
 	return rec, err
 }
 
-// List implements tenure.Store: the live leases whose resource starts with
+// List implements driver.Store: the live leases whose resource starts with
 // prefix, in byte order of the resource.
-func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
-	if err := tenure.ValidatePrefix(prefix); err != nil {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, s.sql.list, prefix)
@@ -550,10 +549,10 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 		return nil, s.failed("list", prefix, err)
 	}
 	defer rows.Close()
-	var out []tenure.Record
+	var out []driver.Record
 	for rows.Next() {
 		var (
-			rec             tenure.Record
+			rec             driver.Record
 			token           int64
 			ttlMs, remainMs int64
 		)

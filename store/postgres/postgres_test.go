@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/store/postgres"
 	"github.com/tenure-go/tenure/store/storetest"
@@ -62,7 +63,7 @@ func appName(name string) func(*postgres.Config) {
 }
 
 var cfg = storetest.Config{
-	New: func(t *testing.T) tenure.Store { return open(t) },
+	New: func(t *testing.T) driver.Store { return open(t) },
 	// Expiry is exact to the millisecond on the database's clock; the slack
 	// covers only the test's polling.
 	ShortTTL:    300 * time.Millisecond,

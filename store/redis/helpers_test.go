@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 func ctxT(t testing.TB) context.Context {
@@ -28,7 +29,7 @@ func resource(t testing.TB) string {
 	return "tenuretest/" + t.Name() + "/" + tenure.OwnerID(o) + o[len(o)-8:]
 }
 
-func locker(t testing.TB, s tenure.Store, opts ...tenure.Option) *tenure.Locker {
+func locker(t testing.TB, s driver.Store, opts ...tenure.Option) *tenure.Locker {
 	t.Helper()
 	lk, err := tenure.New(s, opts...)
 	if err != nil {
@@ -45,7 +46,7 @@ func locker(t testing.TB, s tenure.Store, opts ...tenure.Option) *tenure.Locker 
 // wakeOnce makes A (on sa) hold r, starts B (on sb, retry interval one
 // hour) waiting for it, releases A and returns how long after the release B
 // was granted.
-func wakeOnce(tb testing.TB, sa, sb tenure.Store, r string) time.Duration {
+func wakeOnce(tb testing.TB, sa, sb driver.Store, r string) time.Duration {
 	tb.Helper()
 	ctx := ctxT(tb)
 	a := locker(tb, sa)

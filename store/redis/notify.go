@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // listener is the one pub/sub connection per Store. It subscribes to the
@@ -166,7 +165,7 @@ func (l *listener) wakeAll() {
 	}
 }
 
-// Subscribe implements tenure.Notifier: the channel receives a value
+// Subscribe implements driver.Notifier: the channel receives a value
 // (coalesced, never blocking the sender) when a lease on resource is
 // released through any store with the same prefix, when it expires (only if
 // the server publishes expired-key events), and after the pub/sub
@@ -176,7 +175,7 @@ func (l *listener) wakeAll() {
 // error and the caller polls. A notification is only a hint. The returned
 // function ends the subscription; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	if err := tenure.ValidateResource(resource); err != nil {
+	if err := driver.ValidateResource(resource); err != nil {
 		return nil, nil, err
 	}
 	l := s.listener()

@@ -1,4 +1,4 @@
-// Package redis is a tenure.Store on a single Redis server, through
+// Package redis is a driver.Store on a single Redis server, through
 // github.com/redis/go-redis/v9.
 //
 // # Keys
@@ -60,7 +60,7 @@
 //
 // # Notifications
 //
-// The Store implements tenure.Notifier with one pub/sub connection per Store
+// The Store implements driver.Notifier with one pub/sub connection per Store
 // that fans out to the waiting Acquires. It also listens for expired-key
 // events (__keyevent@DB__:expired), which arrive only when the server is
 // configured with notify-keyspace-events including "Ex"; without them, a
@@ -86,8 +86,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Defaults.
@@ -126,7 +125,7 @@ type Config struct {
 	AllowEviction bool
 }
 
-// Store is a tenure.Store and tenure.Notifier on one Redis server. It is
+// Store is a driver.Store and driver.Notifier on one Redis server. It is
 // safe for concurrent use.
 type Store struct {
 	rdb     *redis.Client
@@ -361,14 +360,14 @@ return out`)
 )
 
 func validateTTL(ttl time.Duration) error {
-	if err := tenure.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", tenure.ErrInvalidTTL, ttl)
+		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", driver.ErrInvalidTTL, ttl)
 	}
 	if ttl > MaxTTL {
-		return fmt.Errorf("%w: %v is above the store's maximum %v", tenure.ErrInvalidTTL, ttl, MaxTTL)
+		return fmt.Errorf("%w: %v is above the store's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	return nil
 }
@@ -395,7 +394,7 @@ func writeErr(op, resource string, err error) error {
 		errors.As(err, &opErr) && opErr.Op == "dial":
 		return e
 	}
-	return tenure.UnknownOutcome(e)
+	return driver.UnknownOutcome(e)
 }
 
 func strs(v any) ([]string, error) {
@@ -418,62 +417,62 @@ func strs(v any) ([]string, error) {
 }
 
 // record parses owner, token, ttl and pttl (ms) as the scripts return them.
-func record(resource string, f []string) (tenure.Record, error) {
+func record(resource string, f []string) (driver.Record, error) {
 	tok, err := strconv.ParseUint(f[1], 10, 64)
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("bad token %q: %w", f[1], err)
+		return driver.Record{}, fmt.Errorf("bad token %q: %w", f[1], err)
 	}
 	ttl, _ := strconv.ParseInt(f[2], 10, 64)
 	pttl, _ := strconv.ParseInt(f[3], 10, 64)
-	return tenure.Record{Resource: resource, Owner: f[0], Token: tok,
+	return driver.Record{Resource: resource, Owner: f[0], Token: tok,
 		TTL: time.Duration(ttl) * time.Millisecond, Remaining: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
 }
 
-// Acquire implements tenure.Store. The TTL is rounded up to whole
+// Acquire implements driver.Store. The TTL is rounded up to whole
 // milliseconds; TTLs below 1 ms or above MaxTTL return ErrInvalidTTL before
-// any I/O. It returns a *tenure.HeldError naming the holder, with the time
+// any I/O. It returns a *driver.HeldError naming the holder, with the time
 // left on the server's clock, when another owner holds the resource.
-func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
-		return tenure.Record{}, err
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+		return driver.Record{}, err
 	}
 	if err := validateTTL(ttl); err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	msTTL := ttlMillis(ttl)
 	v, err := acquireScript.Run(ctx, s.rdb,
 		[]string{s.leaseKey(resource), s.tokenKey(resource), s.indexKey()}, owner, msTTL, resource).Result()
 	if err != nil {
-		return tenure.Record{}, writeErr("acquire", resource, err)
+		return driver.Record{}, writeErr("acquire", resource, err)
 	}
 	f, err := strs(v)
 	if err == nil && !(len(f) == 2 && f[0] == "1" || len(f) == 5 && f[0] == "0") {
 		err = fmt.Errorf("unexpected reply %q", f)
 	}
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("redis store: acquire %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("redis store: acquire %q: %w", resource, err)
 	}
 	if f[0] == "0" {
 		holder, err := record(resource, f[1:])
 		if err != nil {
-			return tenure.Record{}, fmt.Errorf("redis store: acquire %q: %w", resource, err)
+			return driver.Record{}, fmt.Errorf("redis store: acquire %q: %w", resource, err)
 		}
-		return tenure.Record{}, &tenure.HeldError{Holder: holder}
+		return driver.Record{}, &driver.HeldError{Holder: holder}
 	}
 	tok, err := strconv.ParseUint(f[1], 10, 64)
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("redis store: acquire %q: bad token %q", resource, f[1])
+		return driver.Record{}, fmt.Errorf("redis store: acquire %q: bad token %q", resource, f[1])
 	}
-	return tenure.Record{Resource: resource, Owner: owner, Token: tok, TTL: ttl,
+	return driver.Record{Resource: resource, Owner: owner, Token: tok, TTL: ttl,
 		Remaining: time.Duration(msTTL) * time.Millisecond}, nil
 }
 
-// Renew implements tenure.Store: it extends the live lease with this owner
+// Renew implements driver.Store: it extends the live lease with this owner
 // and token to ttl from now on the server's clock, or returns an error
-// wrapping tenure.ErrLeaseLost and changes nothing (an expired lease is
+// wrapping driver.ErrLeaseLost and changes nothing (an expired lease is
 // never re-created).
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	if err := validateTTL(ttl); err != nil {
@@ -485,16 +484,16 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return writeErr("renew", resource, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("redis store: renew %q: no live lease with this owner and token: %w", resource, tenure.ErrLeaseLost)
+		return fmt.Errorf("redis store: renew %q: no live lease with this owner and token: %w", resource, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
-// Release implements tenure.Store: it deletes the live lease with this owner
+// Release implements driver.Store: it deletes the live lease with this owner
 // and token and publishes the release, or returns an error wrapping
-// tenure.ErrLeaseLost and changes nothing. The token counter stays.
+// driver.ErrLeaseLost and changes nothing. The token counter stays.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
-	if err := tenure.ValidateRelease(resource, owner); err != nil {
+	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
 	n, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
@@ -503,41 +502,41 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 		return writeErr("release", resource, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("redis store: release %q: no live lease with this owner and token: %w", resource, tenure.ErrLeaseLost)
+		return fmt.Errorf("redis store: release %q: no live lease with this owner and token: %w", resource, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
-// Get implements tenure.Store. Remaining is measured on the server's clock.
-func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	if err := tenure.ValidateResource(resource); err != nil {
-		return tenure.Record{}, err
+// Get implements driver.Store. Remaining is measured on the server's clock.
+func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
+	if err := driver.ValidateResource(resource); err != nil {
+		return driver.Record{}, err
 	}
 	v, err := getScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)}).Result()
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
 	}
 	f, err := strs(v)
 	if err == nil && len(f) != 0 && len(f) != 4 {
 		err = fmt.Errorf("unexpected reply %q", f)
 	}
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
 	}
 	if len(f) == 0 {
-		return tenure.Record{}, fmt.Errorf("redis store: %q: %w", resource, tenure.ErrNotHeld)
+		return driver.Record{}, fmt.Errorf("redis store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	rec, err := record(resource, f)
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
 	}
 	return rec, nil
 }
 
-// List implements tenure.Store: the live leases whose resource starts with
+// List implements driver.Store: the live leases whose resource starts with
 // prefix, in byte order, read atomically by one script.
-func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
-	if err := tenure.ValidatePrefix(prefix); err != nil {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	// Resource names are valid UTF-8, which never holds the byte 0xff, so
@@ -557,7 +556,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 	if err != nil {
 		return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
 	}
-	out := make([]tenure.Record, 0, len(f)/5)
+	out := make([]driver.Record, 0, len(f)/5)
 	for i := 0; i < len(f); i += 5 {
 		rec, err := record(f[i], f[i+1:i+5])
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/netfault"
 	tredis "github.com/tenure-go/tenure/store/redis"
 	"github.com/tenure-go/tenure/store/storetest"
@@ -52,7 +53,7 @@ func clientName(name string) func(*tredis.Config) {
 }
 
 var cfg = storetest.Config{
-	New: func(t *testing.T) tenure.Store { return open(t) },
+	New: func(t *testing.T) driver.Store { return open(t) },
 	// PX expiry is exact to the millisecond on the server's clock (Redis
 	// also expires keys on access, so a read never sees an expired lease);
 	// the slack covers only the test's polling.

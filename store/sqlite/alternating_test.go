@@ -6,16 +6,17 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // alternating sends each call to the next of several store handles on one
 // database file.
 type alternating struct {
-	stores []tenure.Store
+	stores []driver.Store
 	n      atomic.Uint64
 }
 
-func (a *alternating) next() tenure.Store { return a.stores[a.n.Add(1)%uint64(len(a.stores))] }
+func (a *alternating) next() driver.Store { return a.stores[a.n.Add(1)%uint64(len(a.stores))] }
 
 func (a *alternating) Acquire(ctx context.Context, r, o string, ttl time.Duration) (tenure.Record, error) {
 	return a.next().Acquire(ctx, r, o, ttl)

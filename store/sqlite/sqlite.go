@@ -27,9 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenure-go/tenure/driver"
 	sqlitedriver "modernc.org/sqlite" // also registers the "sqlite" driver
-
-	"github.com/tenure-go/tenure"
 )
 
 // DefaultBusyTimeout is how long a write waits for another process's
@@ -44,7 +43,7 @@ const MaxTTL = time.Duration(1<<62) / time.Millisecond * time.Millisecond
 // host, with an epoch that changes when that clock restarts (the boot id).
 type Clock func() (epoch string, now time.Duration, err error)
 
-// Store is a tenure.Store on a SQLite file. It is safe for concurrent use by
+// Store is a driver.Store on a SQLite file. It is safe for concurrent use by
 // many goroutines and many processes.
 type Store struct {
 	db    *sql.DB
@@ -143,7 +142,7 @@ func isBusy(err error) bool {
 	return false
 }
 
-// CheckTTL implements tenure.TTLChecker: TTLs from 1 ms to MaxTTL.
+// CheckTTL implements driver.TTLChecker: TTLs from 1 ms to MaxTTL.
 func (s *Store) CheckTTL(ttl time.Duration) error { return validateTTL(ttl) }
 
 // Path returns the database file's path.
@@ -153,14 +152,14 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() error { return s.db.Close() }
 
 func validateTTL(ttl time.Duration) error {
-	if err := tenure.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", tenure.ErrInvalidTTL, ttl)
+		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", driver.ErrInvalidTTL, ttl)
 	}
 	if ttl > MaxTTL {
-		return fmt.Errorf("%w: %v is above the store's maximum %v", tenure.ErrInvalidTTL, ttl, MaxTTL)
+		return fmt.Errorf("%w: %v is above the store's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	return nil
 }
@@ -183,8 +182,8 @@ func (r row) live(epoch string, nowMs int64) bool {
 	return r.owner.Valid && r.epoch.Valid && r.epoch.String == epoch && r.expires.Valid && r.expires.Int64 > nowMs
 }
 
-func (r row) record(resource string, nowMs int64) tenure.Record {
-	rec := tenure.Record{Resource: resource, Owner: r.owner.String, Token: uint64(r.token)}
+func (r row) record(resource string, nowMs int64) driver.Record {
+	rec := driver.Record{Resource: resource, Owner: r.owner.String, Token: uint64(r.token)}
 	if r.ttl.Valid {
 		rec.TTL = time.Duration(r.ttl.Int64) * time.Millisecond
 	}
@@ -221,21 +220,21 @@ func (s *Store) write(ctx context.Context, f func(tx *sql.Tx, epoch string, nowM
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return tenure.UnknownOutcome(fmt.Errorf("sqlite store: commit: %w", err))
+		return driver.UnknownOutcome(fmt.Errorf("sqlite store: commit: %w", err))
 	}
 	return nil
 }
 
-// Acquire implements tenure.Store.
-func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
-		return tenure.Record{}, err
+// Acquire implements driver.Store.
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+		return driver.Record{}, err
 	}
 	if err := validateTTL(ttl); err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	ms := ttlMillis(ttl)
-	var rec tenure.Record
+	var rec driver.Record
 	err := s.write(ctx, func(tx *sql.Tx, epoch string, now int64) error {
 		r, err := scanRow(tx.QueryRowContext(ctx, selectRow, resource))
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -244,14 +243,14 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		exists := err == nil
 		if exists && r.live(epoch, now) {
 			if r.owner.String != owner {
-				return &tenure.HeldError{Holder: r.record(resource, now)}
+				return &driver.HeldError{Holder: r.record(resource, now)}
 			}
 			// The same owner: the same lease, renewed.
 			if _, err := tx.ExecContext(ctx, `UPDATE tenure_leases SET ttl_ms = ?, expires_ms = ? WHERE resource = ?`,
 				ms, now+ms, resource); err != nil {
 				return fmt.Errorf("sqlite store: renew %q: %w", resource, err)
 			}
-			rec = tenure.Record{Resource: resource, Owner: owner, Token: uint64(r.token), TTL: ttl, Remaining: time.Duration(ms) * time.Millisecond}
+			rec = driver.Record{Resource: resource, Owner: owner, Token: uint64(r.token), TTL: ttl, Remaining: time.Duration(ms) * time.Millisecond}
 			return nil
 		}
 		token := r.token + 1
@@ -262,15 +261,15 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			resource, owner, token, ms, epoch, now+ms, s.wall().UTC().Format(time.RFC3339Nano)); err != nil {
 			return fmt.Errorf("sqlite store: grant %q: %w", resource, err)
 		}
-		rec = tenure.Record{Resource: resource, Owner: owner, Token: uint64(token), TTL: ttl, Remaining: time.Duration(ms) * time.Millisecond}
+		rec = driver.Record{Resource: resource, Owner: owner, Token: uint64(token), TTL: ttl, Remaining: time.Duration(ms) * time.Millisecond}
 		return nil
 	})
 	return rec, err
 }
 
-// Renew implements tenure.Store.
+// Renew implements driver.Store.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := tenure.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	if err := validateTTL(ttl); err != nil {
@@ -288,9 +287,9 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	})
 }
 
-// Release implements tenure.Store.
+// Release implements driver.Store.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
-	if err := tenure.ValidateRelease(resource, owner); err != nil {
+	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx, epoch string, now int64) error {
@@ -310,34 +309,34 @@ func changedOne(res sql.Result, op, resource string) error {
 		return fmt.Errorf("sqlite store: %s %q: %w", op, resource, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("sqlite store: %s %q: no live lease with this owner and token: %w", op, resource, tenure.ErrLeaseLost)
+		return fmt.Errorf("sqlite store: %s %q: no live lease with this owner and token: %w", op, resource, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
-// Get implements tenure.Store.
-func (s *Store) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	if err := tenure.ValidateResource(resource); err != nil {
-		return tenure.Record{}, err
+// Get implements driver.Store.
+func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
+	if err := driver.ValidateResource(resource); err != nil {
+		return driver.Record{}, err
 	}
 	epoch, now, err := s.clock()
 	if err != nil {
-		return tenure.Record{}, err
+		return driver.Record{}, err
 	}
 	nowMs := now.Milliseconds()
 	r, err := scanRow(s.db.QueryRowContext(ctx, selectRow, resource))
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && !r.live(epoch, nowMs)) {
-		return tenure.Record{}, fmt.Errorf("sqlite store: %q: %w", resource, tenure.ErrNotHeld)
+		return driver.Record{}, fmt.Errorf("sqlite store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	if err != nil {
-		return tenure.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, err)
+		return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, err)
 	}
 	return r.record(resource, nowMs), nil
 }
 
-// List implements tenure.Store.
-func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
-	if err := tenure.ValidatePrefix(prefix); err != nil {
+// List implements driver.Store.
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	epoch, now, err := s.clock()
@@ -354,7 +353,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]tenure.Record, error
 		return nil, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
 	}
 	defer rows.Close()
-	var out []tenure.Record
+	var out []driver.Record
 	for rows.Next() {
 		var resource string
 		var r row

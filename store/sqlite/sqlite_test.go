@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/sqlite"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -35,7 +35,7 @@ func reopen(t *testing.T, path string, opts ...sqlite.Option) *sqlite.Store {
 }
 
 var cfg = storetest.Config{
-	New: func(t *testing.T) tenure.Store {
+	New: func(t *testing.T) driver.Store {
 		s, _ := open(t)
 		return s
 	},
@@ -46,9 +46,9 @@ func TestConformance(t *testing.T) { storetest.Run(t, cfg) }
 // TestConformanceTwoHandles runs the suite with every test's store made of
 // two handles on one file, used alternately, as two processes would.
 func TestConformanceTwoHandles(t *testing.T) {
-	storetest.Run(t, storetest.Config{New: func(t *testing.T) tenure.Store {
+	storetest.Run(t, storetest.Config{New: func(t *testing.T) driver.Store {
 		s, path := open(t)
-		return &alternating{stores: []tenure.Store{s, reopen(t, path)}}
+		return &alternating{stores: []driver.Store{s, reopen(t, path)}}
 	}})
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // The Case functions turn the failure scenarios of docs/cases.md (taken
@@ -18,7 +19,7 @@ import (
 // pauses of the holder come from a fake clock on the holder's Locker, so
 // the tests wait on channels and clocks, not on sleeps.
 
-func (e *env) locker(s tenure.Store, opts ...tenure.Option) *tenure.Locker {
+func (e *env) locker(s driver.Store, opts ...tenure.Option) *tenure.Locker {
 	e.t.Helper()
 	opts = append([]tenure.Option{tenure.WithRetry(10*time.Millisecond, 100*time.Millisecond)}, opts...)
 	lk, err := tenure.New(s, opts...)
@@ -44,7 +45,7 @@ func waitDone(t *testing.T, l *tenure.Lease) {
 	}
 }
 
-func waitFree(t *testing.T, ctx context.Context, s tenure.Store, resource string) {
+func waitFree(t *testing.T, ctx context.Context, s driver.Store, resource string) {
 	t.Helper()
 	limit := time.Now().Add(30 * time.Second)
 	for {

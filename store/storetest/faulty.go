@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Fault is what a Faulty store does to one kind of operation.
@@ -47,7 +48,7 @@ var ErrInjected = errors.New("storetest: injected failure (connection refused)")
 // a network between a client and its store would. With every fault at Pass
 // it behaves exactly like the store it wraps. It is safe for concurrent use.
 type Faulty struct {
-	tenure.Store
+	driver.Store
 
 	mu     sync.Mutex
 	faults map[string]Fault
@@ -59,7 +60,7 @@ type Faulty struct {
 }
 
 // NewFaulty wraps s.
-func NewFaulty(s tenure.Store) *Faulty {
+func NewFaulty(s driver.Store) *Faulty {
 	return &Faulty{Store: s, faults: map[string]Fault{}, counts: map[string]int{}, calls: map[string]int{}}
 }
 
@@ -148,22 +149,22 @@ func apply[T any](ctx context.Context, f *Faulty, op string, call func() (T, err
 		f.mu.Lock()
 		f.hung--
 		f.mu.Unlock()
-		return zero, tenure.UnknownOutcome(context.Cause(ctx))
+		return zero, driver.UnknownOutcome(context.Cause(ctx))
 	case DropRequest:
-		return zero, tenure.UnknownOutcome(errors.New("storetest: request lost"))
+		return zero, driver.UnknownOutcome(errors.New("storetest: request lost"))
 	case DropReply:
 		_, _ = call() // applied (or refused) by the store; the answer, whatever it was, is lost
-		return zero, tenure.UnknownOutcome(errors.New("storetest: reply lost"))
+		return zero, driver.UnknownOutcome(errors.New("storetest: reply lost"))
 	}
 	return call()
 }
 
-// Acquire implements tenure.Store.
+// Acquire implements driver.Store.
 func (f *Faulty) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
 	return apply(ctx, f, OpAcquire, func() (tenure.Record, error) { return f.Store.Acquire(ctx, resource, owner, ttl) })
 }
 
-// Renew implements tenure.Store.
+// Renew implements driver.Store.
 func (f *Faulty) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	_, err := apply(ctx, f, OpRenew, func() (struct{}, error) {
 		return struct{}{}, f.Store.Renew(ctx, resource, owner, token, ttl)
@@ -171,7 +172,7 @@ func (f *Faulty) Renew(ctx context.Context, resource, owner string, token uint64
 	return err
 }
 
-// Release implements tenure.Store.
+// Release implements driver.Store.
 func (f *Faulty) Release(ctx context.Context, resource, owner string, token uint64) error {
 	_, err := apply(ctx, f, OpRelease, func() (struct{}, error) {
 		return struct{}{}, f.Store.Release(ctx, resource, owner, token)
@@ -179,7 +180,7 @@ func (f *Faulty) Release(ctx context.Context, resource, owner string, token uint
 	return err
 }
 
-// Get implements tenure.Store.
+// Get implements driver.Store.
 func (f *Faulty) Get(ctx context.Context, resource string) (tenure.Record, error) {
 	return apply(ctx, f, OpGet, func() (tenure.Record, error) { return f.Store.Get(ctx, resource) })
 }

@@ -1,8 +1,8 @@
-// Package storetest is the conformance suite that every tenure.Store must
+// Package storetest is the conformance suite that every driver.Store must
 // pass, on its real server. A store's own tests call Run once:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Config{New: func(t *testing.T) tenure.Store { ... }})
+//		storetest.Run(t, storetest.Config{New: func(t *testing.T) driver.Store { ... }})
 //	}
 //
 // and each failure scenario of the field (docs/cases.md) once, as a test
@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Config describes the store under test.
@@ -38,7 +39,7 @@ type Config struct {
 	// New returns the store for one test. It registers its own clean-up
 	// (t.Cleanup). Stores may be shared between tests: every test uses
 	// resource names under a prefix of its own.
-	New func(t *testing.T) tenure.Store
+	New func(t *testing.T) driver.Store
 
 	// ShortTTL is the TTL of leases that the tests let expire. It must be one
 	// the store accepts. Default 300 ms.
@@ -114,7 +115,7 @@ func Run(t *testing.T, cfg Config) {
 type env struct {
 	t      *testing.T
 	cfg    Config
-	store  tenure.Store
+	store  driver.Store
 	prefix string
 }
 
@@ -479,13 +480,13 @@ func testBadInput(t *testing.T, cfg Config) {
 	if err := e.store.Release(ctx, longest, a, rec.Token); err != nil {
 		t.Errorf("a resource of exactly %d bytes: %v", tenure.MaxResourceLen, err)
 	}
-	for _, o := range []string{"", strings.Repeat("o", tenure.MaxOwnerLen+1), "\xff", "a\x00"} {
+	for _, o := range []string{"", strings.Repeat("o", driver.MaxOwnerLen+1), "\xff", "a\x00"} {
 		if _, err := e.store.Acquire(ctx, e.res("bad-owner"), o, longTTL); !errors.Is(err, tenure.ErrInvalidOwner) {
 			t.Errorf("Acquire with owner %q: %v; want ErrInvalidOwner", o, err)
 		}
 	}
 	ttls := append([]time.Duration{0, -time.Second}, e.cfg.InvalidTTLs...)
-	if c, ok := e.store.(tenure.TTLChecker); ok {
+	if c, ok := e.store.(driver.TTLChecker); ok {
 		for _, ttl := range ttls {
 			if err := c.CheckTTL(ttl); !errors.Is(err, tenure.ErrInvalidTTL) {
 				t.Errorf("CheckTTL(%v): %v; want ErrInvalidTTL", ttl, err)

@@ -1,4 +1,20 @@
-package tenure
+// Package driver is the contract between tenure and its stores, as
+// database/sql/driver is for database/sql: what a store implements, the
+// record it returns, the errors it reports, and the checks it makes before
+// any I/O. Users of tenure never need it; people who write a store do (see
+// "Writing a store" in docs/stores.md), and store/storetest checks a store
+// against it on its real server.
+//
+// The lease contract (docs/design.md) in short: each Store method is one
+// atomic operation in the store. Acquire grants a free resource with the
+// next fencing token, or renews the live lease of the same owner string (a
+// retry of the same grant), or reports the holder with a *HeldError. Renew
+// and Release act only on the live lease with this owner string and token,
+// and never re-create an expired or replaced one. Fencing tokens strictly
+// increase with every grant of a resource and never go back. An operation
+// whose answer was lost returns UnknownOutcome(cause), never success or
+// failure.
+package driver
 
 import (
 	"context"
@@ -11,19 +27,17 @@ import (
 // MaxResourceLen is the longest resource name, in bytes.
 const MaxResourceLen = 256
 
-// MaxOwnerLen is the longest owner string a store must keep, in bytes: a
-// readable id of at most MaxOwnerIDLen bytes, the separator and the nonce.
-const MaxOwnerLen = MaxOwnerIDLen + 1 + 16
-
-// MaxOwnerIDLen is the longest readable owner id, in bytes.
-const MaxOwnerIDLen = 200
+// MaxOwnerLen is the longest owner string a store must keep, in bytes.
+const MaxOwnerLen = 256
 
 // Record is a live lease as a store sees it.
 type Record struct {
 	// Resource is the name of what is locked.
 	Resource string
-	// Owner is the holder's owner string: a readable id, "#", and a 64-bit
-	// random nonce in hex (see NewOwner).
+	// Owner is the holder's owner string. tenure writes one string per
+	// grant: the Locker's readable id, "#", its 64-bit random nonce in hex,
+	// ".", and the number of the grant (see tenure.NewOwner). Stores treat
+	// it as opaque and compare it byte for byte.
 	Owner string
 	// Token is the lease's fencing token. It strictly increases with every
 	// new grant of the resource and never goes back. Zero means that the
@@ -39,26 +53,27 @@ type Record struct {
 }
 
 // Store is a backend that keeps leases. Each method is one atomic operation
-// in the store (see the lease contract in docs/design.md). Implementations
-// must be safe for concurrent use, must validate their input before any I/O
-// (ValidateResource, ValidateOwner, ValidateTTL plus their own TTL limits),
-// must wrap driver errors with %w, and must report an operation whose
-// outcome is unknown with UnknownOutcome(cause), never as success or
+// in the store (see the package documentation and docs/design.md).
+// Implementations must be safe for concurrent use, must validate their input
+// before any I/O (ValidateResource, ValidateOwner, ValidateTTL plus their own
+// TTL limits), must wrap driver errors with %w, and must report an operation
+// whose outcome is unknown with UnknownOutcome(cause), never as success or
 // failure.
 //
-// Users rarely call a Store directly: a Locker does, and adds local
+// Users rarely call a Store directly: a tenure.Locker does, and adds local
 // deadlines, renewal and the other client-side rules.
 type Store interface {
 	// Acquire grants the resource to owner for ttl when no live lease exists,
-	// with the next fencing token. When owner already holds it, the same
-	// lease is renewed for ttl and returned (so a retry after an unknown
-	// outcome is safe). When another owner holds it, Acquire returns a
-	// *HeldError.
+	// with the next fencing token. When owner already holds it (the same
+	// owner string: a retry of the same grant), the same lease is renewed for
+	// ttl and returned, so a retry after an unknown outcome is safe. When
+	// another owner holds it, Acquire returns a *HeldError.
 	Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (Record, error)
 
 	// Renew extends the lease to ttl from now only when the live lease has
 	// this owner and token. Otherwise it returns an error wrapping
-	// ErrLeaseLost, and it never re-creates an expired or replaced lease.
+	// ErrLeaseLost (and, where the store knows it, a *HeldError naming the
+	// current holder), and it never re-creates an expired or replaced lease.
 	Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error
 
 	// Release frees the resource only when the live lease has this owner and

@@ -1,0 +1,100 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors that stores return. The tenure package exports the same
+// values (tenure.ErrHeld is ErrHeld, and so on), so callers test with
+// errors.Is against either.
+var (
+	// ErrHeld means that another owner holds a live lease on the resource.
+	// The error is (or wraps) a *HeldError that names the holder.
+	ErrHeld = errors.New("tenure: lease held by another owner")
+
+	// ErrLeaseLost means that the lease can no longer be trusted: the store
+	// answered that this owner and fencing token no longer hold it, its local
+	// deadline passed without a confirmed renewal, or it was released.
+	// Jaeger's lock calls the same condition errLockOwnership.
+	ErrLeaseLost = errors.New("tenure: lease lost")
+
+	// ErrInvalidResource means that a resource name is empty, longer than
+	// MaxResourceLen bytes, not valid UTF-8, or contains NUL. It is returned
+	// before any I/O.
+	ErrInvalidResource = errors.New("tenure: invalid resource name")
+
+	// ErrInvalidOwner means that an owner id is empty, too long, not valid
+	// UTF-8, or contains NUL or the nonce separator where it must not.
+	ErrInvalidOwner = errors.New("tenure: invalid owner id")
+
+	// ErrInvalidTTL means that a TTL is not positive, or is outside what the
+	// store can keep exactly (for example below one second on Cassandra,
+	// whose TTLs are whole seconds). It is returned before any I/O.
+	ErrInvalidTTL = errors.New("tenure: invalid TTL")
+
+	// ErrUnknownOutcome means that the store may or may not have applied an
+	// operation (a timeout after the request was sent, Cassandra's CAS write
+	// timeout). The error wraps the store's own error as well.
+	ErrUnknownOutcome = errors.New("tenure: outcome unknown")
+
+	// ErrNotHeld is returned by Store.Get when no live lease exists on the
+	// resource.
+	ErrNotHeld = errors.New("tenure: resource not held")
+)
+
+// HeldError reports that a resource is held by another owner. It matches
+// ErrHeld with errors.Is and is extracted with errors.As:
+//
+//	var held *tenure.HeldError
+//	if errors.As(err, &held) {
+//		log.Printf("held by %s (token %d)", held.Holder.Owner, held.Holder.Token)
+//	}
+type HeldError struct {
+	// Holder is the live lease as the store reported it. Holder.Remaining is
+	// zero when the store did not say how much time is left. Holder.Owner is
+	// empty when the store saw the resource change hands while the request
+	// ran; trying again is the answer.
+	Holder Record
+}
+
+// Error describes the holder.
+func (e *HeldError) Error() string {
+	if e.Holder.Owner == "" {
+		// A store saw the resource taken and freed by others while the
+		// request ran (Cassandra gives up after two attempts).
+		return fmt.Sprintf("tenure: %q changed hands while the request ran (token %d); try again", e.Holder.Resource, e.Holder.Token)
+	}
+	s := fmt.Sprintf("tenure: %q is held by %s", e.Holder.Resource, e.Holder.Owner)
+	if e.Holder.Token != 0 {
+		s += fmt.Sprintf(" (token %d", e.Holder.Token)
+	} else {
+		s += " (no fencing token"
+	}
+	if e.Holder.Remaining > 0 {
+		s += fmt.Sprintf(", %s left", e.Holder.Remaining.Round(time.Millisecond))
+	}
+	return s + ")"
+}
+
+// Is reports whether target is ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// UnknownOutcome wraps cause so that the result matches both
+// ErrUnknownOutcome and cause with errors.Is. Stores use it when a request
+// was sent but its answer was lost.
+func UnknownOutcome(cause error) error {
+	if cause == nil || errors.Is(cause, ErrUnknownOutcome) {
+		return cause
+	}
+	return &unknownOutcomeError{cause: cause}
+}
+
+type unknownOutcomeError struct{ cause error }
+
+func (e *unknownOutcomeError) Error() string {
+	return ErrUnknownOutcome.Error() + ": " + e.cause.Error()
+}
+
+func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrUnknownOutcome, e.cause} }
