@@ -262,6 +262,15 @@ func (lk *Locker) interval(ttl time.Duration) time.Duration {
 	return ttl / 3
 }
 
+// CheckTTL reports whether ttl can be used for a lease of this Locker,
+// without any I/O: it must be positive, within the store's limits
+// (driver.TTLChecker: for example whole seconds from 1 s on Cassandra), and
+// leave time to renew (the renew interval, TTL/3 by default, must be shorter
+// than TTL·(1−ρ)). The error wraps ErrInvalidTTL. TryAcquire and Acquire make
+// the same check; election.New uses it to reject a configuration before
+// anything runs.
+func (lk *Locker) CheckTTL(ttl time.Duration) error { return lk.checkTTL(ttl) }
+
 func (lk *Locker) checkTTL(ttl time.Duration) error {
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
