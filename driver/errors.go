@@ -42,6 +42,18 @@ var (
 	// ErrNotHeld is returned by Store.Get when no live lease exists on the
 	// resource.
 	ErrNotHeld = errors.New("tenure: resource not held")
+
+	// ErrNoStore means that a store opened only to be inspected (a store
+	// package's inspection mode, store.Inspect) does not exist: no SQLite
+	// file, no leases table, no keyspace. Nothing was created. The message
+	// names what is missing.
+	ErrNoStore = errors.New("tenure: no such store")
+
+	// ErrNotStore means that what a store configuration names exists but is
+	// not a tenure store: a directory, a file that is not a SQLite database,
+	// an empty file, another application's table of the same name. Nothing
+	// was changed. The message says what was found.
+	ErrNotStore = errors.New("tenure: not a tenure store")
 )
 
 // HeldError reports that a resource is held by another owner. It matches
