@@ -34,7 +34,7 @@ type fixture struct {
 func newFixture(t *testing.T, opts ...tenure.Option) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: clockwork.NewFakeClock(), lost: make(chan error, 16)}
-	f.mem = memory.New(memory.WithClock(f.clock))
+	f.mem, _ = memory.Open(context.Background(), memory.Config{Clock: f.clock})
 	f.faulty = storetest.NewFaulty(f.mem)
 	opts = append([]tenure.Option{
 		tenure.WithClock(f.clock),
@@ -197,7 +197,8 @@ func TestBackgroundRenewalEveryThirdOfTTL(t *testing.T) {
 func TestPausePastDeadlineSeenWithoutTimers(t *testing.T) {
 	fake := clockwork.NewFakeClock()
 	clock := &frozenTimers{FakeClock: fake}
-	lk, err := tenure.New(memory.New(memory.WithClock(fake)), tenure.WithClock(clock))
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fake})
+	lk, err := tenure.New(mem, tenure.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +473,7 @@ func TestAcquireWaitsWithBackoffAndHonoursContext(t *testing.T) {
 // without waiting for its backoff timer.
 func TestAcquireWakesOnReleaseNotification(t *testing.T) {
 	clock := clockwork.NewFakeClock()
-	mem := memory.New(memory.WithClock(clock))
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: clock})
 	a, _ := tenure.New(mem, tenure.WithClock(clock))
 	b, _ := tenure.New(mem, tenure.WithClock(clock), tenure.WithRetry(time.Hour, time.Hour))
 	ctx := ctxT(t)
@@ -697,7 +698,7 @@ func TestHeldErrorMessages(t *testing.T) {
 func TestLossDuringClose(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		local := clockwork.NewFakeClock()
-		mem := memory.New(memory.WithClock(clockwork.NewFakeClock()))
+		mem, _ := memory.Open(context.Background(), memory.Config{Clock: clockwork.NewFakeClock()})
 		lk, err := tenure.New(mem, tenure.WithClock(&frozenTimers{FakeClock: local}))
 		if err != nil {
 			t.Fatal(err)

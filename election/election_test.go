@@ -125,7 +125,7 @@ func TestLeadAndLeave(t *testing.T) {
 // deadline, once, and campaigns on.
 func TestRenewalsFailStopsAtDeadline(t *testing.T) {
 	clock := clockwork.NewFakeClock()
-	mem := memory.New(memory.WithClock(clock))
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: clock})
 	f := storetest.NewFaulty(mem)
 	ev := newEvents()
 	c, err := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: clock}))
@@ -192,7 +192,7 @@ func TestResignHandsOver(t *testing.T) {
 func TestHealthHandler(t *testing.T) {
 	fake := clockwork.NewFakeClock()
 	clock := &frozenTimers{fake}
-	mem := memory.New(memory.WithClock(fake))
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fake})
 	ev := newEvents()
 	c, _ := election.New(mem, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: clock}))
 	h := c.HealthHandler(time.Second)

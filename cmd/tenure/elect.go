@@ -149,6 +149,10 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	u, err := a.parseStoreForTTL("elect", f.ttl)
+	if err != nil {
+		return err
+	}
 
 	// From here on SIGINT, SIGTERM and SIGHUP are tenure's to handle: they end
 	// the campaign, and are passed on to the command while it runs.
@@ -164,7 +168,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	var store driver.Store
 	var current tenure.Record
 	if s := interruptible(sigCh, func(ctx context.Context) {
-		if store, err = a.openStore(ctx); err != nil {
+		if store, err = a.openStore(ctx, u, false); err != nil {
 			return
 		}
 		gctx, cancel := context.WithTimeout(ctx, storeTimeout)

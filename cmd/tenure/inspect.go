@@ -15,7 +15,6 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/internal/storeurl"
 )
 
 // leaseJSON is a lease as status and list print it with --json.
@@ -59,10 +58,15 @@ func display(s string) string {
 	return s
 }
 
+// withStore opens the store to inspect it (creating nothing) and runs f.
 func (a *app) withStore(f func(ctx context.Context, s driver.Store) error) error {
+	u, err := a.parseStore()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	s, err := a.openStore(ctx)
+	s, err := a.openStore(ctx, u, true)
 	if err != nil {
 		return err
 	}
@@ -299,16 +303,19 @@ schema cannot be created (for instance for lack of privileges).`,
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			raw, err := a.storeURLOrDefault()
+			u, err := a.parseStore()
 			if err != nil {
+				return err
+			}
+			if err := a.makeDefaultDir(); err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*storeTimeout)
 			defer cancel()
-			if err := storeurl.Init(ctx, raw); err != nil {
+			if err := u.Init(ctx); err != nil {
 				return storeOpenErr(err)
 			}
-			fmt.Fprintf(a.stdout, "store ready: %s\n", storeurl.Redact(raw))
+			fmt.Fprintf(a.stdout, "store ready: %s\n", u)
 			return nil
 		},
 	}

@@ -26,7 +26,8 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/internal/storeurl"
+	"github.com/tenure-go/tenure/store"
+	_ "github.com/tenure-go/tenure/store/all" // every store's URL scheme
 )
 
 // Exit codes. The 6x and 7x codes are those of sysexits.h.
@@ -151,7 +152,7 @@ the name; the command finds it in $TENURE_TOKEN and can pass it to whatever
 it writes to, so that a writer that lost its lease is turned away.
 
 Leases live in a store named by a URL: --store, else $TENURE_STORE, else the
-SQLite file ` + storeurl.DefaultSQLitePathDoc + `.
+SQLite file ` + defaultSQLitePathDoc + `.
 
 Store URLs:
 ` + schemeHelp(),
@@ -179,7 +180,7 @@ Store URLs:
 	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
 
-	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newBenchCmd())
+	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd())
 	a.root = root
 	return root
 }
@@ -188,8 +189,8 @@ Store URLs:
 // description, indented and wrapped.
 func schemeHelp() string {
 	var b strings.Builder
-	for _, s := range storeurl.Schemes() {
-		form, desc, _ := strings.Cut(s.Doc, "  ")
+	for _, s := range store.Schemes() {
+		form, desc, _ := strings.Cut(s.Usage, "  ")
 		fmt.Fprintf(&b, "  %s\n", strings.TrimSpace(form))
 		line := "     "
 		for _, w := range strings.Fields(desc) {
@@ -239,14 +240,14 @@ func (a *app) setup(cmd *cobra.Command, args []string) error {
 }
 
 // storeURLOrDefault returns the store URL that --store, $TENURE_STORE or
-// the default names; the default's directory is created then.
+// the default names.
 func (a *app) storeURLOrDefault() (string, error) {
 	raw := a.storeURL
 	if raw == "" {
 		raw = os.Getenv(envStore)
 	}
 	if strings.TrimSpace(raw) == "" {
-		p, err := storeurl.DefaultSQLitePath()
+		p, err := defaultSQLitePath()
 		if err != nil {
 			return "", fail(exitUnavailable, "%s", errText(err))
 		}
@@ -255,27 +256,60 @@ func (a *app) storeURLOrDefault() (string, error) {
 	return raw, nil
 }
 
-// openStore opens the store that --store, $TENURE_STORE or the default
-// names. A bad URL is a usage error (64) and names the known schemes; a
-// store that cannot be opened is exit code 69.
-func (a *app) openStore(ctx context.Context) (driver.Store, error) {
+// parseStore checks the store URL that --store, $TENURE_STORE or the
+// default names, before any I/O. A bad URL is a usage error (64) and names
+// the known schemes.
+func (a *app) parseStore() (*store.URL, error) {
 	raw, err := a.storeURLOrDefault()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	s, err := storeurl.Open(ctx, raw)
+	u, err := store.Parse(raw)
 	if err != nil {
 		return nil, storeOpenErr(err)
 	}
-	a.log.Debug("store opened", "store", storeurl.Redact(raw))
+	return u, nil
+}
+
+// parseStoreForTTL is parseStore, then a check that the store can keep
+// ttl: a TTL outside the store's limits is a usage error (64) before any
+// I/O, so no file, table or connection is made for a command that cannot
+// run.
+func (a *app) parseStoreForTTL(cmd string, ttl time.Duration) (*store.URL, error) {
+	u, err := a.parseStore()
+	if err != nil {
+		return nil, err
+	}
+	if err := u.CheckTTL(ttl); err != nil {
+		return nil, usage("%s: --ttl %v: %s", cmd, ttl, errText(err))
+	}
+	return u, nil
+}
+
+// openStore opens the store of u, bounded by storeTimeout; a store that
+// cannot be opened is exit code 69. With inspect (status, list, release)
+// nothing is created (store.Inspect); otherwise the directory of the
+// default SQLite file is created first, with mode 0700.
+func (a *app) openStore(ctx context.Context, u *store.URL, inspect bool) (driver.Store, error) {
+	var opts []store.Option
+	if inspect {
+		opts = append(opts, store.Inspect())
+	} else if err := a.makeDefaultDir(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	s, err := u.Open(ctx, opts...)
+	if err != nil {
+		return nil, storeOpenErr(err)
+	}
+	a.log.Debug("store opened", "store", u.String())
 	return s, nil
 }
 
-// storeOpenErr maps an error of storeurl.Open or Init to an exit code.
+// storeOpenErr maps an error of store.Parse, Open or Init to an exit code.
 func storeOpenErr(err error) error {
-	if errors.Is(err, storeurl.ErrBadURL) {
+	if errors.Is(err, store.ErrBadURL) {
 		return usage("%s", errText(err))
 	}
 	return fail(exitUnavailable, "%s", errText(err))

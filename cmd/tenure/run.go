@@ -191,6 +191,10 @@ func (a *app) run(c *cobra.Command, f *runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	u, err := a.parseStoreForTTL("run", f.ttl)
+	if err != nil {
+		return err
+	}
 
 	// From here on SIGINT, SIGTERM and SIGHUP are tenure's to handle: they
 	// stop the wait, and are passed on to the command once it runs.
@@ -220,7 +224,7 @@ func (a *app) run(c *cobra.Command, f *runFlags, args []string) error {
 		return fail(exitSignalBase+signalNumber(s), "stopped waiting for %s: received %s", quoteName(resource), signalName(s))
 	}
 
-	store, err := a.openStore(ctx)
+	store, err := a.openStore(ctx, u, false)
 	if err != nil {
 		if s := endWatch(); s != nil {
 			return interrupted(s)

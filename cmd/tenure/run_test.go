@@ -416,8 +416,12 @@ func TestRunExitCodes(t *testing.T) {
 	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
 		t.Fatalf("the store file exists after usage errors only (%v)", err)
 	}
-	if code, stdout, _ := e.run("list", "--json"); code != 0 || strings.TrimSpace(stdout) != "[]" {
-		t.Fatalf("list after usage errors: exit %d, %s", code, stdout)
+	// Inspection creates nothing either: list names the missing file.
+	if code, stdout, stderr := e.run("list", "--json"); code == 0 || !strings.Contains(stderr, e.db) || !strings.Contains(stderr, "does not exist") {
+		t.Fatalf("list of a missing store: exit %d, %s%s; want an error naming %s", code, stdout, stderr, e.db)
+	}
+	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
+		t.Fatalf("list created the store file (%v)", err)
 	}
 
 	// An unknown scheme is a usage error that names the known schemes.
@@ -692,5 +696,43 @@ func TestRunReleaseFailureWarns(t *testing.T) {
 	}
 	if took > ttl+5*time.Second {
 		t.Fatalf("the failed release took %v", took)
+	}
+}
+
+// Every limit and every URL rule is checked before anything is opened,
+// created or connected, the same way in every scheme: a TTL the store
+// cannot keep, a port outside 1..65535 and an unknown parameter are usage
+// errors (64), never a store file or a connection attempt (69); secrets in
+// the URL's query are not shown.
+func TestLimitsCheckedBeforeIO(t *testing.T) {
+	e := newEnv(t)
+	cmd := []string{"true"}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		shows string
+	}{
+		{"sqlite ttl above the maximum", []string{"run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"sqlite elect ttl above the maximum", []string{"elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"etcd ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "minimum"},
+		{"cassandra ttl below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "minimum"},
+		{"redis ttl above the maximum", []string{"--store", "redis://127.0.0.1:1", "run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"redis port out of range", []string{"--store", "redis://127.0.0.1:99999", "list"}, "65535"},
+		{"etcd port out of range", []string{"--store", "etcd://127.0.0.1:70000", "list"}, "65535"},
+		{"postgres port out of range", []string{"--store", "postgres://u@127.0.0.1:70000/db", "list"}, "65535"},
+		{"postgres unknown parameter", []string{"--store", "postgres://u:pw-s3cret@127.0.0.1:1/db?frobnicate=1&password=pw-s3cret", "list"}, "frobnicate"},
+		{"redis unknown parameter", []string{"--store", "redis://127.0.0.1:1?frobnicate=1", "list"}, "frobnicate"},
+	} {
+		start := time.Now()
+		code, _, stderr := e.run(c.args)
+		if code != exitUsage || !strings.Contains(stderr, c.shows) || strings.Contains(stderr, "s3cret") {
+			t.Errorf("%s: exit %d, want %d saying %q without secrets:\n%s", c.name, code, exitUsage, c.shows, stderr)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: took %v", c.name, d)
+		}
+	}
+	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
+		t.Fatalf("the SQLite file exists after limit errors only (%v)", err)
 	}
 }

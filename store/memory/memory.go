@@ -20,6 +20,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/store"
 )
 
 // Store is an in-memory driver.Store. It is safe for concurrent use.
@@ -29,7 +30,7 @@ type Store struct {
 	mu     sync.Mutex
 	leases map[string]*lease
 	tokens map[string]uint64 // last token granted per resource; never goes back
-	subs   map[string]map[chan struct{}]struct{}
+	hub    driver.Hub        // release notifications; always listening
 	closed bool
 }
 
@@ -40,24 +41,62 @@ type lease struct {
 	expires time.Time
 }
 
-// Option configures a Store.
-type Option func(*Store)
+// Config configures a Store.
+type Config struct {
+	// Clock is the clock on which leases expire (default: the real clock).
+	// Tests give a fake one, so that they need no sleeps.
+	Clock clockwork.Clock
+}
 
-// WithClock sets the clock on which leases expire (default: the real clock).
-func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clock = c } }
+// CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that is
+// not positive; the store keeps any positive TTL.
+func (c Config) CheckTTL(ttl time.Duration) error { return driver.ValidateTTL(ttl) }
 
-// New returns an empty store.
-func New(opts ...Option) *Store {
+// Open returns an empty store. It never fails; the error is there for the
+// shape every store package has.
+func Open(_ context.Context, cfg Config) (*Store, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	s := &Store{
-		clock:  clockwork.NewRealClock(),
+		clock:  cfg.Clock,
 		leases: make(map[string]*lease),
 		tokens: make(map[string]uint64),
-		subs:   make(map[string]map[chan struct{}]struct{}),
 	}
-	for _, o := range opts {
-		o(s)
-	}
+	s.hub.SetListening(true, nil)
+	return s, nil
+}
+
+// New returns an empty store on the real clock: Open with a zero Config.
+func New() *Store {
+	s, _ := Open(context.Background(), Config{})
 	return s
+}
+
+// OpenURL returns an empty store for the URL "memory:" (see ParseURL).
+func OpenURL(ctx context.Context, raw string) (*Store, error) {
+	return driver.OpenURL(ctx, raw, ParseURL, Open)
+}
+
+// ParseURL accepts "memory:" (also "memory://"), which names a new, empty
+// store of its own each time it is opened: nothing is shared between two
+// opens. It takes no parameters.
+func ParseURL(raw string) (Config, error) {
+	scheme, rest, ok := strings.Cut(raw, ":")
+	if !ok || !strings.EqualFold(scheme, "memory") || (rest != "" && rest != "//") {
+		return Config{}, fmt.Errorf("memory store: want memory:, got %q", raw)
+	}
+	return Config{}, nil
+}
+
+func init() {
+	store.Register(store.Driver[Config, *Store]{
+		Schemes:  []string{"memory"},
+		Usage:    "memory:  a new, empty store in this process only, for tests and examples (nothing is shared or kept)",
+		Parse:    ParseURL,
+		Open:     Open,
+		CheckTTL: Config.CheckTTL,
+	})
 }
 
 var errClosed = errors.New("memory store: closed")
@@ -146,12 +185,7 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 		return fmt.Errorf("memory store: release %q: %w", resource, driver.ErrLeaseLost)
 	}
 	delete(s.leases, resource)
-	for ch := range s.subs[resource] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	s.hub.Wake(resource)
 	return nil
 }
 
@@ -197,27 +231,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 // Subscribe implements driver.Notifier: the channel receives a value when a
 // lease on resource is released.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	if err := driver.ValidateResource(resource); err != nil {
-		return nil, nil, err
-	}
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.subs[resource] == nil {
-		s.subs[resource] = make(map[chan struct{}]struct{})
-	}
-	s.subs[resource][ch] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			delete(s.subs[resource], ch)
-			if len(s.subs[resource]) == 0 {
-				delete(s.subs, resource)
-			}
-			s.mu.Unlock()
-		})
-	}, nil
+	return s.hub.Subscribe(ctx, resource, 0)
 }
 
 // Close makes later operations fail. It is idempotent.

@@ -47,16 +47,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -71,13 +69,24 @@ const (
 	DefaultConnectTimeout = 5 * time.Second
 )
 
-// MaxTTL is the longest TTL the store accepts (about 292 years; TTLs are kept
+// MaxTTL is the longest TTL the store accepts (about 146 years; TTLs are kept
 // as int64 milliseconds).
-const MaxTTL = time.Duration(1<<62) / time.Millisecond * time.Millisecond
+const MaxTTL = driver.MaxMillisecondTTL
 
-// ErrNoSchema means that the leases table does not exist: run Store.Init
-// (`tenure init`) once.
-var ErrNoSchema = errors.New("postgres store: the leases table does not exist; create it with `tenure init` (Store.Init)")
+// ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
+var ttls = driver.MillisecondTTLs
+
+// ErrNoSchema means that the leases table does not exist: run Init
+// (`tenure init`) once. It matches driver.ErrNoStore too.
+var ErrNoSchema error = noSchemaError{}
+
+type noSchemaError struct{}
+
+func (noSchemaError) Error() string {
+	return "postgres store: the leases table does not exist; create it with `tenure init` (postgres.Init)"
+}
+
+func (noSchemaError) Is(target error) bool { return target == driver.ErrNoStore }
 
 // Config configures a Store.
 type Config struct {
@@ -119,9 +128,7 @@ type Store struct {
 		acquire, holder, renew, release, list string
 	}
 
-	lis     *listener
-	lisOnce sync.Once
-	closed  atomic.Bool
+	hub driver.Hub // release notifications; Listen is listen
 }
 
 var (
@@ -129,50 +136,11 @@ var (
 	channelRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 )
 
-// ParseURL turns a postgres:// or postgresql:// URL into a Config, without
-// I/O. The URL is pgx's own DSN: every libpq parameter (sslmode, sslrootcert,
-// sslcert, sslkey, password, connect_timeout, ...) and pgxpool's pool_*
-// parameters are accepted. The error describes a malformed URL.
-func ParseURL(raw string) (Config, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, password included
-		}
-		return Config{}, fmt.Errorf("postgres store: bad URL: %w", err)
-	}
-	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return Config{}, fmt.Errorf("postgres store: URL scheme %q, want postgres:// or postgresql://", u.Scheme)
-	}
-	pc, err := pgxpool.ParseConfig(raw)
-	if err != nil {
-		return Config{}, fmt.Errorf("postgres store: bad URL %s: %w", u.Redacted(), err)
-	}
-	return Config{Pool: pc}, nil
-}
-
-// OpenURL opens a Store from a postgres:// URL (see ParseURL and New). It
-// does not create the schema.
-func OpenURL(ctx context.Context, raw string) (*Store, error) {
-	cfg, err := ParseURL(raw)
-	if err != nil {
-		return nil, err
-	}
-	return New(ctx, cfg)
-}
-
-// Open opens a Store on the database that dsn names (see Config.DSN). It
-// does not create the schema.
-func Open(ctx context.Context, dsn string) (*Store, error) {
-	return New(ctx, Config{DSN: dsn})
-}
-
-// New connects to the database and checks that it answers, within the
+// Open connects to the database and checks that it answers, within the
 // connect timeout (and ctx). It does not create the schema: Init does, once
 // (`tenure init`); operations on a database without it return errors wrapping
 // ErrNoSchema. Bad configuration returns an error before any I/O.
-func New(ctx context.Context, cfg Config) (*Store, error) {
+func Open(ctx context.Context, cfg Config) (*Store, error) {
 	pc := cfg.Pool
 	if pc == nil {
 		if cfg.DSN == "" {
@@ -218,6 +186,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		connCfg: pc.ConnConfig.Copy(),
 		connTO:  pc.ConnConfig.ConnectTimeout,
 	}
+	s.hub.Listen = s.listen
 	s.prepareSQL()
 	pctx, cancel := context.WithTimeout(ctx, s.connTO+time.Second)
 	defer cancel()
@@ -238,21 +207,35 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Close stops the listening connection and closes the pool. It does not
 // release leases. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.closed.Store(true)
-	s.lisOnce.Do(func() {}) // no listener starts after this
-	if l := s.lis; l != nil {
-		l.stop()
-	}
+	s.hub.Close()
 	s.pool.Close()
 	return nil
 }
 
-// Init creates the leases table if it does not exist. It is idempotent and
-// safe to run from many processes at once (a transaction-scoped advisory
-// lock serialises the DDL; no lease ever uses advisory locks). The role needs
-// CREATE on the schema; the stores that only use the table need SELECT,
-// INSERT and UPDATE on it.
-func (s *Store) Init(ctx context.Context) error {
+// CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
+// store opened with c cannot keep (below 1 ms or above MaxTTL), without
+// I/O.
+func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
+
+// CheckTTL implements driver.TTLChecker, so a Locker rejects a TTL this
+// store cannot keep before any I/O.
+func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
+
+// Init connects to the database (as Open does) and creates the leases table
+// if it does not exist. It is idempotent and safe to run from many
+// processes at once (a transaction-scoped advisory lock serialises the DDL;
+// no lease ever uses advisory locks). The role needs CREATE on the schema;
+// the stores that only use the table need SELECT, INSERT and UPDATE on it.
+func Init(ctx context.Context, cfg Config) error {
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.init(ctx)
+}
+
+func (s *Store) init(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres store: init: %w", err)
@@ -319,30 +302,16 @@ FROM %s WHERE resource >= $1 AND starts_with(resource, $1) AND owner IS NOT NULL
 ORDER BY resource`, t)
 }
 
-func validateTTL(ttl time.Duration) error {
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", driver.ErrInvalidTTL, ttl)
-	}
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: %v is above the store's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
-	}
-	return nil
-}
-
-// ttlMillis rounds ttl up to whole milliseconds, so the store never keeps a
-// lease shorter than asked.
-func ttlMillis(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
-}
-
 // failed wraps an error of a statement that was not applied, or of a read.
 func (s *Store) failed(op, resource string, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01": // undefined_table
+			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
+		case "42703": // undefined_column: a table of the same name, not tenure's
+			return fmt.Errorf("postgres store: %s %q: the table %s is not tenure's leases table: %w: %w", op, resource, s.regName, driver.ErrNotStore, err)
+		}
 	}
 	return fmt.Errorf("postgres store: %s %q: %w", op, resource, err)
 }
@@ -410,13 +379,10 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *pgxpool
 // any I/O. It returns a *driver.HeldError naming the holder, with the time
 // left on the database's clock, when another owner holds the resource.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
-	if err := validateTTL(ttl); err != nil {
-		return driver.Record{}, err
-	}
-	msTTL := ttlMillis(ttl)
+	msTTL := driver.Milliseconds(ttl)
 	var rec driver.Record
 	err := s.with(ctx, "acquire", resource, func(c *pgxpool.Conn) error {
 		// A held resource may be freed between the statement that found it
@@ -461,15 +427,12 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 // and token to ttl from now on the database's clock, or returns an error
 // wrapping driver.ErrLeaseLost and changes nothing.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
-		return err
-	}
-	if err := validateTTL(ttl); err != nil {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	var tag pgconn.CommandTag
 	err := s.with(ctx, "renew", resource, func(c *pgxpool.Conn) (err error) {
-		tag, err = c.Exec(ctx, s.sql.renew, resource, owner, int64(token), ttlMillis(ttl))
+		tag, err = c.Exec(ctx, s.sql.renew, resource, owner, int64(token), driver.Milliseconds(ttl))
 		return err
 	})
 	if err != nil {

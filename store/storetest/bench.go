@@ -1,4 +1,4 @@
-package bench
+package storetest
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/tenure-go/tenure/driver"
 )
 
-// GoBenchmarks runs the Go benchmarks that every store's *_bench_test.go
-// shares, on store s:
+// Benchmarks runs, as sub-benchmarks of b, the Go benchmarks that every
+// store shares, on store s:
 //
 //	StoreAcquireRelease   Store.Acquire then Store.Release of one resource
 //	StoreRenew            Store.Renew of one held lease
@@ -23,7 +23,7 @@ import (
 // Each iteration is one acquire+release, renewal or cycle. When count is
 // not nil it returns the store requests of kind unit sent so far (a Meter's
 // count, a test's LWT counter), and each benchmark reports unit/op.
-func GoBenchmarks(b *testing.B, s driver.Store, prefix string, unit string, count func() int64) {
+func Benchmarks(b *testing.B, s driver.Store, prefix string, unit string, count func() int64) {
 	const ttl = 30 * time.Second
 	report := func(b *testing.B, before int64) {
 		if count != nil && b.N > 0 {

@@ -11,6 +11,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -65,41 +66,43 @@ func (o cqlObserver) ObserveBatch(_ context.Context, b gocql.ObservedBatch) {
 	}
 }
 
-// openCassandra opens the native store of cfg's keyspace with the observer
-// installed, creating the keyspace and the native and Jaeger-mode tables
-// when they do not exist, and a Jaeger-mode store (same options, its own
-// session) whose session carries the baselines: the Jaeger protocol and
-// the raw single LWT.
-func openCassandra(ctx context.Context, cfg cassandra.Config, t *Target) error {
+// openCassandra opens the native store of the URL u (raw, parsed into cfg)
+// with the observer installed, creating the keyspace and the native table
+// when they do not exist, and a Jaeger-mode store (same URL, its own
+// session) on a table of its own, whose session carries the baselines: the
+// Jaeger protocol and the raw single LWT.
+func openCassandra(ctx context.Context, raw string, u *store.URL, cfg *cassandra.Config, t *Target) error {
 	m := NewMeter(KindLWT, KindSerial, KindRequest)
 	ks := strings.ToLower(cfg.Keyspace)
 	if ks == "" {
 		ks = cassandra.DefaultKeyspace
 	}
 	obs := cqlObserver{keyspace: ks, m: m}
-	user := cfg.ClusterHook
-	cfg.ClusterHook = func(cc *gocql.ClusterConfig) {
-		if user != nil {
-			user(cc)
+	observe := func(c *cassandra.Config) {
+		user := c.ClusterHook
+		c.ClusterHook = func(cc *gocql.ClusterConfig) {
+			if user != nil {
+				user(cc)
+			}
+			cc.QueryObserver, cc.BatchObserver = obs, obs
 		}
-		cc.QueryObserver, cc.BatchObserver = obs, obs
 	}
 	// The baselines get a Jaeger-shaped table of the bench's own, emptied
 	// at the start: never a `leases` table that Jaeger collectors may use,
 	// and no tombstones left by earlier runs (their deletes and expired
 	// rows), which make Cassandra refuse the store's schema check with
 	// READ_TOO_MANY_TOMBSTONES once there are more than 100,000.
-	native, jaeger := cfg, cfg
-	native.Mode, native.Table = cassandra.ModeNative, ""
-	jaeger.Mode, jaeger.Table = cassandra.ModeJaeger, BaselineTable
-	if err := cassandra.Init(ctx, native); err != nil {
+	observe(cfg)
+	cfg.Mode, cfg.Table = cassandra.ModeNative, ""
+	if err := u.Init(ctx); err != nil {
 		return err
 	}
-	ns, err := cassandra.Open(ctx, native)
+	s, err := u.Open(ctx)
 	if err != nil {
 		return err
 	}
-	t.closers = append(t.closers, ns.Close)
+	t.closers = append(t.closers, s.Close)
+	ns := s.(*cassandra.Store)
 	if err := ns.Session().Query(`CREATE TABLE IF NOT EXISTS "` + ns.Keyspace() + `"."` + BaselineTable + `" (name text PRIMARY KEY, owner text)`).
 		WithContext(ctx).Exec(); err != nil {
 		return fmt.Errorf("bench: create the baselines' table: %w", err)
@@ -113,11 +116,19 @@ func openCassandra(ctx context.Context, cfg cassandra.Config, t *Target) error {
 	if err != nil {
 		return fmt.Errorf("bench: empty the baselines' table: %w", err)
 	}
-	js, err := cassandra.Open(ctx, jaeger)
+	ju, err := store.Parse(raw)
 	if err != nil {
 		return err
 	}
-	t.closers = append(t.closers, js.Close)
+	jcfg := ju.Config().(*cassandra.Config)
+	observe(jcfg)
+	jcfg.Mode, jcfg.Table = cassandra.ModeJaeger, BaselineTable
+	s, err = ju.Open(ctx)
+	if err != nil {
+		return err
+	}
+	t.closers = append(t.closers, s.Close)
+	js := s.(*cassandra.Store)
 	t.Store, t.Meter = ns, m
 	table := `"` + js.Keyspace() + `"."` + js.Table() + `"`
 	t.Baselines = []System{

@@ -23,7 +23,7 @@ const (
 	FailoverRelease = "release" // the leader is sent SIGTERM: it resigns, releasing its lease
 )
 
-// CandidateConfig configures a candidate process (tenure bench candidate).
+// CandidateConfig configures a candidate process (tenure-bench candidate).
 type CandidateConfig struct {
 	Resource    string
 	Identity    string

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Report is everything one `tenure bench` run measured; it is what -json
+// Report is everything one `tenure-bench` run measured; it is what -json
 // writes.
 type Report struct {
 	Version  int               `json:"version"`
@@ -68,7 +68,8 @@ func LoadAvg() [3]float64 {
 	return l
 }
 
-// Check is one target of issue 6, checked on this run's figures.
+// Check is one performance target (docs/benchmarks.md), checked on this
+// run's figures.
 type Check struct {
 	Target string `json:"target"`
 	Got    string `json:"got"`
@@ -100,7 +101,7 @@ func p50(o *OpsResult, op string) float64 {
 	return o.Ops[op].P50Ms
 }
 
-// Evaluate checks the targets of issue 6 that this run's figures cover.
+// Evaluate checks the performance targets that this run's figures cover.
 func (r *Report) Evaluate() {
 	r.Checks = nil
 	add := func(pass bool, target, format string, args ...any) {
@@ -283,7 +284,7 @@ func (r *Report) WriteText(w io.Writer) {
 		t.Flush()
 	}
 	if len(r.Checks) > 0 {
-		fmt.Fprintln(w, "\nTargets (issue 6, and design.md's liveness bound)")
+		fmt.Fprintln(w, "\nPerformance targets (docs/benchmarks.md, and design.md's liveness bound)")
 		for _, c := range r.Checks {
 			verdict := "PASS"
 			if !c.Pass {

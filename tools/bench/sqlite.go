@@ -53,6 +53,7 @@ func sqliteConnHook(conn msqlite.ExecQuerierContext, dsn string) error {
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
+	path = strings.ReplaceAll(path, "%25", "%") // the store escapes '%' in file: URIs
 	sqliteMu.Lock()
 	m := sqliteMeters[path]
 	sqliteMu.Unlock()

@@ -3,24 +3,22 @@ package bench
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/internal/storeurl"
+	"github.com/tenure-go/tenure/store"
+	_ "github.com/tenure-go/tenure/store/all" // Open takes any scheme
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/etcd"
-	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/postgres"
 	"github.com/tenure-go/tenure/store/redis"
+	"github.com/tenure-go/tenure/store/sqlite"
 )
 
 // Request kinds of the other stores.
@@ -86,8 +84,9 @@ func Scheme(raw string) string {
 }
 
 // Open opens the target that raw names ("memory", or a store URL as the
-// tenure command takes them), with its meter installed. Cassandra's
-// keyspace and tables and PostgreSQL's table are created when missing.
+// tenure command takes them) through the store registry, with its meter
+// installed in the store's configuration. Cassandra's keyspace and tables
+// and PostgreSQL's table are created when missing.
 func Open(ctx context.Context, raw string) (*Target, error) {
 	t := &Target{Name: Scheme(raw), URL: raw}
 	err := t.open(ctx, raw)
@@ -99,65 +98,28 @@ func Open(ctx context.Context, raw string) (*Target, error) {
 }
 
 func (t *Target) open(ctx context.Context, raw string) error {
-	switch t.Name {
-	case "memory":
-		s := memory.New()
-		t.Store, t.URL = s, ""
-		t.closers = append(t.closers, s.Close)
-		return nil
-	case "sqlite":
-		u, err := url.Parse(raw)
-		if err != nil {
-			return storeurl.BadURL(err)
-		}
-		path, err := storeurl.SQLitePath(u)
-		if err != nil {
-			return err
-		}
-		t.Meter = meterSQLite(path)
-		s, err := storeurl.Open(ctx, raw)
-		if err != nil {
-			return err
-		}
-		t.Store = s
-		t.closers = append(t.closers, s.Close)
-		return nil
-	case "cassandra":
-		cfg, err := cassandra.ParseURL(raw)
-		if err != nil {
-			return storeurl.BadURL(err)
-		}
-		return openCassandra(ctx, cfg, t)
-	case "postgres":
-		cfg, err := postgres.ParseURL(raw)
-		if err != nil {
-			return storeurl.BadURL(err)
-		}
-		if cfg.Pool == nil {
-			if cfg.Pool, err = pgxpool.ParseConfig(cfg.DSN); err != nil {
-				return storeurl.BadURL(err)
-			}
-		}
+	if t.Name == "memory" {
+		raw, t.URL = "memory:", ""
+	}
+	u, err := store.Parse(raw)
+	if err != nil {
+		return err
+	}
+	switch c := u.Config().(type) {
+	case *cassandra.Config:
+		return openCassandra(ctx, raw, u, c, t)
+	case *sqlite.Config:
+		t.Meter = meterSQLite(c.Path)
+	case *postgres.Config:
 		t.Meter = NewMeter(KindStatement)
-		cfg.Pool.ConnConfig.Tracer = pgTracer{t.Meter}
-		s, err := postgres.New(ctx, cfg)
-		if err != nil {
+		c.Pool.ConnConfig.Tracer = pgTracer{t.Meter}
+		if err := u.Init(ctx); err != nil {
 			return err
 		}
-		t.closers = append(t.closers, s.Close)
-		if err := s.Init(ctx); err != nil {
-			return err
-		}
-		t.Store = s
-		return nil
-	case "etcd":
-		cfg, err := etcd.ParseURL(raw)
-		if err != nil {
-			return storeurl.BadURL(err)
-		}
+	case *etcd.Config:
 		t.Meter = NewMeter(KindRPC)
 		m := t.Meter
-		cfg.Client.DialOptions = append(cfg.Client.DialOptions,
+		c.Client.DialOptions = append(c.Client.DialOptions,
 			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 				m.Add(KindRPC, 1)
 				return invoker(ctx, method, req, reply, cc, opts...)
@@ -166,29 +128,17 @@ func (t *Target) open(ctx context.Context, raw string) error {
 				m.Add(KindRPC, 1)
 				return streamer(ctx, desc, cc, method, opts...)
 			}))
-		s, err := etcd.New(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		t.Store = s
-		t.closers = append(t.closers, s.Close)
-		return nil
-	case "redis":
-		cfg, err := redis.ParseURL(raw)
-		if err != nil {
-			return storeurl.BadURL(err)
-		}
-		s, err := redis.New(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		t.closers = append(t.closers, s.Close)
+	case *redis.Config:
 		t.Meter = NewMeter(KindCommand)
-		s.Client().AddHook(redisHook{t.Meter})
-		t.Store = s
-		return nil
+		c.Hooks = append(c.Hooks, redisHook{t.Meter})
 	}
-	return fmt.Errorf("%w: bench: unknown store %q (memory, sqlite, cassandra, postgres, etcd, redis)", storeurl.ErrBadURL, t.Name)
+	s, err := u.Open(ctx)
+	if err != nil {
+		return err
+	}
+	t.Store = s
+	t.closers = append(t.closers, s.Close)
+	return nil
 }
 
 // pgTracer counts the statements pgx sends (BEGIN and COMMIT included).

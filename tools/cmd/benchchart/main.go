@@ -1,9 +1,9 @@
 // Command benchchart draws the latency chart of docs/benchmarks.md from the
-// JSON that `tenure bench --json` writes: p50 (solid) and p99 (dashed)
+// JSON that `tenure-bench --json` writes: p50 (solid) and p99 (dashed)
 // latency of acquire, renew and release by store, system and number of
 // concurrent clients on distinct resources, on a log scale.
 //
-//	go run ./internal/bench/benchchart -in docs/benchmarks.json -out docs/benchmarks.png
+//	cd tools && go run ./cmd/benchchart -in ../docs/benchmarks.json -out ../docs/benchmarks.png
 package main
 
 import (
@@ -22,11 +22,11 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/tenure-go/tenure/internal/bench"
+	"github.com/tenure-go/tenure/tools/bench"
 )
 
 func main() {
-	in := flag.String("in", "docs/benchmarks.json", "JSON written by tenure bench --json")
+	in := flag.String("in", "docs/benchmarks.json", "JSON written by tenure-bench --json")
 	out := flag.String("out", "docs/benchmarks.png", "PNG to write")
 	flag.Parse()
 	if err := run(*in, *out); err != nil {
@@ -158,7 +158,7 @@ func run(in, out string) error {
 	for j, p := range plots {
 		p.Draw(t.At(panels, j, 0))
 	}
-	title := fmt.Sprintf("tenure bench, %d CPUs, %s: latency by store and concurrency (p50 solid, p99 dashed)", r.Machine.CPUs, r.Started.Format("2006-01-02"))
+	title := fmt.Sprintf("tenure-bench, %d CPUs, %s: latency by store and concurrency (p50 solid, p99 dashed)", r.Machine.CPUs, r.Started.Format("2006-01-02"))
 	fnt := plot.DefaultFont
 	fnt.Size = vg.Points(14)
 	sty := draw.TextStyle{Color: color.Black, Font: fnt, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YTop}

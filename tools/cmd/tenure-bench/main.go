@@ -1,3 +1,12 @@
+// Command tenure-bench measures what tenure's leases cost each store and
+// how fast leadership moves between processes: latency, throughput, store
+// requests per operation, one Locker holding many leases, and failover
+// between candidate processes, with baselines on Cassandra. It is a tool of
+// the repository, not part of the tenure command; docs/benchmarks.md shows
+// its figures and the commands that made them.
+//
+//	go run ./cmd/tenure-bench --phases cost,ops,contended --duration 3s   # from tools/
+//	go run ./cmd/tenure-bench --cassandra cassandra://127.0.0.1/tenure_bench --json bench.json
 package main
 
 import (
@@ -5,7 +14,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,9 +30,70 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tenure-go/tenure/internal/bench"
-	"github.com/tenure-go/tenure/internal/storeurl"
+	"github.com/tenure-go/tenure/store"
+	_ "github.com/tenure-go/tenure/store/all"
+	"github.com/tenure-go/tenure/tools/bench"
 )
+
+// Exit codes (sysexits.h).
+const (
+	exitUsage       = 64  // EX_USAGE: bad flags
+	exitUnavailable = 69  // EX_UNAVAILABLE: a store could not be opened or a phase failed
+	exitSoftware    = 70  // EX_SOFTWARE: an internal error
+	exitSignalBase  = 128 // 128+N: interrupted by signal N
+)
+
+// envStore names the environment variable that holds a store URL to
+// measure when no store flag is given.
+const envStore = "TENURE_STORE"
+
+func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// exitError is an error with the exit code it calls for; an empty message
+// prints nothing.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func usage(format string, args ...any) error { return fail(exitUsage, format, args...) }
+
+func exitWith(code int) error { return &exitError{code: code} }
+
+// app holds what the commands share.
+type app struct {
+	stdout, stderr io.Writer
+	storeURL       string
+}
+
+// Main runs tenure-bench with args (without the program name) and returns
+// the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	root := a.newBenchCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var xe *exitError
+	if errors.As(err, &xe) {
+		if xe.msg != "" {
+			fmt.Fprintf(stderr, "tenure-bench: %s\n", xe.msg)
+		}
+		return xe.code
+	}
+	fmt.Fprintf(stderr, "tenure-bench: %s (see tenure-bench --help)\n", err)
+	return exitUsage
+}
 
 type benchFlags struct {
 	sqlite, cassandra, postgres, etcd, redis string
@@ -54,7 +126,7 @@ type benchFlags struct {
 	cpuProfile string
 }
 
-const benchLong = `Bench measures what leases cost a store and how fast leadership moves, for
+const benchLong = `tenure-bench measures what leases cost a store and how fast leadership moves, for
 tenure and, on Cassandra, for two baselines on the same server in the same
 run: a single raw INSERT ... IF NOT EXISTS (the floor: one lightweight
 transaction) and the Jaeger protocol (a client issuing the statements of
@@ -84,34 +156,41 @@ Phases (--phases):
              renewals late, goroutines, heap per lease, store load; on the
              stores of --scale-stores
   failover   --handoffs handoffs between --candidates candidate processes
-             (this binary, "tenure bench candidate", using election.Candidate)
+             (this binary, "tenure-bench candidate", using election.Candidate)
              after SIGKILL of the leader and after the leader releases
              (SIGTERM), timed on CLOCK_MONOTONIC; on --failover-stores
 
 The output is a table per phase, the ratios against the baselines, and a
-PASS or FAIL line for each target of issue 6 that the run covers. --json
-writes every figure. Exit codes: 0 the run finished (whatever the targets
+PASS or FAIL line for each performance target that the run covers (the
+targets of docs/benchmarks.md). --json writes every figure. Exit codes: 0 the run finished (whatever the targets
 say); 64 bad flags; 69 a store could not be opened or a phase failed.`
 
 func (a *app) newBenchCmd() *cobra.Command {
 	var f benchFlags
 	c := &cobra.Command{
-		Use:   "bench",
+		Use:   "tenure-bench",
 		Short: "Measure latency, throughput, store requests, scale and failover per store",
 		Long:  benchLong,
 		Example: `  # memory and a temporary SQLite file, the quick phases only
-  tenure bench --phases cost,ops,contended --duration 3s
+  tenure-bench --phases cost,ops,contended --duration 3s
 
   # everything, with Cassandra, as docs/benchmarks.md was made
-  tenure bench --cassandra cassandra://127.0.0.1/tenure_bench --json bench.json`,
+  tenure-bench --cassandra cassandra://127.0.0.1/tenure_bench --json bench.json`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 0 {
-				return usage("bench: takes no arguments (see tenure bench --help)")
+				return usage("takes no arguments (see tenure-bench --help)")
 			}
 			return nil
 		},
-		RunE: func(c *cobra.Command, args []string) error { return a.bench(c, &f) },
+		RunE:          func(c *cobra.Command, args []string) error { return a.bench(c, &f) },
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
+	c.CompletionOptions.DisableDefaultCmd = true
+	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usage("%s (see %s --help)", err, c.CommandPath())
+	})
+	c.PersistentFlags().StringVar(&a.storeURL, "store", "", "a store URL to measure besides memory and SQLite (default $"+envStore+" when no store flag is given)")
 	fl := c.Flags()
 	fl.StringVar(&f.sqlite, "sqlite", "", "SQLite store URL (default: a new file in a temporary directory)")
 	fl.StringVar(&f.cassandra, "cassandra", "", "Cassandra store URL, e.g. cassandra://127.0.0.1/tenure_bench (a keyspace of its own)")
@@ -148,26 +227,26 @@ func (a *app) newBenchCmd() *cobra.Command {
 func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 	for _, p := range f.phases {
 		if !contains(bench.AllPhases, p) {
-			return usage("bench: unknown phase %q (phases: %s)", p, strings.Join(bench.AllPhases, ","))
+			return usage("unknown phase %q (phases: %s)", p, strings.Join(bench.AllPhases, ","))
 		}
 	}
 	for _, n := range append(append([]int{}, f.clients...), f.contended...) {
 		if n < 1 || n > 4096 {
-			return usage("bench: %d clients: want 1 to 4096", n)
+			return usage("%d clients: want 1 to 4096", n)
 		}
 	}
 	switch {
 	case f.duration <= 0 || f.rounds < 1 || f.costCycles < 1:
-		return usage("bench: --duration, --rounds and --cost-cycles must be positive")
+		return usage("--duration, --rounds and --cost-cycles must be positive")
 	case f.ttl <= 0 || f.scaleTTL <= 0 || f.failoverTTL <= 0 || f.failoverRetry <= 0:
-		return usage("bench: TTLs and the retry period must be positive")
+		return usage("TTLs and the retry period must be positive")
 	case f.scaleLeases < 1 || f.scaleDuration <= 0 || f.lateSlack < 0 || f.maxRenewals < 0:
-		return usage("bench: --scale-leases and --scale-duration must be positive, --late-slack and --max-renewals not negative")
+		return usage("--scale-leases and --scale-duration must be positive, --late-slack and --max-renewals not negative")
 	case f.handoffs < 1 || f.candidates < 2:
-		return usage("bench: --handoffs must be positive and --candidates at least 2")
+		return usage("--handoffs must be positive and --candidates at least 2")
 	}
 	if contains(f.phases, bench.PhaseFailover) && runtime.GOOS != "linux" {
-		return usage("bench: the failover phase needs Linux (CLOCK_MONOTONIC shared by processes); leave it out of --phases")
+		return usage("the failover phase needs Linux (CLOCK_MONOTONIC shared by processes); leave it out of --phases")
 	}
 	prefix := f.prefix
 	if prefix == "" {
@@ -188,7 +267,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 	if sqliteURL == "" && bench.Scheme(explicit) != "sqlite" {
 		dir, err := os.MkdirTemp("", "tenure-bench-")
 		if err != nil {
-			return fail(exitUnavailable, "bench: %v", err)
+			return fail(exitUnavailable, "%v", err)
 		}
 		defer os.RemoveAll(dir)
 		sqliteURL = "sqlite:" + filepath.Join(dir, "leases.db")
@@ -208,7 +287,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 
 	exe, err := os.Executable()
 	if err != nil && contains(f.phases, bench.PhaseFailover) {
-		return fail(exitSoftware, "bench: cannot find this program to start candidates: %v", err)
+		return fail(exitSoftware, "cannot find this program to start candidates: %v", err)
 	}
 	cfg := bench.RunConfig{
 		Stores: stores, Phases: f.phases,
@@ -222,7 +301,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		Handoffs:    f.handoffs, Candidates: f.candidates, FailoverTTL: f.failoverTTL, FailoverRetry: f.failoverRetry,
 		FailoverStores: f.failoverStores,
 		Candidate: func(storeURL, resource string, ttl, retry time.Duration) *exec.Cmd {
-			return exec.Command(exe, "--store", storeURL, "--log-level", "error", "bench", "candidate",
+			return exec.Command(exe, "--store", storeURL, "candidate",
 				"--resource", resource, "--ttl", ttl.String(), "--retry-period", retry.String())
 		},
 		Prefix: prefix,
@@ -238,11 +317,11 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
-			return fail(exitUsage, "bench: %s", errText(err))
+			return fail(exitUsage, "%v", err)
 		}
 		if err := pprof.StartCPUProfile(pf); err != nil {
 			pf.Close()
-			return fail(exitUsage, "bench: cpu profile: %s", errText(err))
+			return fail(exitUsage, "cpu profile: %v", err)
 		}
 		defer func() {
 			pprof.StopCPUProfile()
@@ -256,10 +335,10 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 	if f.jsonFile != "" {
 		b, err := json.MarshalIndent(report, "", "  ")
 		if err != nil {
-			return fail(exitSoftware, "bench: %v", err)
+			return fail(exitSoftware, "%v", err)
 		}
 		if err := os.WriteFile(f.jsonFile, append(b, '\n'), 0o644); err != nil {
-			return fail(exitUnavailable, "bench: write %s: %v", f.jsonFile, err)
+			return fail(exitUnavailable, "write %s: %v", f.jsonFile, err)
 		}
 	}
 	if ctx.Err() != nil {
@@ -273,7 +352,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 
 // benchCommandLine is the command as run, store URLs redacted.
 func benchCommandLine(c *cobra.Command) string {
-	parts := []string{"tenure", "bench"}
+	parts := []string{"tenure-bench"}
 	c.Flags().Visit(func(fl *pflag.Flag) { parts = append(parts, "--"+fl.Name+"="+redactFlag(fl)) })
 	return strings.Join(parts, " ")
 }
@@ -284,7 +363,7 @@ func redactFlag(fl *pflag.Flag) string {
 		v = strings.Join(sv.GetSlice(), ",")
 	}
 	if strings.Contains(v, "://") {
-		v = storeurl.Redact(v)
+		v = store.Redact(v)
 	}
 	return v
 }
@@ -310,13 +389,18 @@ func (a *app) newBenchCandidateCmd() *cobra.Command {
 		RunE: func(c *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			s, err := a.openStore(ctx)
-			if err != nil {
-				return err
+			if a.storeURL == "" {
+				return usage("candidate: --store is required")
+			}
+			s, err := store.Open(ctx, a.storeURL)
+			if errors.Is(err, store.ErrBadURL) {
+				return usage("candidate: %v", err)
+			} else if err != nil {
+				return fail(exitUnavailable, "candidate: %v", err)
 			}
 			defer s.Close()
 			if err := bench.RunCandidate(ctx, s, cfg, os.Getpid(), a.stdout); err != nil {
-				return fail(exitUnavailable, "bench candidate: %s", errText(err))
+				return fail(exitUnavailable, "candidate: %v", err)
 			}
 			return nil
 		},

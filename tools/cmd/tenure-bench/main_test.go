@@ -4,22 +4,43 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/tenure-go/tenure/internal/bench"
+	"github.com/tenure-go/tenure/tools/bench"
 )
 
-// TestBenchShort runs every phase of tenure bench on memory and a SQLite
+// benchBin is the tenure-bench binary the tests run (the failover phase
+// starts it as candidate processes).
+var benchBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tenure-bench-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	benchBin = filepath.Join(dir, "tenure-bench")
+	if out, err := exec.Command("go", "build", "-o", benchBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestBenchShort runs every phase of tenure-bench on memory and a SQLite
 // file with tiny settings, and checks the output's shape and the counts
 // (never the timings).
 func TestBenchShort(t *testing.T) {
 	dir := t.TempDir()
 	jsonFile := filepath.Join(dir, "bench.json")
-	cmd := exec.Command(tenureBin, "bench",
+	cmd := exec.Command(benchBin,
 		"--sqlite", "sqlite:"+filepath.Join(dir, "leases.db"),
 		"--clients", "1,2", "--contended", "3", "--duration", "400ms", "--rounds", "2", "--max-samples", "40",
 		"--cost-cycles", "4",
@@ -32,12 +53,12 @@ func TestBenchShort(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = ee.Stderr
 		}
-		t.Fatalf("tenure bench: %v\n%s\n%s", err, out, stderr)
+		t.Fatalf("tenure-bench: %v\n%s\n%s", err, out, stderr)
 	}
 	text := string(out)
 	for _, want := range []string{
 		"Operations, every client on its own resource", "Contended:", "Store requests per operation",
-		"Scale: sqlite, 100 leases", "Failover between candidate processes", "Targets (issue 6",
+		"Scale: sqlite, 100 leases", "Failover between candidate processes", "Performance targets (",
 		"sqlite: 100 leases renewed with 0 lost", "sqlite: release → new leader p50 under one retry period",
 	} {
 		if !strings.Contains(text, want) {
@@ -135,12 +156,13 @@ func TestBenchShort(t *testing.T) {
 
 func TestBenchBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"bench", "--phases", "nope"},
-		{"bench", "--clients", "0"},
-		{"bench", "extra"},
-		{"bench", "--candidates", "1"},
+		{"--phases", "nope"},
+		{"--clients", "0"},
+		{"extra"},
+		{"--candidates", "1"},
+		{"--store", "bogus://x", "candidate"},
 	} {
-		cmd := exec.Command(tenureBin, args...)
+		cmd := exec.Command(benchBin, args...)
 		err := cmd.Run()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitUsage {
 			t.Errorf("%v: %v; want exit code %d", args, err, exitUsage)
