@@ -20,7 +20,7 @@ func init() {
 		Schemes: []string{"cassandra"},
 		Usage: "cassandra://[user:password@]host1[,host2][:port]/keyspace[?param=value&...]  a Cassandra cluster " +
 			"(parameters: " + strings.Join(URLParams, ", ") + "; replication is for tenure init)",
-		Parse:    ParseURL,
+		Parse:    parseChecked,
 		Open:     Open,
 		Inspect:  func(c *Config) { c.CreateSchema = false },
 		Init:     Init,
@@ -214,9 +214,24 @@ func ParseURL(raw string) (Config, error) {
 		}
 		c.SkipHostVerification = true
 	}
+	if _, err := c.resolve(); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrBadURL, err)
+	}
+	return c, nil
+}
+
+// parseChecked is ParseURL, then a check that the certificate files the URL
+// names can be read: the registry's parse, so that store.Parse finds a bad
+// CA file before anything connects (ParseURL itself reads no file, for
+// `tenure schema`).
+func parseChecked(raw string) (Config, error) {
+	c, err := ParseURL(raw)
+	if err != nil {
+		return c, err
+	}
 	r, err := c.resolve()
 	if err == nil {
-		_, err = r.tlsConfig() // the certificate files must be readable
+		_, err = r.tlsConfig()
 	}
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrBadURL, err)
