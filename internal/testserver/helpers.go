@@ -51,7 +51,7 @@ func Locker(t testing.TB, s driver.Store, opts ...tenure.Option) *tenure.Locker 
 
 // WakeOnce makes A (on sa) hold r, starts B (on sb, retry interval one
 // hour) waiting for it, releases A and returns how long after the release B
-// was granted.
+// was granted (within 30 s, or the test fails), B's lease released again.
 func WakeOnce(tb testing.TB, sa, sb driver.Store, r string) time.Duration {
 	tb.Helper()
 	ctx := Ctx(tb)
@@ -61,11 +61,23 @@ func WakeOnce(tb testing.TB, sa, sb driver.Store, r string) time.Duration {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	lb, d := grantAfterRelease(ctx, tb, la, b, 30*time.Second)
+	if err := lb.Release(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// grantAfterRelease starts b waiting for la's resource, releases la, and
+// returns b's lease and how long after the release it was granted; the test
+// fails when b is not granted within limit.
+func grantAfterRelease(ctx context.Context, tb testing.TB, la *tenure.Lease, b *tenure.Locker, limit time.Duration) (*tenure.Lease, time.Duration) {
+	tb.Helper()
 	got := make(chan *tenure.Lease, 1)
 	waiting := make(chan struct{})
 	go func() {
 		var once sync.Once
-		l, err := b.Acquire(ctx, r, 30*time.Second, tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(func() { close(waiting) }) }))
+		l, err := b.Acquire(ctx, la.Resource(), la.TTL(), tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(func() { close(waiting) }) }))
 		if err != nil {
 			tb.Error(err)
 		}
@@ -74,21 +86,17 @@ func WakeOnce(tb testing.TB, sa, sb driver.Store, r string) time.Duration {
 	<-waiting
 	released := time.Now()
 	if err := la.Release(ctx); err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("A's release: %v", err)
 	}
 	select {
 	case lb := <-got:
-		d := time.Since(released)
 		if lb == nil {
 			tb.FailNow()
 		}
-		if err := lb.Release(ctx); err != nil {
-			tb.Fatal(err)
-		}
-		return d
-	case <-time.After(30 * time.Second):
-		tb.Fatal("waiter not granted within 30 s of the release (notification lost?)")
-		return 0
+		return lb, time.Since(released)
+	case <-time.After(limit):
+		tb.Fatalf("B not granted within %v of A's release (notification lost?)", limit)
+		return nil, 0
 	}
 }
 
@@ -136,37 +144,15 @@ func Run(t *testing.T, script string, args ...string) {
 	}
 }
 
-// ReleaseWakesWaiter starts b waiting for r (with ttl), releases la (the
-// lease on r) and checks that b is granted within 10 s with a greater
+// releaseWakesWaiter starts b waiting for la's resource, releases la and
+// checks that b is granted within 10 s with a greater
 // fencing token: the release went through and woke the waiter.
-func ReleaseWakesWaiter(ctx context.Context, t *testing.T, la *tenure.Lease, b *tenure.Locker, r string, ttl time.Duration) {
+func releaseWakesWaiter(ctx context.Context, t *testing.T, la *tenure.Lease, b *tenure.Locker) {
 	t.Helper()
-	got := make(chan *tenure.Lease, 1)
-	waiting := make(chan struct{})
-	go func() {
-		var once sync.Once
-		l, err := b.Acquire(ctx, r, ttl, tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(func() { close(waiting) }) }))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	<-waiting
-	released := time.Now()
-	if err := la.Release(ctx); err != nil {
-		t.Fatalf("A's release: %v", err)
-	}
-	select {
-	case lb := <-got:
-		if lb == nil {
-			t.FailNow()
-		}
-		t.Logf("B granted %v after A's release", time.Since(released))
-		if lb.Token() <= la.Token() {
-			t.Fatalf("B's token %d <= A's %d", lb.Token(), la.Token())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("B not granted within 10 s of A's release")
+	lb, d := grantAfterRelease(ctx, t, la, b, 10*time.Second)
+	t.Logf("B granted %v after A's release", d)
+	if lb.Token() <= la.Token() {
+		t.Fatalf("B's token %d <= A's %d", lb.Token(), la.Token())
 	}
 }
 
@@ -262,7 +248,7 @@ func FailsFast[S interface{ Close() error }](t *testing.T, server string, url fu
 // connection within tries attempts 100 ms apart (a pooled connection may
 // fail once when it is found dead; never with ErrLeaseLost), and the
 // holder's release goes through and wakes the waiter, whose backoff is an
-// hour, with a greater token (ReleaseWakesWaiter).
+// hour, with a greater token (releaseWakesWaiter).
 func ConnectionsKilled(t *testing.T, admin, holder, waiter driver.Store, ttl time.Duration, kill func(), tries int, killTwice bool) {
 	t.Helper()
 	ctx := Ctx(t)
@@ -304,7 +290,7 @@ func ConnectionsKilled(t *testing.T, admin, holder, waiter driver.Store, ttl tim
 	if killTwice {
 		kill()
 	}
-	ReleaseWakesWaiter(ctx, t, la, b, r, ttl)
+	releaseWakesWaiter(ctx, t, la, b)
 }
 
 // Env returns the environment variable name, which names the shared test
