@@ -14,8 +14,10 @@ func (a *app) newInitCmd() *cobra.Command {
 		Long: `Init prepares the store named by --store (or $TENURE_STORE) for use: it
 creates the PostgreSQL leases table, or the Cassandra keyspace (with the
 URL's replication parameter) and table, if they do not exist yet. It leaves
-existing leases alone and can be run again. A SQLite file needs no init (it
-is created on first use); init then only checks that the file can be opened.
+existing leases alone and can be run again. A SQLite file needs no init
+("tenure run" and "tenure elect" create it on first use); init creates it
+and its table, or checks an existing one. status, list and release never
+create a store.
 
 Exit codes: 0 done; 64 bad store URL; 69 the store cannot be reached or the
 schema cannot be created (for instance for lack of privileges).`,
