@@ -5,20 +5,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 )
 
 // scheduler runs each lease's next background renewal at its time, with one
 // timer for all the leases of a Locker (a min-heap of due times), so that
 // thousands of leases cost one timer and no goroutine while they wait. Due
-// renewals go to the Locker's bounded runner.
+// renewals go to the Locker's renewal pool.
 type scheduler struct {
-	clock  clockwork.Clock
-	submit func(func())
+	clock  clock.Clock
+	submit func(*Lease)
 
 	mu    sync.Mutex
 	h     schedHeap
-	timer clockwork.Timer
+	timer clock.Timer
 	armed time.Time // when the timer fires; zero when it is not armed
 }
 
@@ -108,6 +108,10 @@ func (s *scheduler) fire() {
 	s.armLocked()
 	s.mu.Unlock()
 	for _, l := range due {
-		s.submit(l.backgroundRenew)
+		s.submit(l)
 	}
 }
+
+// kick runs every renewal that is due now, without waiting for the timer
+// (after a suspend, Go's timers fire late by the time suspended).
+func (s *scheduler) kick() { s.fire() }

@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -81,7 +81,7 @@ type Config struct {
 
 	// Clock, Logger, MeterProvider and TracerProvider are passed to the
 	// candidate's tenure.Locker; defaults as there.
-	Clock          clockwork.Clock
+	Clock          clock.Clock
 	Logger         *slog.Logger
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
@@ -92,7 +92,7 @@ type Config struct {
 type Candidate struct {
 	cfg   Config
 	lk    *tenure.Locker
-	clock clockwork.Clock
+	clock clock.Clock
 	log   *slog.Logger
 	tel   *electionTelemetry
 
@@ -124,7 +124,7 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 		return nil, errors.New("election: negative retry period or renew interval")
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
+		cfg.Clock = clock.Real()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -240,7 +240,7 @@ func (c *Candidate) sleep(ctx context.Context, resign <-chan struct{}, d time.Du
 	t := c.clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.Chan():
+	case <-t.C():
 		return true
 	case <-ctx.Done():
 		return false
@@ -370,7 +370,7 @@ func (c *Candidate) HealthHandler(tolerance time.Duration) http.Handler {
 			fmt.Fprintln(w, "ok: follower")
 			return
 		}
-		if over := c.clock.Since(l.Deadline()); over > tolerance {
+		if over := clock.Since(c.clock, l.Deadline()); over > tolerance {
 			http.Error(w, fmt.Sprintf("unhealthy: leader of %q is %v past its lease deadline without a confirmed renewal", c.cfg.Resource, over.Round(time.Millisecond)), http.StatusServiceUnavailable)
 			return
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -124,11 +124,11 @@ func TestLeadAndLeave(t *testing.T) {
 // A leader whose renewals all fail stops leading no later than its
 // deadline, once, and campaigns on.
 func TestRenewalsFailStopsAtDeadline(t *testing.T) {
-	clock := clockwork.NewFakeClock()
-	mem := memory.New(memory.WithClock(clock))
+	fc := clock.NewFake()
+	mem := memory.New(memory.WithClock(fc))
 	f := storetest.NewFaulty(mem)
 	ev := newEvents()
-	c, err := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: clock}))
+	c, err := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: fc}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,11 +137,11 @@ func TestRenewalsFailStopsAtDeadline(t *testing.T) {
 	deadline := c.Lease().Deadline()
 	f.Set(storetest.OpRenew, storetest.Fail, 0)
 	f.Set(storetest.OpAcquire, storetest.Fail, 0)
-	clock.Advance(deadline.Sub(clock.Now()) - time.Millisecond)
+	fc.Advance(deadline.Sub(fc.Now()) - time.Millisecond)
 	if !c.IsLeader() {
 		t.Fatal("stopped leading before the deadline on transient errors")
 	}
-	clock.Advance(time.Millisecond)
+	fc.Advance(time.Millisecond)
 	if c.IsLeader() {
 		t.Fatal("still leader at the deadline")
 	}
@@ -149,7 +149,7 @@ func TestRenewalsFailStopsAtDeadline(t *testing.T) {
 		t.Fatal("term context live at the deadline")
 	}
 	recv(t, ev.stopped, "stopped leading")
-	clock.Advance(time.Minute)
+	fc.Advance(time.Minute)
 	none(t, ev.stopped, "second OnStoppedLeading for one term")
 }
 
@@ -190,11 +190,11 @@ func TestResignHandsOver(t *testing.T) {
 
 // The health check reports a candidate stuck in a term past its deadline.
 func TestHealthHandler(t *testing.T) {
-	fake := clockwork.NewFakeClock()
-	clock := &frozenTimers{fake}
+	fake := clock.NewFake()
+	fc := &frozenTimers{fake}
 	mem := memory.New(memory.WithClock(fake))
 	ev := newEvents()
-	c, _ := election.New(mem, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: clock}))
+	c, _ := election.New(mem, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: fc}))
 	h := c.HealthHandler(time.Second)
 	get := func() (int, string) {
 		rec := httptest.NewRecorder()
@@ -221,13 +221,13 @@ func TestHealthHandler(t *testing.T) {
 }
 
 // frozenTimers is a clock whose AfterFunc timers never fire.
-type frozenTimers struct{ *clockwork.FakeClock }
+type frozenTimers struct{ *clock.Fake }
 
-func (c *frozenTimers) AfterFunc(time.Duration, func()) clockwork.Timer { return neverTimer{} }
+func (c *frozenTimers) AfterFunc(time.Duration, func()) clock.Timer { return neverTimer{} }
 
 type neverTimer struct{}
 
-func (neverTimer) Chan() <-chan time.Time     { return nil }
+func (neverTimer) C() <-chan time.Time        { return nil }
 func (neverTimer) Reset(d time.Duration) bool { return false }
 func (neverTimer) Stop() bool                 { return false }
 

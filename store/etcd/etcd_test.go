@@ -116,7 +116,7 @@ func TestCaseC09ConnectionReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Reset()
-	if rec, err := admin.Get(ctx, r); err != nil || rec.Owner != a.Owner() || rec.Token != la.Token() {
+	if rec, err := admin.Get(ctx, r); err != nil || rec.Owner != la.Owner() || rec.Token != la.Token() {
 		t.Fatalf("after the holder's connection was reset: Get = %+v, %v", rec, err)
 	}
 	if _, err := b.TryAcquire(ctx, r, 10*time.Second); !errors.Is(err, tenure.ErrHeld) {

@@ -17,14 +17,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 
 	"github.com/tenure-go/tenure/driver"
 )
 
 // Store is an in-memory driver.Store. It is safe for concurrent use.
 type Store struct {
-	clock clockwork.Clock
+	clock clock.Clock
 
 	mu     sync.Mutex
 	leases map[string]*lease
@@ -44,12 +44,12 @@ type lease struct {
 type Option func(*Store)
 
 // WithClock sets the clock on which leases expire (default: the real clock).
-func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clock = c } }
+func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		clock:  clockwork.NewRealClock(),
+		clock:  clock.Real(),
 		leases: make(map[string]*lease),
 		tokens: make(map[string]uint64),
 		subs:   make(map[string]map[chan struct{}]struct{}),
@@ -77,6 +77,16 @@ func (s *Store) live(resource string, now time.Time) *lease {
 
 func record(resource string, l *lease, now time.Time) driver.Record {
 	return driver.Record{Resource: resource, Owner: l.owner, Token: l.token, TTL: l.ttl, Remaining: l.expires.Sub(now)}
+}
+
+// notHolder is the error of a renewal or release whose grant does not hold
+// resource; l is the live lease, if any.
+func notHolder(resource string, l *lease, now time.Time) error {
+	if l == nil {
+		return driver.NotHolder(nil)
+	}
+	rec := record(resource, l, now)
+	return driver.NotHolder(&rec)
 }
 
 // Acquire implements driver.Store.
@@ -122,7 +132,7 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	now := s.clock.Now()
 	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: renew %q: %w", resource, driver.ErrLeaseLost)
+		return fmt.Errorf("memory store: renew %q: %w", resource, notHolder(resource, l, now))
 	}
 	l.ttl, l.expires = ttl, now.Add(ttl)
 	return nil
@@ -141,9 +151,10 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	if s.closed {
 		return errClosed
 	}
-	l := s.live(resource, s.clock.Now())
+	now := s.clock.Now()
+	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: release %q: %w", resource, driver.ErrLeaseLost)
+		return fmt.Errorf("memory store: release %q: %w", resource, notHolder(resource, l, now))
 	}
 	delete(s.leases, resource)
 	for ch := range s.subs[resource] {

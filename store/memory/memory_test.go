@@ -3,7 +3,7 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/memory"
@@ -11,11 +11,11 @@ import (
 )
 
 func TestConformanceFakeClock(t *testing.T) {
-	clock := clockwork.NewFakeClock()
-	s := memory.New(memory.WithClock(clock))
+	fc := clock.NewFake()
+	s := memory.New(memory.WithClock(fc))
 	storetest.Run(t, storetest.Config{
 		New:     func(t *testing.T) driver.Store { return s },
-		Advance: clock.Advance,
+		Advance: fc.Advance,
 	})
 }
 

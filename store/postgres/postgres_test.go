@@ -122,7 +122,7 @@ func TestCaseC09BackendKilled(t *testing.T) {
 		t.Fatal("no backend of the holder was found to terminate")
 	}
 	rec, err := admin.Get(ctx, r)
-	if err != nil || rec.Owner != a.Owner() || rec.Token != la.Token() {
+	if err != nil || rec.Owner != la.Owner() || rec.Token != la.Token() {
 		t.Fatalf("after the holder's backends were killed: Get = %+v, %v; want owner %s token %d", rec, err, a.Owner(), la.Token())
 	}
 	if _, err := b.TryAcquire(ctx, r, 30*time.Second); !errors.Is(err, tenure.ErrHeld) {
@@ -136,7 +136,7 @@ func TestCaseC09BackendKilled(t *testing.T) {
 		t.Fatalf("A's lease: %v", err)
 	}
 	rec, err = admin.Get(ctx, r)
-	if err != nil || rec.Owner != a.Owner() || rec.Token != la.Token() {
+	if err != nil || rec.Owner != la.Owner() || rec.Token != la.Token() {
 		t.Fatalf("after A's renewal: Get = %+v, %v", rec, err)
 	}
 	// Kill again, then release: the release goes through too, and the

@@ -127,7 +127,7 @@ func TestCaseC09ConnectionKilled(t *testing.T) {
 	if n := killClients(t, admin, "tenure-c09-holder", ""); n == 0 {
 		t.Fatal("no connection of the holder found")
 	}
-	if rec, err := admin.Get(ctx, r); err != nil || rec.Owner != a.Owner() || rec.Token != la.Token() {
+	if rec, err := admin.Get(ctx, r); err != nil || rec.Owner != la.Owner() || rec.Token != la.Token() {
 		t.Fatalf("after the holder's connections were killed: Get = %+v, %v", rec, err)
 	}
 	if _, err := b.TryAcquire(ctx, r, 30*time.Second); !errors.Is(err, tenure.ErrHeld) {
