@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -406,3 +407,28 @@ func TestCassandraRejectsSubSecondTTL(t *testing.T) {
 	defer p.Close()
 	waitFor(t, p.IsLeader, "leads on Cassandra with follower interval 1s")
 }
+
+// jaegerElectionParticipant has the method set of Jaeger's
+// ElectionParticipant (jaegertracing/jaeger,
+// internal/leaderelection/leader_election.go): io.Closer, IsLeader, Start.
+type jaegerElectionParticipant interface {
+	io.Closer
+	IsLeader() bool
+	Start() error
+}
+
+// Participant satisfies Jaeger's participant interface, and NewParticipant
+// has the shape of Jaeger's NewElectionParticipant(lock, resourceName,
+// options) with the option names of ElectionParticipantOptions (Logger a
+// *slog.Logger, where Jaeger's is a *zap.Logger); unlike Jaeger's, it also
+// returns an error for options that could never lead.
+var (
+	_ jaegerElectionParticipant = (*election.Participant)(nil)
+	_                           = func(store driver.Store, resourceName string, l *slog.Logger) (jaegerElectionParticipant, error) {
+		return election.NewParticipant(store, resourceName, election.ParticipantOptions{
+			LeaderLeaseRefreshInterval:   5 * time.Second,
+			FollowerLeaseRefreshInterval: 60 * time.Second,
+			Logger:                       l,
+		})
+	}
+)
