@@ -251,7 +251,7 @@ func (c *Candidate) Run(ctx context.Context) error {
 			// the lease now, and we learn who.
 			continue
 		case errors.As(err, &held):
-			if held.Holder.Owner != c.lk.Owner() { // not our own lease still being freed
+			if !c.lk.Owns(held.Holder.Owner) { // not our own earlier grant still being freed
 				c.observe(tenure.OwnerID(held.Holder.Owner))
 			}
 		case errors.Is(err, tenure.ErrInvalidTTL), errors.Is(err, tenure.ErrInvalidResource), errors.Is(err, tenure.ErrClosed):

@@ -44,7 +44,11 @@ const DefaultJaegerTTL = 60 * time.Second
 //     leading until its next refresh.
 //   - The owner is the readable id plus a random nonce (tenure.NewOwner), so
 //     two processes configured with the same id (identical containers)
-//     still exclude each other.
+//     still exclude each other; and each grant (an Acquire that was not a
+//     renewal) writes an owner string of its own, Owner() + "." + N, so a
+//     late request of an earlier grant never acts on a later one. Jaeger's
+//     lock writes one owner string for all its grants, so a request of a
+//     grant it gave up can still renew or free the next one.
 //   - A lost answer is resolved (see Store), and an outcome that stays
 //     unknown is an error wrapping driver.ErrUnknownOutcome, never a guess.
 //
@@ -58,13 +62,27 @@ type JaegerLock struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	mu   sync.Mutex
-	held map[string]*jaegerHeld
+	mu      sync.Mutex
+	grants  uint64                 // grants made so far
+	held    map[string]*jaegerHeld // leases this lock holds
+	pending map[string]string      // owner string of an acquire whose outcome is unknown: the retry reuses it
 }
 
 type jaegerHeld struct {
+	owner string // this grant's owner string
 	token uint64
 	ttl   time.Duration
+}
+
+// newGrantLocked returns the owner string of a new grant.
+func (l *JaegerLock) newGrantLocked() string {
+	l.grants++
+	return fmt.Sprintf("%s.%d", l.owner, l.grants)
+}
+
+// owns reports whether owner names a grant of this lock.
+func (l *JaegerLock) owns(owner string) bool {
+	return len(owner) > len(l.owner)+1 && owner[:len(l.owner)] == l.owner && owner[len(l.owner)] == '.'
 }
 
 // JaegerLockOption configures a JaegerLock.
@@ -95,14 +113,16 @@ func NewJaegerLock(store *Store, ownerID string, opts ...JaegerLockOption) (*Jae
 		return nil, err
 	}
 	// A store call makes at most four queries, each bounded by Timeout.
-	l := &JaegerLock{store: store, owner: owner, timeout: 4 * store.cfg.Timeout, log: slog.Default(), held: map[string]*jaegerHeld{}}
+	l := &JaegerLock{store: store, owner: owner, timeout: 4 * store.cfg.Timeout, log: slog.Default(),
+		held: map[string]*jaegerHeld{}, pending: map[string]string{}}
 	for _, o := range opts {
 		o(l)
 	}
 	return l, nil
 }
 
-// Owner returns the owner string written to the store.
+// Owner returns this lock's owner: the readable id, "#", and a random
+// nonce. Each grant is written to the store as Owner() + "." + N.
 func (l *JaegerLock) Owner() string { return l.owner }
 
 // Token returns the fencing token of the lease this lock holds on resource,
@@ -149,7 +169,7 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 	var lostErr error
 	if h, ok := l.held[resource]; ok {
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		err := l.store.Renew(ctx, resource, l.owner, h.token, ttl)
+		err := l.store.Renew(ctx, resource, h.owner, h.token, ttl)
 		cancel()
 		switch {
 		case err == nil:
@@ -162,9 +182,21 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 			return false, fmt.Errorf("cassandra jaeger lock: renew %q: %w", resource, err)
 		}
 	}
+	// A new grant, unless the last attempt's outcome is unknown: its retry
+	// must be the same grant, so that the store renews what it may have
+	// granted.
+	owner, retry := l.pending[resource]
+	if !retry {
+		owner = l.newGrantLocked()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	rec, err := l.store.Acquire(ctx, resource, l.owner, ttl)
+	rec, err := l.store.Acquire(ctx, resource, owner, ttl)
+	if errors.Is(err, driver.ErrUnknownOutcome) {
+		l.pending[resource] = owner
+	} else {
+		delete(l.pending, resource)
+	}
 	if err != nil {
 		var held *driver.HeldError
 		if errors.As(err, &held) {
@@ -184,7 +216,7 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 		l.log.Warn("cassandra jaeger lock: lease lost, and acquired again as a new lease",
 			"resource", resource, "token", lost.token, "new_token", rec.Token, "detail", lostErr)
 	}
-	l.held[resource] = &jaegerHeld{token: rec.Token, ttl: ttl}
+	l.held[resource] = &jaegerHeld{owner: owner, token: rec.Token, ttl: ttl}
 	return true, nil
 }
 
@@ -203,26 +235,29 @@ func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 	defer cancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	token := uint64(0)
+	var owner string
+	var token uint64
 	if h, ok := l.held[resource]; ok {
-		token = h.token
-	} else if l.store.Mode() == ModeNative {
+		owner, token = h.owner, h.token
+	} else {
 		// Not held as far as this lock knows (for example after an unknown
-		// outcome): free it only if the store says it is ours.
+		// outcome): free it only if the store says a grant of ours holds it.
 		rec, err := l.store.Get(ctx, resource)
 		switch {
 		case errors.Is(err, driver.ErrNotHeld):
+			delete(l.pending, resource)
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: not held: %w", resource, driver.ErrLeaseLost)
 		case err != nil:
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: %w", resource, err)
-		case rec.Owner != l.owner:
+		case !l.owns(rec.Owner):
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: held by %s: %w", resource, rec.Owner, driver.ErrLeaseLost)
 		}
-		token = rec.Token
+		owner, token = rec.Owner, rec.Token
 	}
+	delete(l.pending, resource)
 	unknown := false
 	for attempt := 0; attempt < 2; attempt++ {
-		err := l.store.Release(ctx, resource, l.owner, token)
+		err := l.store.Release(ctx, resource, owner, token)
 		switch {
 		case err == nil:
 			delete(l.held, resource)

@@ -262,6 +262,41 @@ func TestJaegerLockDifferences(t *testing.T) {
 		}
 	})
 
+	// Each grant writes an owner string of its own: a request of an earlier
+	// grant delivered late (here its release) never frees a later one, in
+	// Jaeger mode too, where no fencing token tells them apart. Jaeger's lock
+	// writes one owner string for every grant, so there it would.
+	t.Run("LateRequestOfAnEarlierGrant", func(t *testing.T) {
+		jl, _ := cassandra.NewJaegerLock(js, "a")
+		r := resource(t, "r")
+		ctx := testCtx(t)
+		if ok, err := jl.Acquire(r, 10*time.Second); !ok || err != nil {
+			t.Fatalf("Acquire: %v %v", ok, err)
+		}
+		first, err := js.Get(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := jl.Forfeit(r); !ok || err != nil {
+			t.Fatalf("Forfeit: %v %v", ok, err)
+		}
+		if ok, err := jl.Acquire(r, 10*time.Second); !ok || err != nil {
+			t.Fatalf("second Acquire: %v %v", ok, err)
+		}
+		// The first grant's release, delivered now.
+		if err := js.Release(ctx, r, first.Owner, first.Token); !errors.Is(err, tenure.ErrLeaseLost) {
+			t.Fatalf("late release of the first grant: %v; want ErrLeaseLost", err)
+		}
+		second, err := js.Get(ctx, r)
+		if err != nil || second.Owner == first.Owner || !strings.HasPrefix(second.Owner, jl.Owner()+".") {
+			t.Fatalf("after the late release: %+v, %v; want the second grant of %s", second, err, jl.Owner())
+		}
+		if ok, err := jl.Acquire(r, 10*time.Second); !ok || err != nil {
+			t.Fatalf("renewal of the second grant: %v %v", ok, err)
+		}
+		jl.Forfeit(r)
+	})
+
 	t.Run("ZeroTTLIsJaegersDefault", func(t *testing.T) {
 		jl, _ := cassandra.NewJaegerLock(js, "a")
 		r := resource(t, "r")
@@ -540,8 +575,12 @@ func TestJaegerParticipantStepsDownAtNextTick(t *testing.T) {
 				t.Fatal(err)
 			}
 			return jl, func() error {
-				tok, _ := jl.Token(r)
-				return st.Release(context.Background(), r, jl.Owner(), tok)
+				// An operator frees whatever grant holds it.
+				rec, err := st.Get(context.Background(), r)
+				if err != nil {
+					return err
+				}
+				return st.Release(context.Background(), r, rec.Owner, rec.Token)
 			}
 		}
 	}
