@@ -38,10 +38,9 @@ type Lease struct {
 	trust    time.Duration
 	interval time.Duration
 
-	ctx      *leaseContext
-	cancel   context.CancelCauseFunc
-	opCtx    context.Context // cancelled when the lease ends: aborts store calls in flight
-	opCancel context.CancelFunc
+	ctx    *leaseContext
+	cancel context.CancelCauseFunc
+	opCtx  context.Context // cancelled when the lease ends: aborts store calls in flight
 
 	mu       sync.Mutex
 	state    leaseState
@@ -70,7 +69,10 @@ func newLease(lk *Locker, parent context.Context, resource, owner string, ttl ti
 	inner, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	l.ctx = &leaseContext{Context: inner, l: l}
 	l.cancel = cancel
-	l.opCtx, l.opCancel = context.WithCancel(context.Background())
+	// Store calls of the background renewal run on the lease's inner
+	// context: they carry the caller's values and are abandoned when the
+	// lease ends.
+	l.opCtx = inner
 	return l
 }
 
@@ -182,7 +184,6 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	l.mu.Unlock()
 
 	l.cancel(cause)
-	l.opCancel()
 	l.lk.forget(l)
 	l.lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
 	l.lk.tel.leaseLost(l.resource, reason)
@@ -270,11 +271,10 @@ func (l *Lease) renew(ctx context.Context) error {
 		l.check()
 		return l.Err()
 	}
+	// The call is bounded by the time left: a renewal that answers later
+	// cannot save the lease. (A manual renewal in flight when the lease is
+	// released runs on to that bound; its answer is then ignored.)
 	ctx, span := l.lk.tel.start(ctx, "tenure.renew", l.resource)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.opCtx, cancel)
-	defer stop()
 	cctx, cancelBound := l.lk.bounded(ctx, left)
 	defer cancelBound()
 
@@ -354,7 +354,6 @@ func (l *Lease) end(op string) (time.Time, error) {
 	l.mu.Unlock()
 
 	l.cancel(ErrReleased)
-	l.opCancel()
 	l.lk.forget(l)
 	l.lk.tel.leaseEnded(l.resource)
 	return until, nil

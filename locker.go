@@ -59,7 +59,7 @@ type Locker struct {
 	live    int               // leases in held
 	closed  bool
 	closeCh chan struct{} // closed by Close: wakes waiting Acquires
-	watchCh chan struct{} // closed to stop the suspend watch; nil while it does not run
+	watching bool // the suspend watch runs
 	probe   atomic.Bool   // an acquire ended with its outcome unknown: read before writing
 
 	// Acquires and clean-ups in flight, which Close waits for. A counter and
@@ -388,7 +388,7 @@ func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl ti
 	closed := lk.closed
 	lk.held[resource] = l
 	lk.live++
-	if lk.live == 1 {
+	if !lk.watching {
 		lk.startWatchLocked()
 	}
 	lk.mu.Unlock()
@@ -721,9 +721,6 @@ func (lk *Locker) forget(l *Lease) {
 	if lk.held[l.resource] == l {
 		delete(lk.held, l.resource)
 		lk.live--
-		if lk.live == 0 {
-			lk.stopWatchLocked()
-		}
 	}
 	lk.mu.Unlock()
 }
@@ -736,24 +733,26 @@ const suspendCheckEvery = 250 * time.Millisecond
 // monotonic clock, which stops during a suspend, so after a resume the
 // watchdogs would fire late by the time suspended. The watch checks every
 // lease's deadline, and runs due renewals, as soon as the clock reports a
-// suspend.
+// suspend. It runs while the Locker holds leases, and stops at the first
+// tick that finds none.
 func (lk *Locker) startWatchLocked() {
 	s, ok := lk.clock.(clock.Suspender)
-	if !ok || lk.watchCh != nil {
+	if !ok {
 		return
 	}
-	stop := make(chan struct{})
-	lk.watchCh = stop
+	lk.watching = true
 	last := s.Suspended()
 	go func() {
 		t := time.NewTicker(suspendCheckEvery)
 		defer t.Stop()
-		for {
-			select {
-			case <-stop:
+		for range t.C {
+			lk.mu.Lock()
+			if lk.live == 0 {
+				lk.watching = false
+				lk.mu.Unlock()
 				return
-			case <-t.C:
 			}
+			lk.mu.Unlock()
 			if cur := s.Suspended(); cur != last {
 				last = cur
 				lk.log.Info("the machine was suspended; checking leases", "suspended", cur)
@@ -761,13 +760,6 @@ func (lk *Locker) startWatchLocked() {
 			}
 		}
 	}()
-}
-
-func (lk *Locker) stopWatchLocked() {
-	if lk.watchCh != nil {
-		close(lk.watchCh)
-		lk.watchCh = nil
-	}
 }
 
 // checkAll ends every lease whose deadline has passed and runs the
