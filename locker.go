@@ -54,13 +54,13 @@ type Locker struct {
 	sched *scheduler
 	tel   *telemetry
 
-	mu      sync.Mutex
-	held    map[string]*Lease // nil value: an acquire is in flight
-	live    int               // leases in held
-	closed  bool
-	closeCh chan struct{} // closed by Close: wakes waiting Acquires
-	watching bool // the suspend watch runs
-	probe   atomic.Bool   // an acquire ended with its outcome unknown: read before writing
+	mu       sync.Mutex
+	held     map[string]*Lease // nil value: an acquire is in flight
+	live     int               // leases in held
+	closed   bool
+	closeCh  chan struct{} // closed by Close: wakes waiting Acquires
+	watching bool          // the suspend watch runs
+	probe    atomic.Bool   // an acquire ended with its outcome unknown: read before writing
 
 	// Acquires and clean-ups in flight, which Close waits for. A counter and
 	// a channel rather than a sync.WaitGroup: a lease can be lost, and start
