@@ -537,3 +537,62 @@ func TestCloseWaitsForAcquiresInFlight(t *testing.T) {
 		t.Fatalf("the lease granted across Close is held: %v", err)
 	}
 }
+
+// A store that renews many leases in one request (driver.BatchRenewer) gets
+// the renewals that come due together in one call; each lease gets its own
+// answer.
+func TestBatchRenewal(t *testing.T) {
+	fc := clock.NewFake()
+	mem := memory.New(memory.WithClock(fc))
+	lost := make(chan *tenure.Lease, 16)
+	lk, _ := tenure.New(mem, tenure.WithClock(fc), tenure.WithOnLost(func(l *tenure.Lease, _ error) { lost <- l }))
+	ctx := ctxT(t)
+	const n = 500
+	leases := make([]*tenure.Lease, n)
+	for i := range leases {
+		l, err := lk.TryAcquire(ctx, fmt.Sprintf("r%d", i), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	// An operator frees one; another owner takes it.
+	taken := leases[7]
+	if err := mem.Release(ctx, taken.Resource(), taken.Owner(), taken.Token()); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := tenure.New(mem, tenure.WithClock(fc))
+	if _, err := other.TryAcquire(ctx, taken.Resource(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 3; round++ {
+		fc.Advance(ttl / 3)
+		waitFor(t, func() bool { return mem.Batches() >= round }, "a batch renewal")
+	}
+	if l := <-lost; l != taken {
+		t.Fatalf("lost %s; want %s", l.Resource(), taken.Resource())
+	}
+	if b := mem.Batches(); b > 3 {
+		t.Fatalf("%d batch calls for three rounds of %d renewals", b, n)
+	}
+	fc.Advance(ttl / 3)
+	for i, l := range leases {
+		if l != taken && l.Err() != nil {
+			t.Fatalf("lease %d lost: %v", i, l.Err())
+		}
+	}
+	if !errors.Is(taken.Err(), tenure.ErrNotHolder) {
+		t.Fatalf("taken lease: %v", taken.Err())
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -213,12 +213,16 @@ func (l *Lease) scheduleLocked(d time.Duration) {
 	l.lk.sched.schedule(l, l.lk.clock.Now().Add(max(d, 0)))
 }
 
-// backgroundRenew renews once and schedules the next renewal: at the
-// interval after the confirmed request was sent, or after a backoff delay
-// when it failed with a transient error. The watchdog ends the lease at the
-// deadline whatever happens here.
+// backgroundRenew renews once and schedules the next renewal.
 func (l *Lease) backgroundRenew() {
-	err := l.renew(l.opCtx)
+	l.afterBackground(l.renew(l.opCtx))
+}
+
+// afterBackground schedules the next background renewal after one that
+// ended with err: at the interval after the confirmed request was sent, or
+// after a backoff delay when it failed with a transient error. The watchdog
+// ends the lease at the deadline whatever happens here.
+func (l *Lease) afterBackground(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld {
@@ -281,6 +285,11 @@ func (l *Lease) renew(ctx context.Context) error {
 	tSend := l.lk.clock.Now()
 	err := l.lk.store.Renew(cctx, l.resource, l.owner, l.token, l.ttl)
 	l.lk.tel.renewed(ctx, span, l.resource, l.lk.clock.Now().Sub(tSend), err)
+	return l.settle(tSend, err)
+}
+
+// settle applies the store's answer to a renewal sent at tSend.
+func (l *Lease) settle(tSend time.Time, err error) error {
 	switch {
 	case err == nil:
 		return l.confirm(tSend)

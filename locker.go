@@ -120,7 +120,10 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 		held:    make(map[string]*Lease),
 		closeCh: make(chan struct{}),
 	}
-	lk.sched = &scheduler{clock: c.clock, submit: func(l *Lease) { lk.renew.submit(l.Deadline(), l.backgroundRenew) }}
+	lk.sched = &scheduler{clock: c.clock, submit: lk.submitRenewals}
+	if _, ok := store.(driver.BatchRenewer); ok {
+		lk.sched.early = batchWindow
+	}
 	lk.tel = newTelemetry(c.telemetry)
 	return lk, nil
 }
@@ -724,6 +727,83 @@ func (lk *Locker) forget(l *Lease) {
 	}
 	lk.mu.Unlock()
 }
+
+// Renewals in batches, for stores that renew many leases in one request.
+const (
+	// batchWindow: renewals due within this much of each other are sent
+	// together (a renewal sent this much early costs nothing).
+	batchWindow = 50 * time.Millisecond
+	// maxBatch bounds the leases of one batch.
+	maxBatch = 1000
+)
+
+// submitRenewals queues the renewals that came due: one job per lease, or
+// one per batch of up to maxBatch leases when the store is a
+// driver.BatchRenewer.
+func (lk *Locker) submitRenewals(due []*Lease) {
+	b, ok := lk.store.(driver.BatchRenewer)
+	if !ok || len(due) == 1 {
+		for _, l := range due {
+			lk.renew.submit(l.Deadline(), l.backgroundRenew)
+		}
+		return
+	}
+	for len(due) > 0 {
+		n := min(len(due), maxBatch)
+		chunk := due[:n:n]
+		due = due[n:]
+		first := chunk[0].Deadline()
+		for _, l := range chunk[1:] {
+			if d := l.Deadline(); d.Before(first) {
+				first = d
+			}
+		}
+		lk.renew.submit(first, func() { lk.renewBatch(b, chunk) })
+	}
+}
+
+// renewBatch renews leases in one store call and applies each answer as a
+// background renewal would.
+func (lk *Locker) renewBatch(b driver.BatchRenewer, leases []*Lease) {
+	now := lk.clock.Now()
+	reqs := make([]driver.Renewal, 0, len(leases))
+	live := make([]*Lease, 0, len(leases))
+	var bound time.Duration
+	for _, l := range leases {
+		l.mu.Lock()
+		held, left := l.state == stateHeld, l.deadline.Sub(now)
+		l.mu.Unlock()
+		switch {
+		case !held:
+		case left <= 0:
+			l.check()
+		default:
+			reqs = append(reqs, driver.Renewal{Resource: l.resource, Owner: l.owner, Token: l.token, TTL: l.ttl})
+			live = append(live, l)
+			bound = max(bound, left)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	// Bounded by the longest time left: an answer that comes after a
+	// lease's own deadline does not revive it (Lease.confirm).
+	ctx, cancel := lk.bounded(context.Background(), bound)
+	tSend := lk.clock.Now()
+	errs := b.RenewBatch(ctx, reqs)
+	cancel()
+	took := lk.clock.Now().Sub(tSend)
+	for i, l := range live {
+		err := errMissingAnswer
+		if i < len(errs) {
+			err = errs[i]
+		}
+		lk.tel.renewed(context.Background(), nil, l.resource, took, err)
+		l.afterBackground(l.settle(tSend, err))
+	}
+}
+
+var errMissingAnswer = errors.New("tenure: the store's batch renewal returned no answer for this lease")
 
 // suspendCheckEvery is how often a Locker that holds leases asks its clock
 // whether the machine was suspended (clock.Suspender).

@@ -14,7 +14,11 @@ import (
 // renewals go to the Locker's renewal pool.
 type scheduler struct {
 	clock  clock.Clock
-	submit func(*Lease)
+	submit func([]*Lease)
+	// early pulls renewals due within this much after now into the same
+	// firing, so that a store that renews many leases in one request
+	// (driver.BatchRenewer) gets them together. Zero for other stores.
+	early time.Duration
 
 	mu    sync.Mutex
 	h     schedHeap
@@ -100,15 +104,15 @@ func (s *scheduler) armLocked() {
 func (s *scheduler) fire() {
 	s.mu.Lock()
 	s.armed = time.Time{}
-	now := s.clock.Now()
+	limit := s.clock.Now().Add(s.early)
 	var due []*Lease
-	for len(s.h) > 0 && !s.h[0].at.After(now) {
+	for len(s.h) > 0 && !s.h[0].at.After(limit) {
 		due = append(due, heap.Pop(&s.h).(*schedEntry).l)
 	}
 	s.armLocked()
 	s.mu.Unlock()
-	for _, l := range due {
-		s.submit(l)
+	if len(due) > 0 {
+		s.submit(due)
 	}
 }
 

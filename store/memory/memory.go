@@ -26,11 +26,12 @@ import (
 type Store struct {
 	clock clock.Clock
 
-	mu     sync.Mutex
-	leases map[string]*lease
-	tokens map[string]uint64 // last token granted per resource; never goes back
-	subs   map[string]map[chan struct{}]struct{}
-	closed bool
+	mu      sync.Mutex
+	leases  map[string]*lease
+	tokens  map[string]uint64 // last token granted per resource; never goes back
+	subs    map[string]map[chan struct{}]struct{}
+	closed  bool
+	batches int
 }
 
 type lease struct {
@@ -136,6 +137,49 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	}
 	l.ttl, l.expires = ttl, now.Add(ttl)
 	return nil
+}
+
+// RenewBatch implements driver.BatchRenewer: every renewal under one lock,
+// as a store that renews many leases in one request would.
+func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	errs := make([]error, len(leases))
+	for i, r := range leases {
+		errs[i] = driver.ValidateAcquire(r.Resource, r.Owner, r.TTL)
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	now := s.clock.Now()
+	for i, r := range leases {
+		switch {
+		case errs[i] != nil:
+		case s.closed:
+			errs[i] = errClosed
+		default:
+			l := s.live(r.Resource, now)
+			if l == nil || l.owner != r.Owner || l.token != r.Token {
+				errs[i] = fmt.Errorf("memory store: renew %q: %w", r.Resource, notHolder(r.Resource, l, now))
+				continue
+			}
+			l.ttl, l.expires = r.TTL, now.Add(r.TTL)
+		}
+	}
+	return errs
+}
+
+// Batches returns how many RenewBatch calls the store answered.
+func (s *Store) Batches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches
 }
 
 // Release implements driver.Store.
