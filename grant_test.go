@@ -568,6 +568,14 @@ func TestBatchRenewal(t *testing.T) {
 	for round := 1; round <= 3; round++ {
 		fc.Advance(ttl / 3)
 		waitFor(t, func() bool { return mem.Batches() >= round }, "a batch renewal")
+		waitFor(t, func() bool { // every answer applied, the next renewal scheduled
+			for _, l := range leases {
+				if l != taken && l.Deadline().Sub(fc.Now()) < ttl*9/10 {
+					return false
+				}
+			}
+			return true
+		}, "the batch's answers")
 	}
 	if l := <-lost; l != taken {
 		t.Fatalf("lost %s; want %s", l.Resource(), taken.Resource())
