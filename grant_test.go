@@ -604,3 +604,45 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// appliedThenCancelled applies an acquire, then waits for the caller to
+// give up and reports the plain context error, as a driver does when the
+// caller's context ends after the request was sent (PostgreSQL, a caller
+// stopped by SIGTERM).
+type appliedThenCancelled struct {
+	*memory.Store
+	entered chan struct{}
+}
+
+func (s appliedThenCancelled) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	if _, err := s.Store.Acquire(context.Background(), resource, owner, ttl); err != nil {
+		return tenure.Record{}, err
+	}
+	close(s.entered)
+	<-ctx.Done()
+	return tenure.Record{}, ctx.Err()
+}
+
+// An acquire whose context ends after the request was sent has an unknown
+// outcome, whatever the driver's error says; what it may have taken is
+// freed in the background, and Close waits for that, so a stopped process
+// never leaves the lease held for a whole TTL.
+func TestAcquireInterruptedAfterSendIsUnknown(t *testing.T) {
+	mem := memory.New()
+	s := appliedThenCancelled{Store: mem, entered: make(chan struct{})}
+	lk, _ := tenure.New(s)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	go func() { <-s.entered; cancel() }()
+	_, err := lk.TryAcquire(ctx, "r", ttl)
+	if !errors.Is(err, tenure.ErrUnknownOutcome) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire interrupted after send: %v; want ErrUnknownOutcome wrapping context.Canceled", err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if err := lk.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if rec, err := mem.Get(ctxT(t), "r"); !errors.Is(err, tenure.ErrNotHeld) {
+		t.Fatalf("after Close the interrupted acquire's lease is still held: %+v, %v", rec, err)
+	}
+}

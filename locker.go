@@ -254,12 +254,23 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		}
 		lk.probe.Store(false)
 	}
+	if ctx.Err() != nil {
+		lk.unreserve(resource)
+		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, context.Cause(ctx))
+	}
 	tSend := lk.clock.Now()
 	cctx, cancel := lk.bounded(ctx, trust)
 	rec, err := lk.store.Acquire(cctx, resource, owner, ttl)
+	interrupted := cctx.Err() != nil
 	cancel()
 	if err == nil {
 		return lk.grantLease(parent, resource, owner, ttl, rec, tSend)
+	}
+	if interrupted && !definite(err) {
+		// The call ended with its context (the caller gave up, or the
+		// bound ran out) after the request may have been sent: whatever
+		// the driver says, the store may have applied it.
+		err = driver.UnknownOutcome(err)
 	}
 	if !errors.Is(err, ErrUnknownOutcome) {
 		lk.unreserve(resource)
@@ -507,6 +518,13 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		}
 	}
+}
+
+// definite reports whether a store error says for sure what happened: the
+// resource is held by another owner, or the input was refused before any
+// I/O.
+func definite(err error) bool {
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrLeaseLost) || !transient(err)
 }
 
 // transient reports whether an acquire error may go away by itself.
