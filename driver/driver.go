@@ -181,3 +181,25 @@ func ValidateRelease(resource, owner string) error {
 	}
 	return ValidateOwner(owner)
 }
+
+// BatchRenewer is implemented by stores that can renew many leases in one
+// request (one transaction, one statement, one script). A Locker that holds
+// many leases then renews those that are due together in one call instead
+// of one call each; other stores are called once per lease.
+type BatchRenewer interface {
+	// RenewBatch renews each lease as Renew would, as one request where the
+	// store can, and returns one error per lease, in order: nil when it was
+	// renewed, an error wrapping ErrLeaseLost when that grant no longer
+	// holds it, and otherwise the failure (UnknownOutcome when the answer
+	// was lost, which may be the same error for every lease). The input is
+	// validated before any I/O, as in Renew.
+	RenewBatch(ctx context.Context, leases []Renewal) []error
+}
+
+// Renewal is one lease of a RenewBatch call: the arguments of Renew.
+type Renewal struct {
+	Resource string
+	Owner    string
+	Token    uint64
+	TTL      time.Duration
+}

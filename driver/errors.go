@@ -110,3 +110,15 @@ func (e *unknownOutcomeError) Error() string {
 }
 
 func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrUnknownOutcome, e.cause} }
+
+// NotHolder is the error a store's Renew or Release returns when the live
+// lease is not this grant's. It wraps ErrLeaseLost and, when holder is not
+// nil (the store knows who holds the resource now), a *HeldError naming
+// that holder, so that a caller can tell "taken by another owner" from
+// "gone" (tenure's LostError). Stores add their own context with %w.
+func NotHolder(holder *Record) error {
+	if holder == nil {
+		return fmt.Errorf("no live lease with this owner and token: %w", ErrLeaseLost)
+	}
+	return fmt.Errorf("no live lease with this owner and token: %w (%w)", ErrLeaseLost, &HeldError{Holder: *holder})
+}

@@ -263,8 +263,8 @@ func ConnectionsKilled(t *testing.T, admin, holder, waiter driver.Store, ttl tim
 	held := func(when string) {
 		t.Helper()
 		rec, err := admin.Get(ctx, r)
-		if err != nil || rec.Owner != a.Owner() || rec.Token != la.Token() {
-			t.Fatalf("%s: Get = %+v, %v; want owner %s token %d", when, rec, err, a.Owner(), la.Token())
+		if err != nil || rec.Owner != la.Owner() || rec.Token != la.Token() {
+			t.Fatalf("%s: Get = %+v, %v; want owner %s token %d", when, rec, err, la.Owner(), la.Token())
 		}
 	}
 	held("after the holder's connections were killed")

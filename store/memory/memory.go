@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store"
@@ -25,13 +25,14 @@ import (
 
 // Store is an in-memory driver.Store. It is safe for concurrent use.
 type Store struct {
-	clock clockwork.Clock
+	clock clock.Clock
 
-	mu     sync.Mutex
-	leases map[string]*lease
-	tokens map[string]uint64 // last token granted per resource; never goes back
-	hub    driver.Hub        // release notifications; always listening
-	closed bool
+	mu      sync.Mutex
+	leases  map[string]*lease
+	tokens  map[string]uint64 // last token granted per resource; never goes back
+	hub     driver.Hub        // release notifications; always listening
+	closed  bool
+	batches int
 }
 
 type lease struct {
@@ -45,7 +46,7 @@ type lease struct {
 type Config struct {
 	// Clock is the clock on which leases expire (default: the real clock).
 	// Tests give a fake one, so that they need no sleeps.
-	Clock clockwork.Clock
+	Clock clock.Clock
 }
 
 // CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that is
@@ -56,7 +57,7 @@ func (c Config) CheckTTL(ttl time.Duration) error { return driver.ValidateTTL(tt
 // shape every store package has.
 func Open(_ context.Context, cfg Config) (*Store, error) {
 	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
+		cfg.Clock = clock.Real()
 	}
 	s := &Store{
 		clock:  cfg.Clock,
@@ -118,6 +119,16 @@ func record(resource string, l *lease, now time.Time) driver.Record {
 	return driver.Record{Resource: resource, Owner: l.owner, Token: l.token, TTL: l.ttl, Remaining: l.expires.Sub(now)}
 }
 
+// notHolder is the error of a renewal or release whose grant does not hold
+// resource; l is the live lease, if any.
+func notHolder(resource string, l *lease, now time.Time) error {
+	if l == nil {
+		return driver.NotHolder(nil)
+	}
+	rec := record(resource, l, now)
+	return driver.NotHolder(&rec)
+}
+
 // Acquire implements driver.Store.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
@@ -161,10 +172,53 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	now := s.clock.Now()
 	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: renew %q: %w", resource, driver.ErrLeaseLost)
+		return fmt.Errorf("memory store: renew %q: %w", resource, notHolder(resource, l, now))
 	}
 	l.ttl, l.expires = ttl, now.Add(ttl)
 	return nil
+}
+
+// RenewBatch implements driver.BatchRenewer: every renewal under one lock,
+// as a store that renews many leases in one request would.
+func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	errs := make([]error, len(leases))
+	for i, r := range leases {
+		errs[i] = driver.ValidateAcquire(r.Resource, r.Owner, r.TTL)
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	now := s.clock.Now()
+	for i, r := range leases {
+		switch {
+		case errs[i] != nil:
+		case s.closed:
+			errs[i] = errClosed
+		default:
+			l := s.live(r.Resource, now)
+			if l == nil || l.owner != r.Owner || l.token != r.Token {
+				errs[i] = fmt.Errorf("memory store: renew %q: %w", r.Resource, notHolder(r.Resource, l, now))
+				continue
+			}
+			l.ttl, l.expires = r.TTL, now.Add(r.TTL)
+		}
+	}
+	return errs
+}
+
+// Batches returns how many RenewBatch calls the store answered.
+func (s *Store) Batches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches
 }
 
 // Release implements driver.Store.
@@ -180,9 +234,10 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	if s.closed {
 		return errClosed
 	}
-	l := s.live(resource, s.clock.Now())
+	now := s.clock.Now()
+	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: release %q: %w", resource, driver.ErrLeaseLost)
+		return fmt.Errorf("memory store: release %q: %w", resource, notHolder(resource, l, now))
 	}
 	delete(s.leases, resource)
 	s.hub.Wake(resource)

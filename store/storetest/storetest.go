@@ -253,6 +253,19 @@ func (e *env) mustHeldBy(ctx context.Context, resource, owner string, token uint
 	return rec
 }
 
+// mustHeldByLocker checks that a grant of lk holds resource with token.
+func (e *env) mustHeldByLocker(ctx context.Context, resource string, lk *tenure.Locker, token uint64) tenure.Record {
+	e.t.Helper()
+	rec, err := e.store.Get(ctx, resource)
+	if err != nil {
+		e.t.Fatalf("Get(%q): %v; want held by a grant of %s", resource, err, lk.Owner())
+	}
+	if !lk.Owns(rec.Owner) || rec.Token != token {
+		e.t.Fatalf("Get(%q) = owner %q token %d; want a grant of %q, token %d", resource, rec.Owner, rec.Token, lk.Owner(), token)
+	}
+	return rec
+}
+
 func (e *env) mustFree(ctx context.Context, resource string) {
 	e.t.Helper()
 	rec, err := e.store.Get(ctx, resource)
