@@ -303,7 +303,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 
 // notStore says that path is not a tenure store.
 func notStore(path, what string) error {
-	return fmt.Errorf("sqlite store: %s %s, not a tenure store: %w", path, what, driver.ErrNotStore)
+	return fmt.Errorf("sqlite store: %s %s: %w", path, what, driver.ErrNotStore)
 }
 
 // SQLite result codes.
