@@ -449,7 +449,8 @@ func (lk *Locker) watchRelease(l *Lease) {
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
-	onWait func(holder *HeldError, waited time.Duration)
+	onWait      func(holder *HeldError, waited time.Duration)
+	onSlotsWait func(held *SlotsHeldError, waited time.Duration)
 }
 
 // OnWait sets a function that Acquire calls after each attempt that found
