@@ -94,12 +94,19 @@ func (s *Store) session(ctx context.Context) error {
 // connection was re-established. It waits until the Store's pub/sub
 // connection is subscribed (bounded by the dial timeout and ctx), so that a
 // release right after Subscribe returns is seen; otherwise it returns an
-// error and the caller polls. A notification is only a hint. The returned
+// error and the caller polls. While the subscription lasts, the Store sets
+// the resource's wait key (at once in the background, every 20 s, and in
+// each of this Store's acquire attempts that finds the resource held), so
+// that releases publish. A notification is only a hint. The returned
 // function ends the subscription; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
 	ch, stop, err := s.hub.Subscribe(ctx, resource, 2*s.rdb.Options().DialTimeout+time.Second)
-	if err != nil && !errors.Is(err, driver.ErrInvalidResource) {
-		err = fmt.Errorf("redis store: %w", err)
+	if err != nil {
+		if !errors.Is(err, driver.ErrInvalidResource) {
+			err = fmt.Errorf("redis store: %w", err)
+		}
+		return ch, stop, err
 	}
-	return ch, stop, err
+	done := s.waits.add(resource)
+	return ch, func() { stop(); done() }, nil
 }

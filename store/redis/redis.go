@@ -1,48 +1,54 @@
-// Package redis is a driver.Store on a single Redis server, through
-// github.com/redis/go-redis/v9.
+// Package redis is a driver.Store on a single Redis server (5.0 or later;
+// tested with 7.0),
+// through github.com/redis/go-redis/v9.
 //
 // # Keys
 //
 // With the default prefix "tenure:", a resource R uses:
 //
-//	tenure:lease:R   hash {owner, token, ttl} with a PX expiry: the live lease
-//	tenure:token:R   integer, the last fencing token granted for R (INCR, no expiry, never reset)
-//	tenure:index     sorted set of every resource ever granted (for List)
-//	tenure:released  pub/sub channel; a release publishes R
+//	tenure:lease:R   string "<token>:<ttl ms>:<owner>" with a PX expiry: the live lease
+//	tenure:wait:R    "1" with a PX expiry of a minute: someone waits for R (see Notifications)
+//	tenure:token     integer: the last fencing token granted, for every resource (one key per store)
+//	tenure:released  pub/sub channel; a release publishes R when someone waits for it
 //
-// Every operation is one Lua script, which Redis runs atomically: acquire
-// (create the lease if absent, with the next token and a PX expiry; renew it
-// if the caller already holds it), renew (compare owner and token, then
-// extend), release (compare owner and token, then delete and publish). Expiry
-// is decided by the Redis server's clock, in milliseconds, never by a
-// client's.
+// Everything a lease writes expires with it or is deleted by its release,
+// except the one counter of the store: Redis keeps no state for names no
+// longer in use. List finds the leases with SCAN over the lease keys.
 //
-// # What the fencing token promises, and when
+// Every operation is one Lua script (EVALSHA), which Redis runs atomically:
+// acquire (create the lease if absent, with the next token and a PX expiry;
+// extend it if the caller already holds it), renew (compare owner and
+// token, then PEXPIRE), release (compare owner and token, then DEL, and
+// PUBLISH when the wait key exists). Renew and release name the current
+// holder when another grant holds the resource (driver.NotHolder). RenewBatch
+// renews many leases in one script call. Expiry is decided by the Redis
+// server's clock, in milliseconds, never by a client's.
 //
-// Tokens come from INCR on a key that never expires, so they strictly
-// increase for as long as Redis keeps its data. A Redis that loses data
-// breaks that promise and can also break mutual exclusion:
+// # Fencing tokens
 //
-//   - A restart without persistence (the default of many deployments)
-//     empties the server: live leases vanish (another owner may be granted at
-//     once while the old holder still trusts its lease until its local
-//     deadline) and the counters restart, so tokens go back.
-//   - With AOF and appendfsync everysec, a crash loses up to about a second
-//     of writes: the same, for the grants of that second.
-//   - A failover to an asynchronously replicated replica (Sentinel, managed
-//     Redis) loses whatever the replica had not received: a lease and its
-//     token can be lost, two clients can hold the same resource, and a token
-//     can be handed out twice.
-//   - An eviction policy other than noeviction can delete lease keys early
-//     (volatile-*) or the counters (allkeys-*). New refuses such a server
-//     unless Config.AllowEviction is set.
-//   - The server's wall clock decides expiry: a clock that steps forward
-//     expires leases early.
+// A token is max(the counter + 1, the server's clock in microseconds since
+// the Unix epoch), read with TIME inside the script (Redis replicates a
+// script's effects, so the value written is what a replica keeps). The
+// counter gives a strictly increasing sequence for every resource; the
+// clock floor makes it survive lost data: after a Redis that restarted
+// empty, a counter deleted by hand, or a failover to a replica that missed
+// the last writes, a new token is still above every token granted before,
+// unless the server's wall clock is behind the clock that granted them (a
+// clock stepped back, or a replica whose clock is behind the old master's
+// by more than the time the failover took). Tokens are therefore large
+// (about 1.8e15 in 2027) and stay below 2^53.
 //
-// The token guarantee therefore holds only on a single Redis instance with
-// appendonly yes and appendfsync always, no failover, noeviction, and a
-// clock that does not step. Anything else is a choice to accept the risks
-// above; use PostgreSQL or etcd when that is not acceptable.
+// # What a lost lease costs
+//
+// Losing data cannot make a token go back, but it can break mutual
+// exclusion for a while: a lease key that vanishes (a Redis restarted
+// without persistence, FLUSHALL, DEL by hand, eviction, a failover to a
+// replica that had not received it) lets another owner be granted at once,
+// while the old holder trusts its lease until its next renewal tells it
+// (within the renewal interval, TTL/3 by default) or its local deadline
+// passes. The resource's fencing check (a token greater than the last it
+// saw) is what stops the old holder's writes meanwhile. See docs/stores.md
+// for what the operator must not do.
 //
 // # Why no Redlock
 //
@@ -61,13 +67,31 @@
 // # Notifications
 //
 // The Store implements driver.Notifier with one pub/sub connection per Store
-// that fans out to the waiting Acquires. It also listens for expired-key
-// events (__keyevent@DB__:expired), which arrive only when the server is
+// that fans out to the waiting Acquires. A release publishes only when the
+// resource's wait key exists, so a release nobody waits for costs no
+// message to the listening connections of other processes. A waiter's
+// acquire attempt that finds the resource held sets the wait key in the
+// same script (so a release that follows it publishes), and the Store keeps
+// the wait keys of its subscribed resources alive while they are
+// subscribed. The Store also listens for expired-key events
+// (__keyevent@DB__:expired), which arrive only when the server is
 // configured with notify-keyspace-events including "Ex"; without them, a
 // waiter notices an expired lease by its backoff.
 //
-// This store is for a standalone Redis: its scripts read keys they are not
-// given (List), and the keys of one resource are not in one hash slot.
+// # Upgrading from the earlier layout
+//
+// Earlier versions of this store kept a hash per lease, a counter per
+// resource (tenure:token:R, never deleted) and an index of every name ever
+// used (tenure:index). This version reads an old lease hash as a live lease
+// (so processes of both versions exclude each other), and its tokens start
+// above any old counter (the clock floor). When Open finds the old index,
+// the Store also keeps each old counter it meets in step with its grants,
+// so that a process not yet upgraded never grants a smaller token. Once no
+// process of an earlier version runs, RemoveOldLayout deletes the old
+// counters and index.
+//
+// This store is for a standalone Redis (not Cluster): List scans keys, and
+// the keys of one resource are not in one hash slot.
 package redis
 
 import (
@@ -75,8 +99,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,9 +127,16 @@ const MaxTTL = driver.MaxMillisecondTTL
 // ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
 var ttls = driver.MillisecondTTLs
 
+// waitTTL is how long a wait key lives after it was last set. A Store
+// refreshes the wait keys of its subscribed resources every waitTTL/3.
+const waitTTL = time.Minute
+
+// maxBatch bounds the keys of one script call (RenewBatch, List).
+const maxBatch = 1000
+
 // ErrEvictionPolicy means that the server's maxmemory-policy may delete
-// lease keys or token counters (anything but noeviction).
-var ErrEvictionPolicy = errors.New("redis store: the server's maxmemory-policy can evict leases or fencing-token counters; set maxmemory-policy noeviction (or Config.AllowEviction to accept the risk)")
+// lease keys (anything but noeviction).
+var ErrEvictionPolicy = errors.New("redis store: the server's maxmemory-policy can evict leases; set maxmemory-policy noeviction (or Config.AllowEviction to accept the risk)")
 
 // Config configures a Store.
 type Config struct {
@@ -137,22 +170,28 @@ func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 // store cannot keep before any I/O.
 func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
-// Store is a driver.Store and driver.Notifier on one Redis server. It is
-// safe for concurrent use.
+// Store is a driver.Store, driver.BatchRenewer and driver.Notifier on one
+// Redis server. It is safe for concurrent use.
 type Store struct {
 	rdb     *redis.Client
 	prefix  string
+	counter string // the store's token counter
 	channel string
 	expired string // keyspace event channel of expired keys
 
+	// compat: the old layout's index existed at Open (see RemoveOldLayout).
+	compat atomic.Bool
+
 	hub    driver.Hub // release notifications; Listen is listen
+	waits  waits      // the resources subscribed to, whose wait keys this Store keeps
 	closed atomic.Bool
 }
 
 // Open connects to the server and checks that it answers (PING, bounded by
 // the dial and read timeouts and ctx) and that its eviction policy cannot
-// delete leases (see ErrEvictionPolicy). Bad configuration returns an error
-// before any I/O.
+// delete leases (see ErrEvictionPolicy), and looks for keys of the layout
+// of earlier versions (see RemoveOldLayout). Bad configuration returns an
+// error before any I/O.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Options == nil {
 		return nil, errors.New("redis store: no options")
@@ -176,10 +215,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		rdb:     rdb,
 		prefix:  cfg.Prefix,
+		counter: cfg.Prefix + "token",
 		channel: cfg.Prefix + "released",
 		expired: fmt.Sprintf("__keyevent@%d__:expired", o.DB),
 	}
 	s.hub.Listen = s.listen
+	s.waits.init(s)
 	bound := o.DialTimeout + 3*time.Second
 	if o.ReadTimeout > 0 {
 		bound = o.DialTimeout + o.ReadTimeout
@@ -197,6 +238,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("%w (it is %s)", ErrEvictionPolicy, policy["maxmemory-policy"])
 		}
 	}
+	n, err := rdb.Exists(pctx, s.oldIndexKey()).Result()
+	if err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis store: connect %s: %w", o.Addr, err)
+	}
+	s.compat.Store(n > 0)
 	return s, nil
 }
 
@@ -210,78 +257,16 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.hub.Close()
+	s.waits.close()
 	return s.rdb.Close()
 }
 
 func (s *Store) leaseKey(resource string) string { return s.prefix + "lease:" + resource }
-func (s *Store) tokenKey(resource string) string { return s.prefix + "token:" + resource }
-func (s *Store) indexKey() string                { return s.prefix + "index" }
+func (s *Store) waitKey(resource string) string  { return s.prefix + "wait:" + resource }
 
-// The scripts. Values come back as strings so tokens keep all 64 bits.
-var (
-	// KEYS: lease, token counter, index. ARGV: owner, ttl ms, resource.
-	// Returns {1, token} when granted or renewed (same owner), or
-	// {0, owner, token, ttl, pttl} when another owner holds it.
-	acquireScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'ttl')
-if cur[1] then
-	if cur[1] == ARGV[1] then
-		redis.call('HSET', KEYS[1], 'ttl', ARGV[2])
-		redis.call('PEXPIRE', KEYS[1], ARGV[2])
-		return {1, cur[2]}
-	end
-	return {0, cur[1], cur[2], cur[3], tostring(redis.call('PTTL', KEYS[1]))}
-end
-local tok = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok, 'ttl', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[3], 0, ARGV[3])
-return {1, tostring(tok)}`)
-
-	// KEYS: lease. ARGV: owner, token, ttl ms. Returns 1 when extended.
-	renewScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-	redis.call('HSET', KEYS[1], 'ttl', ARGV[3])
-	redis.call('PEXPIRE', KEYS[1], ARGV[3])
-	return 1
-end
-return 0`)
-
-	// KEYS: lease. ARGV: owner, token, channel, resource. Returns 1 when
-	// released (and published).
-	releaseScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-	redis.call('DEL', KEYS[1])
-	redis.call('PUBLISH', ARGV[3], ARGV[4])
-	return 1
-end
-return 0`)
-
-	// KEYS: lease. Returns {} or {owner, token, ttl, pttl}.
-	getScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'ttl')
-if not cur[1] then return {} end
-return {cur[1], cur[2], cur[3], tostring(redis.call('PTTL', KEYS[1]))}`)
-
-	// KEYS: index. ARGV: lease key prefix, min, max (ZRANGEBYLEX bounds).
-	// Returns {resource, owner, token, ttl, pttl, ...} of the live leases.
-	listScript = redis.NewScript(`
-local out = {}
-for _, r in ipairs(redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3])) do
-	local k = ARGV[1] .. r
-	local cur = redis.call('HMGET', k, 'owner', 'token', 'ttl')
-	if cur[1] then
-		table.insert(out, r)
-		table.insert(out, cur[1])
-		table.insert(out, cur[2])
-		table.insert(out, cur[3])
-		table.insert(out, tostring(redis.call('PTTL', k)))
-	end
-end
-return out`)
-)
+// The keys of the layout of earlier versions.
+func (s *Store) oldCounterKey(resource string) string { return s.prefix + "token:" + resource }
+func (s *Store) oldIndexKey() string                  { return s.prefix + "index" }
 
 // writeErr classifies the error of a write script: an error reply from
 // Redis (the script did not run, or failed before writing), a failed dial
@@ -302,35 +287,45 @@ func writeErr(op, resource string, err error) error {
 	return driver.UnknownOutcome(e)
 }
 
-func strs(v any) ([]string, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("unexpected reply %T", v)
+// parseLease turns a lease value ("<token>:<ttl ms>:<owner>") and its PTTL
+// (ms; negative when the key has no expiry) into a Record.
+func parseLease(resource, v string, pttl int64) (driver.Record, error) {
+	tok, rest, ok1 := strings.Cut(v, ":")
+	ttl, owner, ok2 := strings.Cut(rest, ":")
+	t, err1 := strconv.ParseUint(tok, 10, 64)
+	ms, err2 := strconv.ParseInt(ttl, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return driver.Record{}, fmt.Errorf("not a lease value: %q", v)
 	}
-	out := make([]string, len(list))
-	for i, x := range list {
-		switch x := x.(type) {
-		case string:
-			out[i] = x
-		case int64:
-			out[i] = strconv.FormatInt(x, 10)
-		default:
-			return nil, fmt.Errorf("unexpected reply element %T", x)
-		}
-	}
-	return out, nil
+	return driver.Record{Resource: resource, Owner: owner, Token: t,
+		TTL: time.Duration(ms) * time.Millisecond, Remaining: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
 }
 
-// record parses owner, token, ttl and pttl (ms) as the scripts return them.
-func record(resource string, f []string) (driver.Record, error) {
-	tok, err := strconv.ParseUint(f[1], 10, 64)
-	if err != nil {
-		return driver.Record{}, fmt.Errorf("bad token %q: %w", f[1], err)
+// scriptError is an error that a batch script answered for one lease.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks it as an error reply of the server (go-redis's
+// redis.Error): definite.
+func (e scriptError) RedisError() {}
+
+// holderOf parses a script's {value, pttl} answer.
+func holderOf(resource string, a []any) (driver.Record, error) {
+	if len(a) != 2 {
+		if len(a) == 1 {
+			if msg, ok := a[0].(string); ok {
+				return driver.Record{}, scriptError(msg)
+			}
+		}
+		return driver.Record{}, fmt.Errorf("unexpected reply %v", a)
 	}
-	ttl, _ := strconv.ParseInt(f[2], 10, 64)
-	pttl, _ := strconv.ParseInt(f[3], 10, 64)
-	return driver.Record{Resource: resource, Owner: f[0], Token: tok,
-		TTL: time.Duration(ttl) * time.Millisecond, Remaining: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
+	v, ok1 := a[0].(string)
+	pttl, ok2 := a[1].(int64)
+	if !ok1 || !ok2 {
+		return driver.Record{}, fmt.Errorf("unexpected reply %v", a)
+	}
+	return parseLease(resource, v, pttl)
 }
 
 // Acquire implements driver.Store. The TTL is rounded up to whole
@@ -342,68 +337,142 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		return driver.Record{}, err
 	}
 	msTTL := driver.Milliseconds(ttl)
-	v, err := acquireScript.Run(ctx, s.rdb,
-		[]string{s.leaseKey(resource), s.tokenKey(resource), s.indexKey()}, owner, msTTL, resource).Result()
+	script, keys, args := acquireScript, []string{s.leaseKey(resource), s.counter}, []any{owner, msTTL}
+	waiting := s.waits.has(resource)
+	if compat := s.compat.Load(); waiting || compat {
+		keys = append(keys, s.waitKey(resource))
+		if waiting {
+			args = append(args, "w")
+		}
+		if compat {
+			script, keys = acquireCompatScript, append(keys, s.oldCounterKey(resource))
+		}
+	}
+	v, err := script.Run(ctx, s.rdb, keys, args...).Result()
 	if err != nil {
 		return driver.Record{}, writeErr("acquire", resource, err)
 	}
-	f, err := strs(v)
-	if err == nil && !(len(f) == 2 && f[0] == "1" || len(f) == 5 && f[0] == "0") {
-		err = fmt.Errorf("unexpected reply %q", f)
-	}
-	if err != nil {
-		return driver.Record{}, fmt.Errorf("redis store: acquire %q: %w", resource, err)
-	}
-	if f[0] == "0" {
-		holder, err := record(resource, f[1:])
+	switch v := v.(type) {
+	case int64:
+		if v > 0 {
+			return driver.Record{Resource: resource, Owner: owner, Token: uint64(v), TTL: ttl,
+				Remaining: time.Duration(msTTL) * time.Millisecond}, nil
+		}
+	case []any:
+		holder, err := holderOf(resource, v)
 		if err != nil {
 			return driver.Record{}, fmt.Errorf("redis store: acquire %q: %w", resource, err)
 		}
 		return driver.Record{}, &driver.HeldError{Holder: holder}
 	}
-	tok, err := strconv.ParseUint(f[1], 10, 64)
-	if err != nil {
-		return driver.Record{}, fmt.Errorf("redis store: acquire %q: bad token %q", resource, f[1])
+	return driver.Record{}, fmt.Errorf("redis store: acquire %q: unexpected reply %v", resource, v)
+}
+
+// leaseValue returns the lease value "<token>:<ms>:<owner>".
+func leaseValue(token uint64, ms int64, owner string) string {
+	b := make([]byte, 0, 40+len(owner))
+	b = strconv.AppendUint(b, token, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, ':')
+	b = append(b, owner...)
+	return string(b)
+}
+
+// notHolder turns a renew or release script's answer into nil (done) or
+// the error: driver.NotHolder, naming the holder when the answer does.
+func notHolder(op, resource string, v any) error {
+	switch v := v.(type) {
+	case int64:
+		switch v {
+		case 1:
+			return nil
+		case 0:
+			return fmt.Errorf("redis store: %s %q: %w", op, resource, driver.NotHolder(nil))
+		}
+	case []any:
+		holder, err := holderOf(resource, v)
+		if err != nil {
+			return fmt.Errorf("redis store: %s %q: %w", op, resource, err)
+		}
+		return fmt.Errorf("redis store: %s %q: %w", op, resource, driver.NotHolder(&holder))
 	}
-	return driver.Record{Resource: resource, Owner: owner, Token: tok, TTL: ttl,
-		Remaining: time.Duration(msTTL) * time.Millisecond}, nil
+	return fmt.Errorf("redis store: %s %q: unexpected reply %v", op, resource, v)
 }
 
 // Renew implements driver.Store: it extends the live lease with this owner
 // and token to ttl from now on the server's clock, or returns an error
-// wrapping driver.ErrLeaseLost and changes nothing (an expired lease is
-// never re-created).
+// made by driver.NotHolder (wrapping driver.ErrLeaseLost, and a
+// *driver.HeldError naming the holder when another grant holds it) and
+// changes nothing (an expired lease is never re-created).
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
-	n, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
-		owner, strconv.FormatUint(token, 10), driver.Milliseconds(ttl)).Int64()
+	ms := driver.Milliseconds(ttl)
+	v, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)}, leaseValue(token, ms, owner), ms).Result()
 	if err != nil {
 		return writeErr("renew", resource, err)
 	}
-	if n != 1 {
-		return fmt.Errorf("redis store: renew %q: no live lease with this owner and token: %w", resource, driver.ErrLeaseLost)
+	return notHolder("renew", resource, v)
+}
+
+// RenewBatch implements driver.BatchRenewer: the leases are renewed as
+// Renew would, by one script call per maxBatch leases (the core sends at
+// most 1,000). Each lease gets its own answer; an error of the call itself
+// (UnknownOutcome when the answer was lost) is every lease's of that call.
+// Redis runs a call's renewals one after the other without serving other
+// clients, about a microsecond each.
+func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	errs := make([]error, len(leases))
+	idx := make([]int, 0, len(leases))
+	for i, r := range leases {
+		if errs[i] = ttls.ValidateAcquire(r.Resource, r.Owner, r.TTL); errs[i] == nil {
+			idx = append(idx, i)
+		}
 	}
-	return nil
+	for len(idx) > 0 {
+		chunk := idx[:min(len(idx), maxBatch)]
+		idx = idx[len(chunk):]
+		keys := make([]string, len(chunk))
+		args := make([]any, 2*len(chunk))
+		for j, i := range chunk {
+			r := leases[i]
+			ms := driver.Milliseconds(r.TTL)
+			keys[j] = s.leaseKey(r.Resource)
+			args[j] = leaseValue(r.Token, ms, r.Owner)
+			args[len(chunk)+j] = ms
+		}
+		v, err := renewBatchScript.Run(ctx, s.rdb, keys, args...).Result()
+		answers, ok := v.([]any)
+		if err == nil && (!ok || len(answers) != len(chunk)) {
+			err = fmt.Errorf("unexpected reply %v", v)
+		}
+		for j, i := range chunk {
+			if err != nil {
+				errs[i] = writeErr("renew", leases[i].Resource, err)
+			} else {
+				errs[i] = notHolder("renew", leases[i].Resource, answers[j])
+			}
+		}
+	}
+	return errs
 }
 
 // Release implements driver.Store: it deletes the live lease with this owner
-// and token and publishes the release, or returns an error wrapping
-// driver.ErrLeaseLost and changes nothing. The token counter stays.
+// and token and, when someone waits for the resource, publishes the
+// release; otherwise it returns an error made by driver.NotHolder (naming
+// the holder when another grant holds it) and changes nothing.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
 	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
-		owner, strconv.FormatUint(token, 10), s.channel, resource).Int64()
+	v, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(resource), s.waitKey(resource)},
+		strconv.FormatUint(token, 10), owner, s.channel, resource).Result()
 	if err != nil {
 		return writeErr("release", resource, err)
 	}
-	if n != 1 {
-		return fmt.Errorf("redis store: release %q: no live lease with this owner and token: %w", resource, driver.ErrLeaseLost)
-	}
-	return nil
+	return notHolder("release", resource, v)
 }
 
 // Get implements driver.Store. Remaining is measured on the server's clock.
@@ -411,57 +480,294 @@ func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error)
 	if err := driver.ValidateResource(resource); err != nil {
 		return driver.Record{}, err
 	}
-	v, err := getScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)}).Result()
+	recs, err := s.read(ctx, []string{resource})
 	if err != nil {
 		return driver.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
 	}
-	f, err := strs(v)
-	if err == nil && len(f) != 0 && len(f) != 4 {
-		err = fmt.Errorf("unexpected reply %q", f)
-	}
-	if err != nil {
-		return driver.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
-	}
-	if len(f) == 0 {
+	if len(recs) == 0 {
 		return driver.Record{}, fmt.Errorf("redis store: %q: %w", resource, driver.ErrNotHeld)
 	}
-	rec, err := record(resource, f)
-	if err != nil {
-		return driver.Record{}, fmt.Errorf("redis store: get %q: %w", resource, err)
-	}
-	return rec, nil
+	return recs[0], nil
 }
 
-// List implements driver.Store: the live leases whose resource starts with
-// prefix, in byte order, read atomically by one script.
-func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
-	if err := driver.ValidatePrefix(prefix); err != nil {
+// read returns the live leases on resources (at most maxBatch), read
+// atomically by one script, in the order given.
+func (s *Store) read(ctx context.Context, resources []string) ([]driver.Record, error) {
+	keys := make([]string, len(resources))
+	for i, r := range resources {
+		keys[i] = s.leaseKey(r)
+	}
+	v, err := getScript.Run(ctx, s.rdb, keys).Result()
+	if err != nil {
 		return nil, err
 	}
-	// Resource names are valid UTF-8, which never holds the byte 0xff, so
-	// every name that starts with prefix sorts below prefix+"\xff".
-	lo, hi := "-", "+"
-	if prefix != "" {
-		lo, hi = "["+prefix, "("+prefix+"\xff"
+	answers, ok := v.([]any)
+	if !ok || len(answers) != len(resources) {
+		return nil, fmt.Errorf("unexpected reply %v", v)
 	}
-	v, err := listScript.Run(ctx, s.rdb, []string{s.indexKey()}, s.prefix+"lease:", lo, hi).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
-	}
-	f, err := strs(v)
-	if err == nil && len(f)%5 != 0 {
-		err = fmt.Errorf("unexpected reply of %d fields", len(f))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
-	}
-	out := make([]driver.Record, 0, len(f)/5)
-	for i := 0; i < len(f); i += 5 {
-		rec, err := record(f[i], f[i+1:i+5])
+	out := make([]driver.Record, 0, len(resources))
+	for i, a := range answers {
+		a, ok := a.([]any)
+		if !ok {
+			return nil, fmt.Errorf("unexpected reply %v", v)
+		}
+		if len(a) == 0 {
+			continue
+		}
+		rec, err := holderOf(resources[i], a)
 		if err != nil {
-			return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
+			return nil, err
 		}
 		out = append(out, rec)
 	}
 	return out, nil
+}
+
+// globEscape escapes the characters that Redis's glob patterns give a
+// meaning to.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\^`) {
+		return s
+	}
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		switch c {
+		case '*', '?', '[', ']', '\\', '^':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// listCount is the COUNT hint of List's SCAN calls.
+const listCount = 1000
+
+// List implements driver.Store: the live leases whose resource starts with
+// prefix, in byte order. It walks the lease keys with SCAN (MATCH on the
+// key prefix, COUNT 1000: one round trip per thousand keys of the whole
+// database), then reads the leases found, a thousand per script call. It
+// is not one snapshot: a lease granted or released while List runs may or
+// may not be in the answer; one live throughout is.
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	keyPrefix := s.prefix + "lease:"
+	match := globEscape(keyPrefix+prefix) + "*"
+	seen := map[string]bool{}
+	var out []driver.Record
+	var pending []string
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		recs, err := s.read(ctx, pending)
+		pending = pending[:0]
+		out = append(out, recs...)
+		return err
+	}
+	var cursor uint64
+	for {
+		keys, next, err := s.rdb.Scan(ctx, cursor, match, listCount).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
+		}
+		for _, k := range keys {
+			r := strings.TrimPrefix(k, keyPrefix)
+			if seen[r] || driver.ValidateResource(r) != nil {
+				continue
+			}
+			seen[r] = true
+			pending = append(pending, r)
+			if len(pending) == maxBatch {
+				if err := flush(); err != nil {
+					return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
+	}
+	slices.SortFunc(out, func(a, b driver.Record) int { return strings.Compare(a.Resource, b.Resource) })
+	return out, nil
+}
+
+// RemoveOldLayout deletes what earlier versions of this store kept for
+// every resource ever used: the per-resource token counters
+// (<prefix>token:R) and the index (<prefix>index). It first raises the
+// store's counter above every old counter, so no token goes back; it
+// leaves leases alone (an old-layout lease still live keeps excluding
+// until it is released or expires). Run it once no process of an earlier
+// version uses the prefix: such a process would grant tokens from a
+// per-resource counter that starts again at 1. It returns how many keys it
+// deleted. Stores opened before it keep the counters they meet in step
+// (harmless) until they are closed; this Store stops at once.
+func (s *Store) RemoveOldLayout(ctx context.Context) (int, error) {
+	match := globEscape(s.prefix+"token:") + "*"
+	deleted := 0
+	var cursor uint64
+	for {
+		keys, next, err := s.rdb.Scan(ctx, cursor, match, listCount).Result()
+		if err != nil {
+			return deleted, fmt.Errorf("redis store: remove old layout: %w", err)
+		}
+		if len(keys) > 0 {
+			vals, err := s.rdb.MGet(ctx, keys...).Result()
+			if err != nil {
+				return deleted, fmt.Errorf("redis store: remove old layout: %w", err)
+			}
+			var top uint64
+			for _, v := range vals {
+				if v, ok := v.(string); ok {
+					if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+						top = max(top, n)
+					}
+				}
+			}
+			if top > 0 {
+				if err := raiseScript.Run(ctx, s.rdb, []string{s.counter}, strconv.FormatUint(top, 10)).Err(); err != nil {
+					return deleted, fmt.Errorf("redis store: remove old layout: raise the counter to %d: %w", top, err)
+				}
+			}
+			n, err := s.rdb.Unlink(ctx, keys...).Result()
+			deleted += int(n)
+			if err != nil {
+				return deleted, fmt.Errorf("redis store: remove old layout: %w", err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	n, err := s.rdb.Unlink(ctx, s.oldIndexKey()).Result()
+	deleted += int(n)
+	if err != nil {
+		return deleted, fmt.Errorf("redis store: remove old layout: %w", err)
+	}
+	s.compat.Store(false)
+	return deleted, nil
+}
+
+// waits are the resources that this Store's subscribers wait for. Their
+// wait keys are set when first subscribed and every waitTTL/3 while they
+// are, by one goroutine that runs while any is.
+type waits struct {
+	s     *Store
+	n     atomic.Int64 // subscriptions
+	mu    sync.Mutex
+	count map[string]int
+	fresh []string      // resources subscribed since the last refresh
+	kick  chan struct{} // wakes the refresher
+	stop  chan struct{}
+	run   bool // the refresher runs
+}
+
+func (w *waits) init(s *Store) {
+	w.s, w.count = s, map[string]int{}
+	w.kick, w.stop = make(chan struct{}, 1), make(chan struct{})
+}
+
+// has tells whether resource is subscribed to.
+func (w *waits) has(resource string) bool {
+	if w.n.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.count[resource] > 0
+}
+
+// add counts a subscription to resource and returns the function that
+// ends it.
+func (w *waits) add(resource string) func() {
+	w.n.Add(1)
+	w.mu.Lock()
+	w.count[resource]++
+	if w.count[resource] == 1 {
+		w.fresh = append(w.fresh, resource)
+		if !w.run {
+			w.run = true
+			go w.refresh()
+		}
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			if w.count[resource]--; w.count[resource] <= 0 {
+				// The key is left to expire: other processes may wait too.
+				delete(w.count, resource)
+			}
+			w.mu.Unlock()
+			w.n.Add(-1)
+		})
+	}
+}
+
+func (w *waits) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+}
+
+// refresh sets the wait keys: of new subscriptions at once, of all every
+// waitTTL/3. It returns when none is left at a tick, or at Close.
+func (w *waits) refresh() {
+	t := time.NewTicker(waitTTL / 3)
+	defer t.Stop()
+	for {
+		var set []string
+		select {
+		case <-w.stop:
+			return
+		case <-w.kick:
+			w.mu.Lock()
+			set, w.fresh = w.fresh, nil
+			w.mu.Unlock()
+		case <-t.C:
+			w.mu.Lock()
+			if len(w.count) == 0 {
+				w.run = false
+				w.mu.Unlock()
+				return
+			}
+			for r := range w.count {
+				set = append(set, r)
+			}
+			w.fresh = nil
+			w.mu.Unlock()
+		}
+		w.set(set)
+	}
+}
+
+// set writes the wait keys of resources, a thousand per pipeline. Failures
+// are left to the next refresh: a waiter's own acquire attempts set its
+// key as well.
+func (w *waits) set(resources []string) {
+	for len(resources) > 0 {
+		chunk := resources[:min(len(resources), maxBatch)]
+		resources = resources[len(chunk):]
+		ctx, cancel := context.WithTimeout(context.Background(), w.s.rdb.Options().DialTimeout+5*time.Second)
+		pipe := w.s.rdb.Pipeline()
+		for _, r := range chunk {
+			pipe.Set(ctx, w.s.waitKey(r), "1", waitTTL)
+		}
+		_, _ = pipe.Exec(ctx)
+		cancel()
+	}
 }
