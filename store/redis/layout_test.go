@@ -77,7 +77,6 @@ func TestNoStateLeftBehind(t *testing.T) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	// A waiter's key lives a minute after its last wait; none here.
 	if got, want := keys(ctx, t, s.Client(), prefix), []string{prefix + "token"}; !equal(got, want) {
 		t.Fatalf("keys left: %q, want %q", got, want)
 	}
@@ -658,5 +657,106 @@ func TestReleasePublishesOnlyToWaiters(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not woken")
+	}
+}
+
+// TestWaitMarkKept: the mark a waiter's attempt puts on a lease survives
+// the holder's renewals (same TTL, another TTL, in a batch) and Get, List
+// and the holder's own release read through it; the release then wakes a
+// waiter that polls once an hour. A holder that watches its own lease
+// (WithReleaseWatch) learns of a forced release at once: Subscribe marked
+// its lease.
+func TestWaitMarkKept(t *testing.T) {
+	s, prefix := prefixed(t)
+	ctx := testserver.Ctx(t)
+	a := testserver.Locker(t, s)
+	la, err := a.TryAcquire(ctx, "r", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := open(t, func(c *tredis.Config) { c.Prefix = prefix })
+	b := testserver.Locker(t, other, tenure.WithRetry(time.Hour, time.Hour))
+	waiting := make(chan struct{})
+	got := make(chan error, 1)
+	start := make(chan time.Time, 1)
+	go func() {
+		var once atomic.Bool
+		lb, err := b.Acquire(ctx, "r", 30*time.Second, tenure.OnWait(func(*tenure.HeldError, time.Duration) {
+			if !once.Swap(true) {
+				close(waiting)
+			}
+		}))
+		if err == nil {
+			start <- time.Now()
+			err = lb.Release(ctx)
+		}
+		got <- err
+	}()
+	<-waiting
+	key := prefix + "lease:r"
+	if v := s.Client().Get(ctx, key).Val(); !strings.HasSuffix(v, "+") {
+		t.Fatalf("lease value %q after a waiter's attempt: no mark", v)
+	}
+	if err := la.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Renew(ctx, "r", la.Owner(), la.Token(), 40*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if errs := s.RenewBatch(ctx, []driver.Renewal{{Resource: "r", Owner: la.Owner(), Token: la.Token(), TTL: 30 * time.Second}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if v := s.Client().Get(ctx, key).Val(); !strings.HasSuffix(v, "+") {
+		t.Fatalf("lease value %q after renewals: the mark is gone", v)
+	}
+	if rec, err := s.Get(ctx, "r"); err != nil || rec.Owner != la.Owner() || rec.TTL != 30*time.Second {
+		t.Fatalf("Get of a marked lease: %+v, %v", rec, err)
+	}
+	if recs, err := s.List(ctx, ""); err != nil || len(recs) != 1 || recs[0].Owner != la.Owner() {
+		t.Fatalf("List of a marked lease: %+v, %v", recs, err)
+	}
+	released := time.Now()
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := (<-start).Sub(released); d > 5*time.Second {
+			t.Fatalf("waiter granted %v after the release", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken")
+	}
+
+	// A holder watching its own lease.
+	w := testserver.Locker(t, s, tenure.WithReleaseWatch())
+	lw, err := w.TryAcquire(ctx, "w", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasSuffix(s.Client().Get(ctx, prefix+"lease:w").Val(), "+") {
+		if time.Now().After(deadline) {
+			t.Fatal("a watched lease was never marked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec, err := s.Get(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx, "w", rec.Owner, rec.Token); err != nil { // an operator's forced release
+		t.Fatal(err)
+	}
+	select {
+	case <-lw.Done():
+		if !errors.Is(lw.Err(), tenure.ErrNotHolder) {
+			t.Fatalf("watched lease ended with %v", lw.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not learn of the forced release")
 	}
 }

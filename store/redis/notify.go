@@ -94,11 +94,12 @@ func (s *Store) session(ctx context.Context) error {
 // connection was re-established. It waits until the Store's pub/sub
 // connection is subscribed (bounded by the dial timeout and ctx), so that a
 // release right after Subscribe returns is seen; otherwise it returns an
-// error and the caller polls. While the subscription lasts, the Store sets
-// the resource's wait key (at once in the background, every 20 s, and in
-// each of this Store's acquire attempts that finds the resource held), so
-// that releases publish. A notification is only a hint. The returned
-// function ends the subscription; it is idempotent.
+// error and the caller polls. A release publishes only for a lease marked
+// as waited for: Subscribe marks the lease on resource, if any, in the
+// background, and while the subscription lasts each acquire attempt of
+// this Store that finds resource held marks that lease. A notification is
+// only a hint. The returned function ends the subscription; it is
+// idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
 	ch, stop, err := s.hub.Subscribe(ctx, resource, 2*s.rdb.Options().DialTimeout+time.Second)
 	if err != nil {
@@ -108,5 +109,12 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 		return ch, stop, err
 	}
 	done := s.waits.add(resource)
+	go func() {
+		// For a holder watching its own lease (nobody's acquire attempt
+		// marks it). Best effort: a failure leaves the caller polling.
+		mctx, cancel := context.WithTimeout(context.Background(), s.rdb.Options().DialTimeout+5*time.Second)
+		defer cancel()
+		_ = markScript.Run(mctx, s.rdb, []string{s.leaseKey(resource)}).Err()
+	}()
 	return ch, func() { stop(); done() }, nil
 }

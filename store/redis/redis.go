@@ -6,23 +6,24 @@
 //
 // With the default prefix "tenure:", a resource R uses:
 //
-//	tenure:lease:R   string "<token>:<ttl ms>:<owner>" with a PX expiry: the live lease
-//	tenure:wait:R    "1" with a PX expiry of a minute: someone waits for R (see Notifications)
+//	tenure:lease:R   string "<token>:<owner>:<ttl ms>" with a PX expiry: the live lease,
+//	                 "+" at the end when someone waits for it
 //	tenure:token     integer: the last fencing token granted, for every resource (one key per store)
-//	tenure:released  pub/sub channel; a release publishes R when someone waits for it
+//	tenure:released  pub/sub channel; the release of a lease marked "+" publishes R
 //
-// Everything a lease writes expires with it or is deleted by its release,
-// except the one counter of the store: Redis keeps no state for names no
-// longer in use. List finds the leases with SCAN over the lease keys.
+// Everything a lease writes lives in its key, which expires or is deleted
+// by its release; only the store's one counter stays. Redis keeps no state
+// for names no longer in use. List finds the leases with SCAN over the
+// lease keys.
 //
 // Every operation is one Lua script (EVALSHA), which Redis runs atomically:
 // acquire (create the lease if absent, with the next token and a PX expiry;
 // extend it if the caller already holds it), renew (compare owner and
 // token, then PEXPIRE), release (compare owner and token, then DEL, and
-// PUBLISH when the wait key exists). Renew and release name the current
-// holder when another grant holds the resource (driver.NotHolder). RenewBatch
-// renews many leases in one script call. Expiry is decided by the Redis
-// server's clock, in milliseconds, never by a client's.
+// PUBLISH when the lease is marked). Renew and release name the current
+// holder when another grant holds the resource (driver.NotHolder).
+// RenewBatch renews many leases in one script call. Expiry is decided by
+// the Redis server's clock, in milliseconds, never by a client's.
 //
 // # Fencing tokens
 //
@@ -67,16 +68,15 @@
 // # Notifications
 //
 // The Store implements driver.Notifier with one pub/sub connection per Store
-// that fans out to the waiting Acquires. A release publishes only when the
-// resource's wait key exists, so a release nobody waits for costs no
+// that fans out to the waiting Acquires. A release publishes only when its
+// lease is marked as waited for, so a release nobody waits for sends no
 // message to the listening connections of other processes. A waiter's
-// acquire attempt that finds the resource held sets the wait key in the
-// same script (so a release that follows it publishes), and the Store keeps
-// the wait keys of its subscribed resources alive while they are
-// subscribed. The Store also listens for expired-key events
-// (__keyevent@DB__:expired), which arrive only when the server is
-// configured with notify-keyspace-events including "Ex"; without them, a
-// waiter notices an expired lease by its backoff.
+// acquire attempt that finds the resource held marks the lease in the same
+// script (so a release that follows it publishes), and Subscribe marks the
+// lease there (for a holder that watches its own lease). The Store also
+// listens for expired-key events (__keyevent@DB__:expired), which arrive
+// only when the server is configured with notify-keyspace-events including
+// "Ex"; without them, a waiter notices an expired lease by its backoff.
 //
 // # Upgrading from the earlier layout
 //
@@ -126,10 +126,6 @@ const MaxTTL = driver.MaxMillisecondTTL
 
 // ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
 var ttls = driver.MillisecondTTLs
-
-// waitTTL is how long a wait key lives after it was last set. A Store
-// refreshes the wait keys of its subscribed resources every waitTTL/3.
-const waitTTL = time.Minute
 
 // maxBatch bounds the keys of one script call (RenewBatch, List).
 const maxBatch = 1000
@@ -183,7 +179,7 @@ type Store struct {
 	compat atomic.Bool
 
 	hub    driver.Hub // release notifications; Listen is listen
-	waits  waits      // the resources subscribed to, whose wait keys this Store keeps
+	waits  waits      // the resources subscribed to
 	closed atomic.Bool
 }
 
@@ -220,7 +216,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		expired: fmt.Sprintf("__keyevent@%d__:expired", o.DB),
 	}
 	s.hub.Listen = s.listen
-	s.waits.init(s)
 	bound := o.DialTimeout + 3*time.Second
 	if o.ReadTimeout > 0 {
 		bound = o.DialTimeout + o.ReadTimeout
@@ -257,12 +252,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.hub.Close()
-	s.waits.close()
 	return s.rdb.Close()
 }
 
 func (s *Store) leaseKey(resource string) string { return s.prefix + "lease:" + resource }
-func (s *Store) waitKey(resource string) string  { return s.prefix + "wait:" + resource }
 
 // The keys of the layout of earlier versions.
 func (s *Store) oldCounterKey(resource string) string { return s.prefix + "token:" + resource }
@@ -287,19 +280,25 @@ func writeErr(op, resource string, err error) error {
 	return driver.UnknownOutcome(e)
 }
 
-// parseLease turns a lease value ("<token>:<ttl ms>:<owner>") and its PTTL
+// parseLease turns a lease value ("<token>:<owner>:<ttl ms>") and its PTTL
 // (ms; negative when the key has no expiry) into a Record.
 func parseLease(resource, v string, pttl int64) (driver.Record, error) {
-	tok, rest, ok1 := strings.Cut(v, ":")
-	ttl, owner, ok2 := strings.Cut(rest, ":")
+	tok, rest, ok1 := strings.Cut(strings.TrimSuffix(v, "+"), ":")
+	i := strings.LastIndexByte(rest, ':')
 	t, err1 := strconv.ParseUint(tok, 10, 64)
-	ms, err2 := strconv.ParseInt(ttl, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+	var ms int64
+	var err2 error = errNotLease
+	if i >= 0 {
+		ms, err2 = strconv.ParseInt(rest[i+1:], 10, 64)
+	}
+	if !ok1 || err1 != nil || err2 != nil {
 		return driver.Record{}, fmt.Errorf("not a lease value: %q", v)
 	}
-	return driver.Record{Resource: resource, Owner: owner, Token: t,
+	return driver.Record{Resource: resource, Owner: rest[:i], Token: t,
 		TTL: time.Duration(ms) * time.Millisecond, Remaining: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
 }
+
+var errNotLease = errors.New("not a lease value")
 
 // scriptError is an error that a batch script answered for one lease.
 type scriptError string
@@ -338,15 +337,11 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	msTTL := driver.Milliseconds(ttl)
 	script, keys, args := acquireScript, []string{s.leaseKey(resource), s.counter}, []any{owner, msTTL}
-	waiting := s.waits.has(resource)
-	if compat := s.compat.Load(); waiting || compat {
-		keys = append(keys, s.waitKey(resource))
-		if waiting {
-			args = append(args, "w")
-		}
-		if compat {
-			script, keys = acquireCompatScript, append(keys, s.oldCounterKey(resource))
-		}
+	if s.waits.has(resource) {
+		args = append(args, "w")
+	}
+	if s.compat.Load() {
+		script, keys = acquireCompatScript, append(keys, s.oldCounterKey(resource))
 	}
 	v, err := script.Run(ctx, s.rdb, keys, args...).Result()
 	if err != nil {
@@ -368,14 +363,25 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	return driver.Record{}, fmt.Errorf("redis store: acquire %q: unexpected reply %v", resource, v)
 }
 
-// leaseValue returns the lease value "<token>:<ms>:<owner>".
-func leaseValue(token uint64, ms int64, owner string) string {
-	b := make([]byte, 0, 40+len(owner))
+// leaseValue returns the lease value "<token>:<owner>:<ms>".
+func leaseValue(token uint64, owner string, ms int64) string {
+	b := make([]byte, 0, 30+len(owner))
 	b = strconv.AppendUint(b, token, 10)
 	b = append(b, ':')
+	b = append(b, owner...)
+	b = append(b, ':')
 	b = strconv.AppendInt(b, ms, 10)
+	return string(b)
+}
+
+// grantPrefix returns "<token>:<owner>:", what a lease value of this grant
+// starts with (the TTL follows).
+func grantPrefix(token uint64, owner string) string {
+	b := make([]byte, 0, 22+len(owner))
+	b = strconv.AppendUint(b, token, 10)
 	b = append(b, ':')
 	b = append(b, owner...)
+	b = append(b, ':')
 	return string(b)
 }
 
@@ -410,7 +416,7 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return err
 	}
 	ms := driver.Milliseconds(ttl)
-	v, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)}, leaseValue(token, ms, owner), ms).Result()
+	v, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)}, leaseValue(token, owner, ms), ms).Result()
 	if err != nil {
 		return writeErr("renew", resource, err)
 	}
@@ -440,7 +446,7 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 			r := leases[i]
 			ms := driver.Milliseconds(r.TTL)
 			keys[j] = s.leaseKey(r.Resource)
-			args[j] = leaseValue(r.Token, ms, r.Owner)
+			args[j] = leaseValue(r.Token, r.Owner, ms)
 			args[len(chunk)+j] = ms
 		}
 		v, err := renewBatchScript.Run(ctx, s.rdb, keys, args...).Result()
@@ -467,8 +473,8 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
-	v, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(resource), s.waitKey(resource)},
-		strconv.FormatUint(token, 10), owner, s.channel, resource).Result()
+	v, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
+		grantPrefix(token, owner), s.channel, resource).Result()
 	if err != nil {
 		return writeErr("release", resource, err)
 	}
@@ -653,23 +659,12 @@ func (s *Store) RemoveOldLayout(ctx context.Context) (int, error) {
 	return deleted, nil
 }
 
-// waits are the resources that this Store's subscribers wait for. Their
-// wait keys are set when first subscribed and every waitTTL/3 while they
-// are, by one goroutine that runs while any is.
+// waits are the resources that this Store's subscribers wait for: the
+// acquire attempts of this Store mark the leases of those they find held.
 type waits struct {
-	s     *Store
 	n     atomic.Int64 // subscriptions
 	mu    sync.Mutex
 	count map[string]int
-	fresh []string      // resources subscribed since the last refresh
-	kick  chan struct{} // wakes the refresher
-	stop  chan struct{}
-	run   bool // the refresher runs
-}
-
-func (w *waits) init(s *Store) {
-	w.s, w.count = s, map[string]int{}
-	w.kick, w.stop = make(chan struct{}, 1), make(chan struct{})
 }
 
 // has tells whether resource is subscribed to.
@@ -687,87 +682,20 @@ func (w *waits) has(resource string) bool {
 func (w *waits) add(resource string) func() {
 	w.n.Add(1)
 	w.mu.Lock()
-	w.count[resource]++
-	if w.count[resource] == 1 {
-		w.fresh = append(w.fresh, resource)
-		if !w.run {
-			w.run = true
-			go w.refresh()
-		}
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
+	if w.count == nil {
+		w.count = map[string]int{}
 	}
+	w.count[resource]++
 	w.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			w.mu.Lock()
 			if w.count[resource]--; w.count[resource] <= 0 {
-				// The key is left to expire: other processes may wait too.
 				delete(w.count, resource)
 			}
 			w.mu.Unlock()
 			w.n.Add(-1)
 		})
-	}
-}
-
-func (w *waits) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
-}
-
-// refresh sets the wait keys: of new subscriptions at once, of all every
-// waitTTL/3. It returns when none is left at a tick, or at Close.
-func (w *waits) refresh() {
-	t := time.NewTicker(waitTTL / 3)
-	defer t.Stop()
-	for {
-		var set []string
-		select {
-		case <-w.stop:
-			return
-		case <-w.kick:
-			w.mu.Lock()
-			set, w.fresh = w.fresh, nil
-			w.mu.Unlock()
-		case <-t.C:
-			w.mu.Lock()
-			if len(w.count) == 0 {
-				w.run = false
-				w.mu.Unlock()
-				return
-			}
-			for r := range w.count {
-				set = append(set, r)
-			}
-			w.fresh = nil
-			w.mu.Unlock()
-		}
-		w.set(set)
-	}
-}
-
-// set writes the wait keys of resources, a thousand per pipeline. Failures
-// are left to the next refresh: a waiter's own acquire attempts set its
-// key as well.
-func (w *waits) set(resources []string) {
-	for len(resources) > 0 {
-		chunk := resources[:min(len(resources), maxBatch)]
-		resources = resources[len(chunk):]
-		ctx, cancel := context.WithTimeout(context.Background(), w.s.rdb.Options().DialTimeout+5*time.Second)
-		pipe := w.s.rdb.Pipeline()
-		for _, r := range chunk {
-			pipe.Set(ctx, w.s.waitKey(r), "1", waitTTL)
-		}
-		_, _ = pipe.Exec(ctx)
-		cancel()
 	}
 }
