@@ -441,13 +441,23 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		chunk := idx[:min(len(idx), maxBatch)]
 		idx = idx[len(chunk):]
 		keys := make([]string, len(chunk))
-		args := make([]any, 2*len(chunk))
+		args := make([]any, len(chunk), 2*len(chunk))
+		same := true
+		first := driver.Milliseconds(leases[chunk[0]].TTL)
 		for j, i := range chunk {
 			r := leases[i]
 			ms := driver.Milliseconds(r.TTL)
+			same = same && ms == first
 			keys[j] = s.leaseKey(r.Resource)
 			args[j] = leaseValue(r.Token, r.Owner, ms)
-			args[len(chunk)+j] = ms
+		}
+		// The TTLs: one for all when they are the same (the usual case).
+		if same {
+			args = append(args, first)
+		} else {
+			for _, i := range chunk {
+				args = append(args, driver.Milliseconds(leases[i].TTL))
+			}
 		}
 		v, err := renewBatchScript.Run(ctx, s.rdb, keys, args...).Result()
 		answers, ok := v.([]any)

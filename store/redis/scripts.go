@@ -227,11 +227,15 @@ local r
 return r`, "KEYS[1]", "@E", "ARGV[1]", "@T", "ARGV[2]", "@R", "r"))
 
 	// KEYS: the leases. ARGV: for each, "<token>:<owner>:<ttl>", then the
-	// TTLs. Returns one answer per lease, as renew's (an error as {message}).
+	// TTLs, or one TTL for all. Returns one answer per lease, as renew's
+	// (an error as {message}).
 	renewBatchScript = redis.NewScript(expand(`
 local n = #KEYS
+local one = #ARGV == n + 1
 local out = {}
 for i = 1, n do
+	local ttl = ARGV[n + 1]
+	if not one then ttl = ARGV[n + i] end
 	local r
 `+renewOne+`
 	if type(r) == 'table' and r.err then
@@ -239,7 +243,7 @@ for i = 1, n do
 	end
 	out[i] = r
 end
-return out`, "KEYS[i]", "@E", "ARGV[i]", "@T", "ARGV[n + i]", "@R", "r"))
+return out`, "KEYS[i]", "@E", "ARGV[i]", "@T", "ttl", "@R", "r"))
 
 	releaseScript = redis.NewScript(expand(release, "KEYS[1]"))
 
