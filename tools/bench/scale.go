@@ -57,6 +57,12 @@ type ScaleResult struct {
 	Renewals    int64 `json:"renewals"`
 	RenewErrors int64 `json:"renew_errors"`
 	Late        int64 `json:"late"`
+	// RenewBatches counts the store's RenewBatch calls, for stores that
+	// renew many leases in one request (driver.BatchRenewer); zero for
+	// others.
+	RenewBatches int64 `json:"renew_batches,omitempty"`
+	// FirstRenewError is the error of the first renewal that failed.
+	FirstRenewError string `json:"first_renew_error,omitempty"`
 	// SendLag is each renewal's send time minus its schedule (the send of
 	// the previous confirmed renewal + interval); ConfirmGap is its
 	// confirmation time minus the send of the previous confirmed one;
@@ -99,6 +105,7 @@ type scaleStore struct {
 	last          []time.Duration // per lease: send of the last confirmed acquire or renewal, since base
 	lag, gap, lat []time.Duration
 	late, errs    int64
+	firstErr      string
 }
 
 func (s *scaleStore) index(resource string) int {
@@ -132,15 +139,25 @@ func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token ui
 	t0 := time.Since(s.base)
 	err := s.Store.Renew(ctx, resource, owner, token, ttl)
 	t1 := time.Since(s.base)
-	i := s.index(resource)
-	if i < 0 {
-		return err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.renewed(resource, t0, t1, err)
+	return err
+}
+
+// renewed records a renewal of resource sent at t0 and answered at t1
+// (since base) with err. s.mu is held.
+func (s *scaleStore) renewed(resource string, t0, t1 time.Duration, err error) {
+	i := s.index(resource)
+	if i < 0 {
+		return
+	}
 	if err != nil {
 		s.errs++
-		return err
+		if s.firstErr == "" {
+			s.firstErr = err.Error()
+		}
+		return
 	}
 	prev := s.last[i]
 	s.lag = append(s.lag, t0-(prev+s.interval))
@@ -151,7 +168,32 @@ func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token ui
 		s.late++
 	}
 	s.last[i] = t0
-	return nil
+}
+
+// scaleBatchStore is a scaleStore on a store that renews many leases in one
+// request (driver.BatchRenewer), which the Locker then uses; every lease of
+// a batch is timed as a renewal of its own.
+type scaleBatchStore struct {
+	*scaleStore
+	batch   driver.BatchRenewer
+	batches int64 // RenewBatch calls
+}
+
+func (s *scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	t0 := time.Since(s.base)
+	errs := s.batch.RenewBatch(ctx, leases)
+	t1 := time.Since(s.base)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	for i, r := range leases {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		}
+		s.renewed(r.Resource, t0, t1, err)
+	}
+	return errs
 }
 
 func heapAlloc() uint64 {
@@ -205,7 +247,13 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 	if cfg.MaxConcurrentRenewals > 0 {
 		opts = append(opts, tenure.WithMaxConcurrentRenewals(cfg.MaxConcurrentRenewals))
 	}
-	lk, err := tenure.New(ss, opts...)
+	var st driver.Store = ss
+	var bs *scaleBatchStore
+	if b, ok := target.Store.(driver.BatchRenewer); ok {
+		bs = &scaleBatchStore{scaleStore: ss, batch: b}
+		st = bs
+	}
+	lk, err := tenure.New(st, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -317,6 +365,16 @@ hold:
 	}
 	res.Lost = max(lost.Load(), ended)
 	res.GoroutinesPeak = int(peak.Load())
+	// The renewals of the hold: a renewal in flight when its lease is
+	// released below would fail ("no live lease") without being a loss.
+	ss.mu.Lock()
+	res.Renewals, res.RenewErrors, res.Late = int64(len(ss.gap)), ss.errs, ss.late
+	res.SendLag, res.ConfirmGap, res.RenewLatency = Summarize(ss.lag), Summarize(ss.gap), Summarize(ss.lat)
+	res.FirstRenewError = ss.firstErr
+	if bs != nil {
+		res.RenewBatches = bs.batches
+	}
+	ss.mu.Unlock()
 	res.HeapWithEnd = heapAlloc()
 
 	// Release them.
@@ -338,10 +396,6 @@ hold:
 	res.HeapAfter = heapAlloc()
 	res.HeapPerLeaseEnd = round3(float64(int64(res.HeapWithEnd)-int64(res.HeapAfter)) / float64(cfg.Leases))
 
-	ss.mu.Lock()
-	res.Renewals, res.RenewErrors, res.Late = int64(len(ss.gap)), ss.errs, ss.late
-	res.SendLag, res.ConfirmGap, res.RenewLatency = Summarize(ss.lag), Summarize(ss.gap), Summarize(ss.lat)
-	ss.mu.Unlock()
 	return res, nil
 }
 
