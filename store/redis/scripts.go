@@ -105,19 +105,23 @@ do
 	end
 end`
 
-// grant is the grant of a free resource: the next token, and the lease
-// @K. KEYS[2] is the counter: SET ... GET reads and writes it in one
-// command where the server has it (Redis 6.2 and later), GET and SET
-// where it does not. @COMPAT: KEYS[3] is the resource's counter of the old
-// layout, kept in step, so that a process not yet upgraded grants above
-// this token.
+// grant ends the grant of a free resource: the next token, and the
+// lease @K. The script has read the clock into s (microseconds, decimal)
+// and written the lease with s as its token when set is true. KEYS[2] is
+// the counter: SET ... GET reads and writes it in one command where the
+// server has it (Redis 6.2 and later), GET and SET where it does not. When
+// the counter is at or above the clock, the token is counter + 1 and the
+// lease is written again with it. @COMPAT: KEYS[3] is the resource's
+// counter of the old layout, kept in step, so that a process not yet
+// upgraded grants above this token.
 const grant = `
-local t = redis.call('TIME')
-local s = t[1] .. string.format('%06d', t[2])
 local tok = tonumber(s)
 local c = redis.pcall('SET', KEYS[2], s, 'GET')
 if type(c) == 'table' then
-	if c.err and string.find(c.err, 'WRONGTYPE', 1, true) then return c end
+	if c.err and string.find(c.err, 'WRONGTYPE', 1, true) then
+		if set then redis.call('DEL', @K) end
+		return c
+	end
 	c = redis.call('GET', KEYS[2])
 	redis.call('SET', KEYS[2], s)
 end
@@ -128,25 +132,44 @@ if @COMPAT then
 	if o and o >= tok then tok = o + 1 end
 end
 if tok >= 9007199254740992 then
+	if set then redis.call('DEL', @K) end
 	return redis.error_reply('tenure: the fencing-token counter ' .. KEYS[2] .. ' is beyond 2^53')
 end
 if tok ~= tonumber(s) then
 	s = string.format('%d', tok)
 	redis.call('SET', KEYS[2], s)
+	set = false
 end
 if @COMPAT and redis.call('EXISTS', KEYS[3]) == 1 then
 	redis.call('SET', KEYS[3], s)
 end
-redis.call('SET', @K, s .. ':' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[2])
+if not set then
+	redis.call('SET', @K, s .. tail, 'PX', ARGV[2])
+end
 return tok`
 
-// acquire: KEYS: lease, counter[, old counter]. ARGV: owner, ttl
-// ms, "w" when the caller waits for this resource (then a lease found held
-// is marked, so that its release publishes). Returns the token (an
-// integer) when granted or when this owner already holds it (renewed), or
-// {value, pttl} of the holder.
+// acquire: KEYS: lease, counter[, old counter]. ARGV: owner, ttl ms, "w"
+// when the caller waits for this resource (then a lease found held is
+// marked, so that its release publishes). Returns the token (an integer)
+// when granted or when this owner already holds it (renewed), or {value,
+// pttl} of the holder.
+//
+// The lease is written first, if the key is free, with the clock as its
+// token (SET NX GET, Redis 7.0 and later; GET and SET before), and the
+// counter is read and written only then: an attempt that finds the
+// resource held writes nothing (but the mark).
 const acquire = `
-local v = redis.pcall('GET', @K)
+local t = redis.call('TIME')
+local s = t[1] .. string.format('%06d', t[2])
+local tail = ':' .. ARGV[1] .. ':' .. ARGV[2]
+local v = redis.pcall('SET', @K, s .. tail, 'NX', 'GET', 'PX', ARGV[2])
+if type(v) == 'table' and v.err and not string.find(v.err, 'WRONGTYPE', 1, true) then
+	v = redis.pcall('GET', @K)
+	if not v then
+		redis.call('SET', @K, s .. tail, 'PX', ARGV[2])
+	end
+end
+local set = not v
 if v then
 	@OLDHASH
 	if v then
