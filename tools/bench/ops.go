@@ -144,6 +144,9 @@ func RunOps(ctx context.Context, target *Target, systems []System, cfg OpsConfig
 		if cfg.Mode == ModeContended && !supports(sys, OpRelease) {
 			continue
 		}
+		if nn, ok := sys.(interface{ newNames() bool }); ok && nn.newNames() && cfg.Mode == ModeContended {
+			continue // a new name each time never contends
+		}
 		e := &entry{sys: sys, acc: &opsAcc{samples: map[string][]time.Duration{}}}
 		entries = append(entries, e)
 		for i := 0; i < cfg.Clients; i++ {

@@ -178,7 +178,7 @@ func (r *Report) writeWaiters(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nWaiters: blocked Acquires on one resource (each its own Locker, default options), the resource handed down the whole queue")
 	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(t, "store\twaiters\tunit\tcalls/s waiting\tcalls in the s after 1 release\tfirst grant ms\tgranted\thand-down s\tcalls/grant\twait p50 ms\tp90\tmax\thandover p50 ms\tp99\torder inversions\terrors\t")
+	fmt.Fprintln(t, "store\twaiters\tunit\tcalls/s waiting\tcalls in the s after 1 release\tfirst grant ms\tgranted\thand-down s\tcalls/grant\tgranted after the release p50 ms\tp90\tmax\thandover p50 ms\tp99\torder inversions\terrors\t")
 	for _, x := range r.Waiters {
 		perSec := func(c int64) float64 {
 			if x.WindowMs <= 0 {
@@ -188,7 +188,7 @@ func (r *Report) writeWaiters(w io.Writer) {
 		}
 		fmt.Fprintf(t, "%s\t%d\t%s\t%.0f\t%.0f\t%s\t%d\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%d\t\n", x.Store, x.Waiters, x.Unit,
 			perSec(x.CallsWaiting), perSec(x.CallsAfterRelease), fmtMs(x.FirstGrantMs), x.Grants, x.HandDownS, x.CallsPerGrant,
-			fmtMs(x.Wait.P50Ms), fmtMs(x.Wait.P90Ms), fmtMs(x.Wait.MaxMs), fmtMs(x.Handover.P50Ms), fmtMs(x.Handover.P99Ms),
+			fmtMs(x.Queue.P50Ms), fmtMs(x.Queue.P90Ms), fmtMs(x.Queue.MaxMs), fmtMs(x.Handover.P50Ms), fmtMs(x.Handover.P99Ms),
 			x.OrderInversions, x.Errors)
 	}
 	t.Flush()

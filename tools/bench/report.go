@@ -247,14 +247,14 @@ func (r *Report) WriteText(w io.Writer) {
 	if len(r.Ratios) > 0 {
 		fmt.Fprintln(w, "\nPeers: tenure over each peer, same run (p50 against p50 per operation; cycles/s and wins/s: tenure's over the peer's)")
 		t := tw()
-		fmt.Fprintln(t, "store\tpeer\tmode\tclients\tacquire\trenew\trelease\tcycles/s\twins/s (tenure, peer)\toverlaps (tenure, peer)\t")
+		fmt.Fprintln(t, "store\ttenure\tpeer\tmode\tclients\tacquire\trenew\trelease\tcycles/s\twins/s (tenure, peer)\toverlaps (tenure, peer)\t")
 		for _, x := range r.Ratios {
 			wins, ov := "-", "-"
 			if x.Mode == ModeContended {
 				wins = fmt.Sprintf("%.0f, %.0f", x.TenureWinsPerS, x.PeerWinsPerS)
 				ov = fmt.Sprintf("%d, %d", x.TenureOverlaps, x.PeerOverlaps)
 			}
-			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Store, x.Peer, x.Mode, x.Clients,
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Store, x.Tenure, x.Peer, x.Mode, x.Clients,
 				fmtRatio(x.Acquire), fmtRatio(x.Renew), fmtRatio(x.Release), fmtRatio(x.Throughput), wins, ov)
 		}
 		t.Flush()

@@ -20,7 +20,7 @@ type SemaphoreConfig struct {
 	Clients  int           // default 8
 	Duration time.Duration // measured time (default 6 s)
 	TTL      time.Duration // default 10 s
-	Hold     time.Duration // default 0: release at once
+	Hold     time.Duration // how long a slot is kept (0: released at once; then the holder count covers only an instant)
 	Prefix   string
 }
 

@@ -67,6 +67,9 @@ type WaitersResult struct {
 	// release call).
 	Wait     Summary `json:"wait"`
 	Handover Summary `json:"handover"`
+	// Queue is each waiter's time from the first release to its grant:
+	// where it stood in the hand-down.
+	Queue Summary `json:"queue"`
 	// OrderInversions is the fraction of pairs of waiters granted in the
 	// opposite order of their arrival (their first attempt): 0 is
 	// first-come-first-served, about 0.5 a random order.
@@ -253,9 +256,11 @@ func RunWaiters(ctx context.Context, target *Target, cfg WaitersConfig) (*Waiter
 	res.Errors, res.FirstError = errs, firstErr
 	var first time.Time
 	waits := make([]time.Duration, 0, n)
+	queue := make([]time.Duration, 0, n)
 	for _, w := range ws {
 		if w.ok {
 			waits = append(waits, w.granted.Sub(w.arrived))
+			queue = append(queue, w.granted.Sub(t0))
 			if w.grant == 0 {
 				first = w.granted
 			}
@@ -271,6 +276,7 @@ func RunWaiters(ctx context.Context, target *Target, cfg WaitersConfig) (*Waiter
 	}
 	res.Requests = target.Meter.Snapshot().Sub(before)
 	res.Wait = Summarize(waits)
+	res.Queue = Summarize(queue)
 	res.Handover = Summarize(handovers)
 	var pairs, inv int
 	for i, a := range ws {

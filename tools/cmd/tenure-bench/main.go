@@ -277,7 +277,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.IntVar(&f.semClients, "sem-clients", 8, "semaphore phase: contenders")
 	fl.DurationVar(&f.semDuration, "sem-duration", 6*time.Second, "semaphore phase: measured time per store")
 	fl.DurationVar(&f.semTTL, "sem-ttl", 10*time.Second, "semaphore phase: slot TTL")
-	fl.DurationVar(&f.semHold, "sem-hold", 0, "semaphore phase: how long a contender keeps a slot before releasing it")
+	fl.DurationVar(&f.semHold, "sem-hold", 10*time.Millisecond, "semaphore phase: how long a contender keeps a slot before releasing it")
 	fl.StringSliceVar(&f.semStores, "sem-stores", []string{"memory", "sqlite", "postgres", "redis", "etcd", "cassandra"}, "store kinds the semaphore phase runs on")
 	fl.IntVar(&f.handoffs, "handoffs", 50, "handoffs per store and kind in the failover phase")
 	fl.IntVar(&f.candidates, "candidates", 3, "candidate processes in the failover phase")
