@@ -26,7 +26,8 @@ type Ratio struct {
 	Release float64 `json:"release"`
 	// Throughput is tenure's granted acquires per second over the peer's
 	// (cycles/s on distinct names, wins/s in contended mode): above 1,
-	// tenure does more.
+	// tenure does more. 0 against a peer without a release (the raw LWT),
+	// whose cycle is a lone acquire.
 	Throughput float64 `json:"throughput"`
 	// Contended mode: grants per second and overlaps of each.
 	TenureWinsPerS float64 `json:"tenure_wins_per_s,omitempty"`
@@ -82,7 +83,10 @@ func (r *Report) computeRatios() {
 			if o.Mode == ModeDistinct {
 				x.Renew = div(p50(t, OpRenew), p50(o, OpRenew))
 			}
-			x.Throughput = div(perS(t, OpAcquire), perS(o, OpAcquire))
+			if o.Ops[OpRelease] != nil {
+				// A cycle on both sides (not the raw LWT's lone acquire).
+				x.Throughput = div(perS(t, OpAcquire), perS(o, OpAcquire))
+			}
 			if o.Mode == ModeContended {
 				x.TenureWinsPerS, x.PeerWinsPerS = perS(t, OpAcquire), perS(o, OpAcquire)
 				x.TenureOverlaps, x.PeerOverlaps = t.Overlaps, o.Overlaps
