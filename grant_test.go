@@ -69,6 +69,9 @@ func TestCaseC11LateRequestOfAnEarlierGrant(t *testing.T) {
 	if !errors.Is(l1.Err(), tenure.ErrLeaseExpired) {
 		t.Fatalf("first grant's loss: %v; want ErrLeaseExpired", l1.Err())
 	}
+	// The Locker frees the lost grant in the background: that release is
+	// the request held up in the network.
+	waitFor(t, func() bool { return f.faulty.Calls(storetest.OpRelease) > 0 }, "the lost grant's release")
 	// The store still keeps the first grant (its last renewal was applied):
 	// a new acquire by the same Locker must not adopt it.
 	if _, err := f.lk.TryAcquire(ctx, "r", short); err == nil {
