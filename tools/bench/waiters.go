@@ -29,6 +29,11 @@ type WaitersConfig struct {
 	// the first waiter granted keeps the resource through it, so it counts
 	// what one release costs.
 	Window time.Duration
+	// Stagger is the time between the starts of two waiters' Acquires
+	// (default 5 ms), so that they arrive in a known order: waiter i
+	// starts i·Stagger after the first. 0 would start them all at once,
+	// in no defined order.
+	Stagger time.Duration
 	// Timeout bounds the whole phase (default 10 minutes).
 	Timeout  time.Duration
 	Prefix   string
@@ -37,11 +42,12 @@ type WaitersConfig struct {
 
 // WaitersResult is what the waiters phase measured on one store.
 type WaitersResult struct {
-	Store    string  `json:"store"`
-	Waiters  int     `json:"waiters"`
-	TTLS     float64 `json:"ttl_s"`
-	HoldMs   float64 `json:"hold_ms"`
-	WindowMs float64 `json:"window_ms"`
+	Store     string  `json:"store"`
+	Waiters   int     `json:"waiters"`
+	TTLS      float64 `json:"ttl_s"`
+	HoldMs    float64 `json:"hold_ms"`
+	WindowMs  float64 `json:"window_ms"`
+	StaggerMs float64 `json:"stagger_ms"`
 	// Unit is the kind of request the Calls fields count (the meter's
 	// primary kind).
 	Unit string `json:"unit"`
@@ -71,8 +77,9 @@ type WaitersResult struct {
 	// where it stood in the hand-down.
 	Queue Summary `json:"queue"`
 	// OrderInversions is the fraction of pairs of waiters granted in the
-	// opposite order of their arrival (their first attempt): 0 is
-	// first-come-first-served, about 0.5 a random order.
+	// opposite order of their arrival (the start of their Acquire, one
+	// every StaggerMs): 0 is first-come-first-served, about 0.5 a random
+	// order.
 	OrderInversions float64 `json:"order_inversions"`
 	Errors          int     `json:"errors"`
 	FirstError      string  `json:"first_error,omitempty"`
@@ -98,13 +105,16 @@ func RunWaiters(ctx context.Context, target *Target, cfg WaitersConfig) (*Waiter
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
+	if cfg.Stagger < 0 {
+		cfg.Stagger = 0
+	}
 	progress := cfg.Progress
 	if progress == nil {
 		progress = func(string) {}
 	}
 	n := cfg.Waiters
 	res := &WaitersResult{
-		Store: target.Name, Waiters: n, TTLS: cfg.TTL.Seconds(), HoldMs: ms(cfg.Hold), WindowMs: ms(cfg.Window),
+		Store: target.Name, Waiters: n, TTLS: cfg.TTL.Seconds(), HoldMs: ms(cfg.Hold), WindowMs: ms(cfg.Window), StaggerMs: ms(cfg.Stagger),
 		Unit: target.Meter.Primary(),
 	}
 	calls := func() int64 { return target.Meter.Snapshot()[res.Unit] }
@@ -124,9 +134,9 @@ func RunWaiters(ctx context.Context, target *Target, cfg WaitersConfig) (*Waiter
 
 	type waiter struct {
 		lk      *tenure.Locker
-		start   time.Time
-		arrived time.Time
-		arrival int64 // order of the first attempt that found it held
+		arrived time.Time // the first attempt that found the resource held
+		seen    bool
+		arrival int64 // order of the start of its Acquire
 		granted time.Time
 		grant   int64 // order of the grant
 		ok      bool
@@ -137,7 +147,7 @@ func RunWaiters(ctx context.Context, target *Target, cfg WaitersConfig) (*Waiter
 		if err != nil {
 			return nil, err
 		}
-		ws[i] = &waiter{lk: lk, arrival: -1, grant: -1}
+		ws[i] = &waiter{lk: lk, arrival: int64(i), grant: -1}
 	}
 	defer func() {
 		for _, w := range ws {
@@ -159,16 +169,17 @@ func RunWaiters(ctx context.Context, target *Target, cfg WaitersConfig) (*Waiter
 		allArrived  = make(chan struct{})
 	)
 	var wg sync.WaitGroup
-	for _, w := range ws {
+	begin := time.Now()
+	for i, w := range ws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.start = time.Now()
+			sleepCtx(ctx, time.Until(begin.Add(time.Duration(i)*cfg.Stagger)))
 			l, err := w.lk.Acquire(ctx, resource, cfg.TTL, tenure.OnWait(func(*tenure.HeldError, time.Duration) {
-				if w.arrival < 0 {
+				if !w.seen {
+					w.seen = true
 					w.arrived = time.Now()
-					w.arrival = arrivals.Add(1) - 1
-					if w.arrival == int64(n-1) {
+					if arrivals.Add(1) == int64(n) {
 						close(allArrived)
 					}
 				}
@@ -281,7 +292,7 @@ func RunWaiters(ctx context.Context, target *Target, cfg WaitersConfig) (*Waiter
 	var pairs, inv int
 	for i, a := range ws {
 		for _, b := range ws[i+1:] {
-			if !a.ok || !b.ok || a.arrival < 0 || b.arrival < 0 {
+			if !a.ok || !b.ok {
 				continue
 			}
 			pairs++

@@ -123,13 +123,14 @@ type benchFlags struct {
 	peerTTL       time.Duration
 	peerHold      time.Duration
 
-	waiters       int
-	waitersTTL    time.Duration
-	waitersHold   time.Duration
-	waitersSettle time.Duration
-	waitersWindow time.Duration
-	waitersLimit  time.Duration
-	waitersStores []string
+	waiters        int
+	waitersTTL     time.Duration
+	waitersHold    time.Duration
+	waitersSettle  time.Duration
+	waitersWindow  time.Duration
+	waitersLimit   time.Duration
+	waitersStagger time.Duration
+	waitersStores  []string
 
 	semSlots    int
 	semClients  int
@@ -271,6 +272,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.DurationVar(&f.waitersHold, "waiters-hold", 0, "waiters phase: how long each waiter keeps the resource once granted")
 	fl.DurationVar(&f.waitersSettle, "waiters-settle", 3*time.Second, "waiters phase: how long all waiters wait before the first release")
 	fl.DurationVar(&f.waitersWindow, "waiters-window", time.Second, "waiters phase: the span whose calls are counted before and after the first release")
+	fl.DurationVar(&f.waitersStagger, "waiters-stagger", 5*time.Millisecond, "waiters phase: time between two waiters' starts (they arrive in a known order)")
 	fl.DurationVar(&f.waitersLimit, "waiters-timeout", 10*time.Minute, "waiters phase: bound on each store's run")
 	fl.StringSliceVar(&f.waitersStores, "waiters-stores", []string{"sqlite", "postgres", "redis", "etcd"}, "store kinds the waiters phase runs on")
 	fl.IntVar(&f.semSlots, "sem-slots", 3, "semaphore phase: slots")
@@ -316,7 +318,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		return usage("--scale-leases and --scale-duration must be positive, --late-slack and --max-renewals not negative")
 	case f.peerTTL <= 0 || f.peerHold < 0:
 		return usage("--peer-ttl must be positive and --peer-hold not negative")
-	case f.waiters < 1 || f.waiters > 10000 || f.waitersTTL <= 0 || f.waitersHold < 0 || f.waitersSettle <= 0 || f.waitersWindow <= 0 || f.waitersLimit <= 0:
+	case f.waiters < 1 || f.waiters > 10000 || f.waitersTTL <= 0 || f.waitersHold < 0 || f.waitersSettle <= 0 || f.waitersWindow <= 0 || f.waitersLimit <= 0 || f.waitersStagger < 0:
 		return usage("--waiters must be 1 to 10000, its durations positive (--waiters-hold not negative)")
 	case f.waitersSettle < f.waitersWindow:
 		return usage("--waiters-settle must be at least --waiters-window")
@@ -382,7 +384,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		PeerClients: f.peerClients, PeerContended: f.peerContended, PeerTTL: f.peerTTL, PeerHold: f.peerHold,
 		Waiters: bench.WaitersConfig{
 			Waiters: f.waiters, TTL: f.waitersTTL, Hold: f.waitersHold, Settle: f.waitersSettle,
-			Window: f.waitersWindow, Timeout: f.waitersLimit,
+			Window: f.waitersWindow, Timeout: f.waitersLimit, Stagger: f.waitersStagger,
 		},
 		WaitersStores: f.waitersStores,
 		Semaphore: bench.SemaphoreConfig{
