@@ -149,7 +149,9 @@ func TestRunOpsCounts(t *testing.T) {
 }
 
 // TestRunScaleShape runs a small scale phase on memory and checks that
-// everything it reports adds up (no timing is checked).
+// everything it reports adds up (no timing is checked, nor how the
+// goroutine count moves: goroutines of the warm-up may still be ending
+// when the base is counted, so the peak can be below it).
 func TestRunScaleShape(t *testing.T) {
 	tg, err := Open(context.Background(), "memory")
 	if err != nil {
@@ -163,10 +165,13 @@ func TestRunScaleShape(t *testing.T) {
 	if res.Leases != 200 || res.AcquireErrors != 0 || res.ReleaseErrors != 0 {
 		t.Fatalf("%+v", res)
 	}
+	if !res.Batched || res.BatchCalls == 0 {
+		t.Errorf("the memory store renews in batches: batched %v, %d batch calls", res.Batched, res.BatchCalls)
+	}
 	if res.Renewals == 0 || res.SendLag.N != int(res.Renewals) || res.ConfirmGap.N != int(res.Renewals) || res.RenewLatency.N != int(res.Renewals) {
 		t.Errorf("renewals %d; samples %d %d %d", res.Renewals, res.SendLag.N, res.ConfirmGap.N, res.RenewLatency.N)
 	}
-	if res.HeapWith == 0 || res.GoroutinesPeak < res.GoroutinesBase || res.IntervalS != 0.2 {
+	if res.HeapWith == 0 || res.GoroutinesPeak <= 0 || res.IntervalS != 0.2 {
 		t.Errorf("%+v", res)
 	}
 }
