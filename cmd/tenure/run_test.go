@@ -467,7 +467,9 @@ func TestRunExitCodes(t *testing.T) {
 		t.Fatalf("unreachable store: took %v", d)
 	}
 
-	// A command that cannot be run: 127 or 126, and the lease is released.
+	// A command that cannot be run: 127 or 126 (found before the lease is
+	// acquired: see TestCommandLookedUpFirst), and the lease is free.
+	e.init()
 	notExec := e.path("not-executable")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -714,8 +716,16 @@ func TestLimitsCheckedBeforeIO(t *testing.T) {
 	}{
 		{"sqlite ttl above the maximum", []string{"run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
 		{"sqlite elect ttl above the maximum", []string{"elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
-		{"etcd ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "minimum"},
-		{"cassandra ttl below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "minimum"},
+		{"etcd ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"etcd elect ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "elect", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"etcd hold below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--hold-at-least", "500ms", "job", "--", cmd[0]}, "minimum"},
+		{"cassandra ttl below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"cassandra hold below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--hold-at-least", "900ms", "job", "--", cmd[0]}, "minimum"},
+		{"cassandra ttl above the maximum", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"etcd elect ttl above the maximum", []string{"--store", "etcd://127.0.0.1:1", "elect", "--ttl", "2560000h", "job", "--", cmd[0]}, "maximum"},
+		{"sqlite hold above the maximum", []string{"run", "--hold-at-least", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"redis elect ttl above the maximum", []string{"--store", "redis://127.0.0.1:1", "elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"postgres elect ttl above the maximum", []string{"--store", "postgres://u:s3cret@127.0.0.1:1/db", "elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
 		{"redis ttl above the maximum", []string{"--store", "redis://127.0.0.1:1", "run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
 		{"redis port out of range", []string{"--store", "redis://127.0.0.1:99999", "list"}, "65535"},
 		{"etcd port out of range", []string{"--store", "etcd://127.0.0.1:70000", "list"}, "65535"},
