@@ -212,9 +212,25 @@ func TestRunStoppedHolderLosesLease(t *testing.T) {
 		helper("-out", bOut, "-hold", "stdin"))
 	waitFor(t, 10*time.Second, "beta to wait", func() bool { return strings.Contains(b.stderr(), "resource is held; waiting") })
 
-	stopped := mono()
-	syscall.Kill(-a.pid(), syscall.SIGSTOP)
-	syscall.Kill(-ai.pid, syscall.SIGSTOP)
+	// Stop the holder, but not in the middle of a write to the store: a
+	// SQLite writer stopped inside its transaction keeps the database's write
+	// lock, and nobody could take the lease until it resumes.
+	var stopped int64
+	for try := 0; ; try++ {
+		stopped = mono()
+		syscall.Kill(-a.pid(), syscall.SIGSTOP)
+		syscall.Kill(-ai.pid, syscall.SIGSTOP)
+		waitFor(t, 10*time.Second, "alpha to stop", func() bool { return processState(a.pid()) == "T" })
+		if !holdsWriteLock(a.pid(), e.db) && !holdsWriteLock(a.pid(), e.db+"-shm") {
+			break
+		}
+		if try == 100 {
+			t.Fatalf("alpha always holds the store's write lock")
+		}
+		syscall.Kill(-a.pid(), syscall.SIGCONT)
+		syscall.Kill(-ai.pid, syscall.SIGCONT)
+		time.Sleep(20 * time.Millisecond)
+	}
 	var bStart event
 	waitFor(t, 15*time.Second, "beta's command to start", func() bool {
 		s := filter(readEvents(t, bOut), "start")
@@ -745,4 +761,26 @@ func TestLimitsCheckedBeforeIO(t *testing.T) {
 	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
 		t.Fatalf("the SQLite file exists after limit errors only (%v)", err)
 	}
+}
+
+// holdsWriteLock reports whether process pid holds an exclusive POSIX lock
+// on the file path (a SQLite writer in its transaction), from /proc/locks.
+func holdsWriteLock(pid int, path string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return false
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	ino := ":" + strconv.FormatUint(st.Ino, 10)
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		// 1: POSIX  ADVISORY  WRITE 31014 fe:00:9994449 120 120
+		if len(f) >= 6 && f[1] == "POSIX" && f[3] == "WRITE" && f[4] == strconv.Itoa(pid) && strings.HasSuffix(f[5], ino) {
+			return true
+		}
+	}
+	return false
 }
