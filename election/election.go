@@ -200,6 +200,17 @@ func ttlError(cfg Config, err error) error {
 	return fmt.Errorf("election: TTL %v: %w", cfg.TTL, err)
 }
 
+// Close ends the candidate for good, for a program that is about to exit:
+// it closes the candidate's Locker (tenure.Locker.Close), which releases a
+// term's lease that is still held and waits, bounded by ctx, for the
+// acquires and clean-ups in flight. Among them is a campaign attempt that
+// ctx's end or Resign interrupted after it was sent: its outcome is
+// resolved and what it may have taken is freed, so a candidate that exits
+// does not hold the lease for a whole TTL. Call it after Run has returned;
+// Run returns tenure.ErrClosed afterwards. It is safe to call more than
+// once.
+func (c *Candidate) Close(ctx context.Context) error { return c.lk.Close(ctx) }
+
 // Identity returns the candidate's readable id.
 func (c *Candidate) Identity() string { return tenure.OwnerID(c.lk.Owner()) }
 

@@ -277,6 +277,8 @@ func TestElectExitCodes(t *testing.T) {
 		{"two resources", []string{"elect", "a", "b", "--", cmd[0]}},
 		{"empty resource", []string{"elect", "", "--", cmd[0]}},
 		{"ttl 0", []string{"elect", "--ttl", "0", "job", "--", cmd[0]}},
+		{"ttl 1ms", []string{"elect", "--ttl", "1ms", "job", "--", cmd[0]}},
+		{"ttl 999ms", []string{"elect", "--ttl", "999ms", "job", "--", cmd[0]}},
 		{"retry 0", []string{"elect", "--retry", "0", "job", "--", cmd[0]}},
 		{"negative retry", []string{"elect", "--retry", "-1s", "job", "--", cmd[0]}},
 		{"negative grace", []string{"elect", "--grace", "-1s", "job", "--", cmd[0]}},
@@ -296,6 +298,7 @@ func TestElectExitCodes(t *testing.T) {
 		t.Fatalf("unreachable store: exit %d, want %d:\n%s", code, exitUnavailable, stderr)
 	}
 
+	e.init()
 	notExec := e.path("not-executable")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -340,7 +343,7 @@ func TestElectOnTerminal(t *testing.T) {
 	waitFor(t, 20*time.Second, "the status line", func() bool {
 		return strings.Count(screen.String(), "\r\x1b[Ktenure: following") >= 2
 	})
-	if s := screen.String(); !strings.Contains(s, `"job" is led by alpha`) {
+	if s := screen.String(); !strings.Contains(s, `"job" is led by "alpha"`) {
 		t.Fatalf("the status line should name the leader alpha:\n%q", s)
 	}
 	a.stdin.Close()
