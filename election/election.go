@@ -83,6 +83,12 @@ type Config struct {
 	// ErrResignInCallback without waiting.
 	OnNewLeader func(identity string)
 
+	// ReleaseWatch makes the leader's lease watch its resource's release
+	// notifications (tenure.WithReleaseWatch), on stores that send them: a
+	// leadership freed or taken by someone else ends within a round trip of
+	// the notification instead of at the next renewal.
+	ReleaseWatch bool
+
 	// Clock, Logger, MeterProvider and TracerProvider are passed to the
 	// candidate's tenure.Locker; defaults as there.
 	Clock          clock.Clock
@@ -155,6 +161,9 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	}
 	if cfg.Identity != "" {
 		opts = append(opts, tenure.WithOwnerID(cfg.Identity))
+	}
+	if cfg.ReleaseWatch {
+		opts = append(opts, tenure.WithReleaseWatch())
 	}
 	if cfg.MeterProvider != nil {
 		opts = append(opts, tenure.WithMeterProvider(cfg.MeterProvider))

@@ -188,6 +188,9 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 		TTL:         f.ttl,
 		RetryPeriod: f.retry,
 		Logger:      a.log,
+		// A forced release or a takeover stops the singleton within a round
+		// trip on stores that notify, as for tenure run.
+		ReleaseWatch: true,
 		OnStartedLeading: func(term context.Context) {
 			l := tenure.LeaseFromContext(term)
 			select {
