@@ -29,8 +29,9 @@ type Store struct {
 	st      statements
 	cache   *tokenCache
 	// speculate sends a read to a second replica when the first has not
-	// answered within a quarter of Timeout (reads only: they are idempotent).
-	speculate gocql.SpeculativeExecutionPolicy
+	// answered within a quarter of Timeout (reads only: they are idempotent);
+	// see speculation.
+	speculate *gocql.SimpleSpeculativeExecution
 
 	closeOnce sync.Once
 }
@@ -93,7 +94,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: r, session: session, st: newStatements(r), cache: newTokenCache(r.TokenCacheSize),
-		speculate: &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: max(r.Timeout/4, 20*time.Millisecond)}}
+		speculate: &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: max(r.Timeout/4, minSpeculationDelay)}}
 	if r.CreateSchema {
 		if err := createSchema(ctx, r, session); err != nil {
 			session.Close()
@@ -331,7 +332,7 @@ func definitelyNotApplied(err error) bool {
 // returns whether it was applied and, when not, the current row. The
 // statement is sent once: never retried by the driver.
 func (s *Store) casQuery(ctx context.Context, stmt string, args ...any) (bool, row, error) {
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	qctx, cancel := context.WithTimeout(ctx, s.writeBound(ctx))
 	defer cancel()
 	m := map[string]any{}
 	applied, err := s.session.Query(stmt, args...).
@@ -346,6 +347,20 @@ func (s *Store) casQuery(ctx context.Context, stmt string, args ...any) (bool, r
 	return applied, rowFrom(m), nil
 }
 
+// writeBound bounds one conditional write: Timeout, and at most half of the
+// time left before ctx's deadline, so that a write whose coordinator stopped
+// answering leaves the other half to resolve its outcome with a serial read
+// on another node and, for the caller (the Locker renewing a lease), to try
+// again there. A write that is only slow is not lost by being cut short: the
+// serial read finds it applied (its write id) or completes it.
+func (s *Store) writeBound(ctx context.Context) time.Duration {
+	b := s.cfg.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		b = min(b, time.Until(dl)/2)
+	}
+	return b
+}
+
 type batchStmt struct {
 	stmt string
 	args []any
@@ -354,7 +369,7 @@ type batchStmt struct {
 // casBatch runs a single-partition conditional batch: one lightweight
 // transaction.
 func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, error) {
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	qctx, cancel := context.WithTimeout(ctx, s.writeBound(ctx))
 	defer cancel()
 	b := s.session.Batch(gocql.UnloggedBatch).
 		Consistency(s.cfg.CommitConsistency).
@@ -379,9 +394,11 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 // read returns the resource's row from a linearizable (SERIAL or
 // LOCAL_SERIAL) read, which also completes any Paxos round in flight on it.
 // A read is safe to send more than once: when its coordinator has not
-// answered after a quarter of Timeout (a node that stopped answering, and
-// the very one that lost a write's answer, often), the driver sends it to a
-// second replica as well (speculative execution); when an attempt fails,
+// answered after a quarter of Timeout or of the time left (a node that
+// stopped answering, and the very one that lost a write's answer, often),
+// the driver sends it to a second node as well (speculative execution);
+// nodes that stopped answering are tried last anyway (hosts.go); when an
+// attempt fails,
 // the driver tries the next replica, within 2·Timeout in all; and when it
 // failed at once because its connection had just broken while the pool had
 // not noticed yet, it is sent once more.
@@ -406,7 +423,7 @@ func (s *Store) readOnce(ctx context.Context, resource string) (row, error) {
 		Consistency(s.cfg.SerialConsistency).
 		Idempotent(true).
 		RetryPolicy(&gocql.SimpleRetryPolicy{NumRetries: 1}).
-		SetSpeculativeExecutionPolicy(s.speculate).
+		SetSpeculativeExecutionPolicy(s.speculation(qctx)).
 		MapScanContext(qctx, m)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return row{}, nil
@@ -416,6 +433,26 @@ func (s *Store) readOnce(ctx context.Context, resource string) (row, error) {
 	}
 	return rowFrom(m), nil
 }
+
+// speculation is the speculative execution of a read bounded by ctx: a
+// second request to another node when the first has not answered within a
+// quarter of Timeout or of the time left, whichever is shorter (at least
+// minSpeculationDelay).
+func (s *Store) speculation(ctx context.Context) gocql.SpeculativeExecutionPolicy {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return s.speculate
+	}
+	d := max(time.Until(dl)/4, minSpeculationDelay)
+	if d >= s.speculate.TimeoutDelay {
+		return s.speculate
+	}
+	return &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: d}
+}
+
+// minSpeculationDelay is the shortest wait before a read is sent to a
+// second node.
+const minSpeculationDelay = 20 * time.Millisecond
 
 // connectionLost reports whether err says that a connection broke (as
 // opposed to a timeout), so that the request failed at once.
