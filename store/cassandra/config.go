@@ -433,8 +433,9 @@ func (r resolved) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// cluster builds the driver's cluster configuration.
-func (r resolved) cluster() (*gocql.ClusterConfig, error) {
+// cluster builds the driver's cluster configuration, and the tracker of the
+// requests in flight that it installs as the driver's stream observer.
+func (r resolved) cluster() (*gocql.ClusterConfig, *stallTracker, error) {
 	c := gocql.NewCluster(r.Hosts...)
 	c.Port = r.Port
 	c.Timeout = r.Timeout
@@ -471,7 +472,7 @@ func (r resolved) cluster() (*gocql.ClusterConfig, error) {
 	}
 	tc, err := r.tlsConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if tc != nil {
 		c.SslOpts = &gocql.SslOptions{Config: tc, EnableHostVerification: !r.SkipHostVerification}
@@ -484,5 +485,5 @@ func (r resolved) cluster() (*gocql.ClusterConfig, error) {
 			c.StreamObserver = chainObservers{stalls, c.StreamObserver}
 		}
 	}
-	return c, nil
+	return c, stalls, nil
 }

@@ -2,7 +2,9 @@ package cassandra
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,6 +135,8 @@ func (p listPolicy) Pick(gocql.ExecutableStatement) gocql.NextHost {
 	}
 }
 
+func (p listPolicy) HostUp(*gocql.HostInfo) {}
+
 type selected struct{ h *gocql.HostInfo }
 
 func (s selected) Info() *gocql.HostInfo { return s.h }
@@ -176,6 +180,30 @@ func TestStallAwarePolicy(t *testing.T) {
 	check("a", "b", "c")
 	sc.StreamAbandoned(gocql.ObservedStream{Host: c})
 	check("a", "b", "c")
+
+	// A node that has just come (back) up is tried after the warm ones,
+	// before those that stopped answering, for warmUp.
+	p.HostUp(b)
+	check("a", "c", "b")
+	sa = start(tr, a)
+	clock.add(time.Second)
+	check("c", "b", "a")
+	p.HostUp(a)
+	p.HostUp(c)
+	check("b", "c", "a") // every node warming: the stalled a last
+	sa.StreamFinished(gocql.ObservedStream{Host: a})
+	check("a", "b", "c")
+	clock.add(warmUp)
+	check("a", "b", "c")
+	p.HostUp(c)
+	check("a", "b", "c")
+	clock.add(warmUp - time.Millisecond)
+	check("a", "b", "c")
+	p.HostUp(a)
+	clock.add(warmUp / 2)
+	check("b", "c", "a")
+	clock.add(warmUp / 2)
+	check("a", "b", "c")
 }
 
 // The store installs the tracker as the driver's stream observer and its
@@ -186,7 +214,7 @@ func TestStallPolicyWiring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := r.cluster()
+	c, stalls, err := r.cluster()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,17 +222,16 @@ func TestStallPolicyWiring(t *testing.T) {
 	if !ok {
 		t.Fatalf("policy %T, want *stallAwarePolicy", c.PoolConfig.HostSelectionPolicy)
 	}
-	if c.StreamObserver != gocql.StreamObserver(p.t) {
+	if c.StreamObserver != gocql.StreamObserver(p.t) || p.t != stalls {
 		t.Fatalf("stream observer %T is not the policy's tracker", c.StreamObserver)
 	}
 
 	var theirs countingObserver
 	r.ClusterHook = func(cc *gocql.ClusterConfig) { cc.StreamObserver = &theirs }
-	c, err = r.cluster()
+	c, tr, err := r.cluster()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := c.PoolConfig.HostSelectionPolicy.(*stallAwarePolicy).t
 	tr.after = 0
 	a := testHost(t, idA)
 	s := c.StreamObserver.StreamContext(context.Background())
@@ -220,11 +247,11 @@ func TestStallPolicyWiring(t *testing.T) {
 
 	rr := gocql.RoundRobinHostPolicy()
 	r.ClusterHook = func(cc *gocql.ClusterConfig) { cc.PoolConfig.HostSelectionPolicy = rr }
-	if c, err = r.cluster(); err != nil {
+	if c, tr, err = r.cluster(); err != nil {
 		t.Fatal(err)
 	}
-	if c.PoolConfig.HostSelectionPolicy != rr {
-		t.Fatal("the hook's policy was not kept")
+	if c.PoolConfig.HostSelectionPolicy != rr || c.StreamObserver != gocql.StreamObserver(tr) {
+		t.Fatal("the hook's policy was not kept, or the tracker is not the stream observer")
 	}
 }
 
@@ -235,32 +262,87 @@ func (o *countingObserver) StreamStarted(gocql.ObservedStream)                  
 func (o *countingObserver) StreamFinished(gocql.ObservedStream)                       { o.finished++ }
 func (o *countingObserver) StreamAbandoned(gocql.ObservedStream)                      { o.abandoned++ }
 
-// A conditional write is bounded by Timeout and by half the time left.
-func TestWriteBound(t *testing.T) {
+// A conditional write takes at most Timeout and three quarters of the time
+// left; from half the time left, it is given up when its coordinator stopped
+// answering. Reads speculate within a quarter of the time left.
+func TestWriteBounds(t *testing.T) {
 	s := &Store{cfg: resolved{Config: Config{Timeout: 10 * time.Second}}}
-	if got := s.writeBound(context.Background()); got != 10*time.Second {
-		t.Fatalf("no deadline: %v, want the timeout 10s", got)
+	if hard, soft := s.writeBounds(context.Background()); hard != 10*time.Second || soft != 0 {
+		t.Fatalf("no deadline: %v, %v; want 10s (the timeout), no soft bound", hard, soft)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
-	if got := s.writeBound(ctx); got > 1500*time.Millisecond || got < 1400*time.Millisecond {
-		t.Fatalf("3 s left: %v, want about 1.5s", got)
+	if hard, soft := s.writeBounds(ctx); hard > 3*time.Second || hard < 2900*time.Millisecond ||
+		soft > 2*time.Second || soft < 1900*time.Millisecond {
+		t.Fatalf("4 s left: %v, %v; want about 3s and 2s", hard, soft)
 	}
 	s.cfg.Timeout = time.Second
-	if got := s.writeBound(ctx); got != time.Second {
-		t.Fatalf("3 s left, timeout 1 s: %v, want 1s", got)
+	if hard, soft := s.writeBounds(ctx); hard != time.Second || soft != 0 {
+		t.Fatalf("4 s left, timeout 1 s: %v, %v; want 1s, no soft bound", hard, soft)
 	}
 	// Reads: speculation within a quarter of the time left.
 	s.speculate = &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: 2500 * time.Millisecond}
 	if d := s.speculation(context.Background()).Delay(); d != 2500*time.Millisecond {
 		t.Fatalf("no deadline: speculative delay %v, want 2.5s", d)
 	}
-	if d := s.speculation(ctx).Delay(); d > 750*time.Millisecond || d < 700*time.Millisecond {
-		t.Fatalf("3 s left: speculative delay %v, want about 750ms", d)
+	if d := s.speculation(ctx).Delay(); d > time.Second || d < 950*time.Millisecond {
+		t.Fatalf("4 s left: speculative delay %v, want about 1s", d)
 	}
 	short, cancel2 := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel2()
 	if d := s.speculation(short).Delay(); d != minSpeculationDelay {
 		t.Fatalf("1 ms left: speculative delay %v, want %v", d, minSpeculationDelay)
 	}
+}
+
+// boundWrite gives a write up from half the time left when its coordinator
+// has been silent for a quarter of the time left, and lets it run to three
+// quarters otherwise. The tracker's clock is
+// fake, so whether a node stopped answering does not depend on timing.
+func TestBoundWrite(t *testing.T) {
+	tr, clock := newFakeTracker()
+	s := &Store{cfg: resolved{Config: Config{Timeout: 10 * time.Second}}, stalls: tr}
+	a := testHost(t, idA)
+	run := func(t *testing.T, send bool, silentFor time.Duration) (err error, took time.Duration) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		qctx, explain, release := s.boundWrite(ctx)
+		defer release()
+		if send {
+			st := tr.StreamContext(qctx) // as the driver does, with the write's context
+			st.StreamStarted(gocql.ObservedStream{Host: a})
+			defer st.StreamFinished(gocql.ObservedStream{Host: a})
+			clock.add(silentFor)
+		}
+		<-qctx.Done()
+		return explain(qctx.Err()), time.Since(start)
+	}
+	t.Run("Frozen", func(t *testing.T) {
+		err, took := run(t, true, time.Second)
+		if !errors.Is(err, errCoordinatorStalled) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), idA) {
+			t.Fatalf("err %v after %v; want the coordinator %s stopped answering", err, took, idA)
+		}
+	})
+	t.Run("NotSentYet", func(t *testing.T) {
+		// No coordinator yet (the driver is waiting for a connection or a
+		// statement to be prepared): the second bound.
+		if err, took := run(t, false, 0); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errCoordinatorStalled) {
+			t.Fatalf("err %v after %v; want the deadline", err, took)
+		}
+	})
+	t.Run("BrieflySilent", func(t *testing.T) {
+		// Silent for less than a quarter of the time left (200 ms of 800):
+		// a hiccup, not a frozen node.
+		if err, took := run(t, true, 150*time.Millisecond); errors.Is(err, errCoordinatorStalled) {
+			t.Fatalf("err %v after %v; want the deadline", err, took)
+		}
+	})
+	t.Run("Answering", func(t *testing.T) {
+		err, took := run(t, true, 0) // the clock stands still: never stalled
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errCoordinatorStalled) || took < 550*time.Millisecond {
+			t.Fatalf("err %v after %v; want the deadline at three quarters of 800ms", err, took)
+		}
+	})
 }
