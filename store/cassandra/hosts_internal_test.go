@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,11 +27,24 @@ const (
 	idC = "00000000-0000-0000-0000-00000000000c"
 )
 
-// fakeClock is the tracker's clock in tests.
-type fakeClock struct{ t time.Time }
+// fakeClock is the tracker's clock in tests. It is safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *fakeClock) now() time.Time      { return c.t }
-func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
 func newFakeTracker() (*stallTracker, *fakeClock) {
 	c := &fakeClock{t: time.Unix(1000, 0)}
 	tr := newStallTracker(stallAfter)
