@@ -53,7 +53,11 @@ func clusterConfig(t *testing.T, mode cassandra.Mode) cassandra.Config {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := cassandra.Init(ctx, cfg); err != nil {
+	// Schema changes take seconds on a busy cluster: Init gets the
+	// default timeout, the tests the short one.
+	icfg := cfg
+	icfg.Timeout = cassandra.DefaultTimeout
+	if err := cassandra.Init(ctx, icfg); err != nil {
 		t.Fatalf("Init on the cluster: %v", err)
 	}
 	return cfg
