@@ -91,15 +91,15 @@ func (s *Store) session(ctx context.Context) error {
 // (coalesced, never blocking the sender) when a lease on resource is
 // released through any store with the same prefix, when it expires (only if
 // the server publishes expired-key events), and after the pub/sub
-// connection was re-established. It waits until the Store's pub/sub
-// connection is subscribed (bounded by the dial timeout and ctx), so that a
-// release right after Subscribe returns is seen; otherwise it returns an
-// error and the caller polls. A release publishes only for a lease marked
-// as waited for: Subscribe marks the lease on resource, if any, in the
-// background, and while the subscription lasts each acquire attempt of
-// this Store that finds resource held marks that lease. A notification is
-// only a hint. The returned function ends the subscription; it is
-// idempotent.
+// connection was re-established; the Store wakes one waiting subscriber of
+// resource per notification (driver.Hub). It waits until the Store's
+// pub/sub connection is subscribed (bounded by the dial timeout and ctx),
+// so that a release right after Subscribe returns is seen; otherwise it
+// returns an error and the caller polls. A release publishes only for a
+// lease marked as waited for: while the subscription lasts, each acquire
+// attempt of this Store that finds resource held marks that lease. A
+// notification is only a hint. The returned function ends the
+// subscription; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
 	ch, stop, err := s.hub.Subscribe(ctx, resource, 2*s.rdb.Options().DialTimeout+time.Second)
 	if err != nil {
@@ -109,12 +109,28 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 		return ch, stop, err
 	}
 	done := s.waits.add(resource)
+	return ch, func() { stop(); done() }, nil
+}
+
+// Watch implements driver.Watcher: every release notification of resource
+// wakes the watcher (Subscribe wakes one waiter per release). It marks the
+// lease on resource, if any, in the background, so that its release
+// publishes: a holder that watches its own lease learns at once that
+// someone else freed it.
+func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	ch, stop, err := s.hub.Watch(ctx, resource, 2*s.rdb.Options().DialTimeout+time.Second)
+	if err != nil {
+		if !errors.Is(err, driver.ErrInvalidResource) {
+			err = fmt.Errorf("redis store: %w", err)
+		}
+		return ch, stop, err
+	}
 	go func() {
-		// For a holder watching its own lease (nobody's acquire attempt
-		// marks it). Best effort: a failure leaves the caller polling.
+		// Best effort: a failure leaves the holder to learn it at its next
+		// renewal.
 		mctx, cancel := context.WithTimeout(context.Background(), s.rdb.Options().DialTimeout+5*time.Second)
 		defer cancel()
 		_ = markScript.Run(mctx, s.rdb, []string{s.leaseKey(resource)}).Err()
 	}()
-	return ch, func() { stop(); done() }, nil
+	return ch, stop, nil
 }

@@ -67,13 +67,14 @@
 //
 // # Notifications
 //
-// The Store implements driver.Notifier with one pub/sub connection per Store
-// that fans out to the waiting Acquires. A release publishes only when its
-// lease is marked as waited for, so a release nobody waits for sends no
-// message to the listening connections of other processes. A waiter's
-// acquire attempt that finds the resource held marks the lease in the same
-// script (so a release that follows it publishes), and Subscribe marks the
-// lease there (for a holder that watches its own lease). The Store also
+// The Store implements driver.Notifier and driver.Watcher with one pub/sub
+// connection per Store that fans out to the waiting Acquires (one waiter
+// per release, driver.Hub) and the watching holders. A release publishes
+// only when its lease is marked as waited for, so a release nobody waits
+// for sends no message to the listening connections of other processes. A
+// waiter's acquire attempt that finds the resource held marks the lease in
+// the same script (so a release that follows it publishes), and Watch marks
+// the lease there (for a holder that watches its own lease). The Store also
 // listens for expired-key events (__keyevent@DB__:expired), which arrive
 // only when the server is configured with notify-keyspace-events including
 // "Ex"; without them, a waiter notices an expired lease by its backoff.

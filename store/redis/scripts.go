@@ -18,11 +18,12 @@ import (
 // and the last colon, and "<token>:<owner>:" followed by digits alone
 // identifies a grant. The "+" at the end marks a lease that someone waits
 // for: an acquire attempt of a waiter that finds the lease held adds it
-// (and Subscribe does, for a lease already there), renewals keep it, and
-// the release publishes when it is there. So a release nobody waits for
-// publishes nothing, and the mark lives and dies with the lease. A key of the layout before this one (a hash {owner,
-// token, ttl}, written by earlier versions of tenure) is read as a lease
-// too, so that leases taken by a process not yet upgraded keep excluding.
+// (and Watch does, for a holder watching its own lease), renewals keep
+// it, and the release publishes when it is there. So a release nobody
+// waits for publishes nothing, and the mark lives and dies with the lease.
+// A key of the layout before this one (a hash {owner, token, ttl}, written
+// by earlier versions of tenure) is read as a lease too, so that leases
+// taken by a process not yet upgraded keep excluding.
 //
 // Tokens: max(counter + 1, the server's clock in microseconds since the
 // Unix epoch), from one counter per store (KEYS[2], no expiry). Lua

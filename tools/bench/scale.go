@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -57,12 +58,6 @@ type ScaleResult struct {
 	Renewals    int64 `json:"renewals"`
 	RenewErrors int64 `json:"renew_errors"`
 	Late        int64 `json:"late"`
-	// RenewBatches counts the store's RenewBatch calls, for stores that
-	// renew many leases in one request (driver.BatchRenewer); zero for
-	// others.
-	RenewBatches int64 `json:"renew_batches,omitempty"`
-	// FirstRenewError is the error of the first renewal that failed.
-	FirstRenewError string `json:"first_renew_error,omitempty"`
 	// SendLag is each renewal's send time minus its schedule (the send of
 	// the previous confirmed renewal + interval); ConfirmGap is its
 	// confirmation time minus the send of the previous confirmed one;
@@ -91,6 +86,14 @@ type ScaleResult struct {
 	// Requests counted while the leases were held, and per second.
 	Requests  Counts             `json:"requests"`
 	PerSecond map[string]float64 `json:"requests_per_s"`
+	// BatchCalls counts the RenewBatch calls while the leases were held,
+	// when the store renews in batches (driver.BatchRenewer); 0 otherwise.
+	BatchCalls int64 `json:"batch_calls,omitempty"`
+	// Batched tells whether the store renewed in batches.
+	Batched bool `json:"batched"`
+	// FirstRenewError is the error of the first renewal that failed while
+	// the leases were held.
+	FirstRenewError string `json:"first_renew_error,omitempty"`
 }
 
 // scaleStore wraps the target's store to time every renewal of the scale
@@ -140,14 +143,13 @@ func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token ui
 	err := s.Store.Renew(ctx, resource, owner, token, ttl)
 	t1 := time.Since(s.base)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.renewed(resource, t0, t1, err)
+	s.record(resource, t0, t1, err)
+	s.mu.Unlock()
 	return err
 }
 
-// renewed records a renewal of resource sent at t0 and answered at t1
-// (since base) with err. s.mu is held.
-func (s *scaleStore) renewed(resource string, t0, t1 time.Duration, err error) {
+// record notes one renewal of resource, sent at t0 and answered at t1.
+func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 	i := s.index(resource)
 	if i < 0 {
 		return
@@ -170,29 +172,32 @@ func (s *scaleStore) renewed(resource string, t0, t1 time.Duration, err error) {
 	s.last[i] = t0
 }
 
-// scaleBatchStore is a scaleStore on a store that renews many leases in one
-// request (driver.BatchRenewer), which the Locker then uses; every lease of
-// a batch is timed as a renewal of its own.
+// scaleBatchStore is a scaleStore on a store that renews many leases in
+// one call (driver.BatchRenewer): the Locker sees the batch interface, and
+// each lease of a batch is timed by the batch's call. Calls counts the
+// batch calls.
 type scaleBatchStore struct {
 	*scaleStore
-	batch   driver.BatchRenewer
-	batches int64 // RenewBatch calls
+	batch driver.BatchRenewer
+	calls atomic.Int64
 }
 
 func (s *scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
 	t0 := time.Since(s.base)
 	errs := s.batch.RenewBatch(ctx, leases)
 	t1 := time.Since(s.base)
+	s.calls.Add(1)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.batches++
-	for i, r := range leases {
+	for i, l := range leases {
 		var err error
 		if i < len(errs) {
 			err = errs[i]
+		} else {
+			err = errors.New("no answer")
 		}
-		s.renewed(r.Resource, t0, t1, err)
+		s.record(l.Resource, t0, t1, err)
 	}
+	s.mu.Unlock()
 	return errs
 }
 
@@ -247,13 +252,14 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 	if cfg.MaxConcurrentRenewals > 0 {
 		opts = append(opts, tenure.WithMaxConcurrentRenewals(cfg.MaxConcurrentRenewals))
 	}
-	var st driver.Store = ss
+	var store driver.Store = ss
 	var bs *scaleBatchStore
 	if b, ok := target.Store.(driver.BatchRenewer); ok {
 		bs = &scaleBatchStore{scaleStore: ss, batch: b}
-		st = bs
+		store = bs
+		res.Batched = true
 	}
-	lk, err := tenure.New(st, opts...)
+	lk, err := tenure.New(store, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -324,6 +330,10 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 
 	// Hold them.
 	before := target.Meter.Snapshot()
+	var batches0 int64
+	if bs != nil {
+		batches0 = bs.calls.Load()
+	}
 	sample.Store(true)
 	holdStart := time.Now()
 	progress(fmt.Sprintf("scale %s: %d leases taken in %.1fs; holding for %v", target.Name, cfg.Leases-res.AcquireErrors, res.AcquireS, cfg.Duration))
@@ -349,6 +359,9 @@ hold:
 	held := time.Since(holdStart)
 	sample.Store(false)
 	res.Requests = target.Meter.Snapshot().Sub(before)
+	if bs != nil {
+		res.BatchCalls = bs.calls.Load() - batches0
+	}
 	if res.Requests != nil {
 		res.PerSecond = map[string]float64{}
 		for k, v := range res.Requests {
@@ -371,9 +384,6 @@ hold:
 	res.Renewals, res.RenewErrors, res.Late = int64(len(ss.gap)), ss.errs, ss.late
 	res.SendLag, res.ConfirmGap, res.RenewLatency = Summarize(ss.lag), Summarize(ss.gap), Summarize(ss.lat)
 	res.FirstRenewError = ss.firstErr
-	if bs != nil {
-		res.RenewBatches = bs.batches
-	}
 	ss.mu.Unlock()
 	res.HeapWithEnd = heapAlloc()
 
