@@ -171,6 +171,21 @@ func TestTokensSurviveLostData(t *testing.T) {
 		t.Fatalf("token after a counter ahead of the clock at %d: %d, want %d", ahead, l.Token(), ahead+1)
 	}
 	_ = l.Release(ctx)
+
+	// A counter beyond 2^53 (set by hand): refused, and left as it was.
+	const beyond = "9007199254740993"
+	if err := c.Set(ctx, prefix+"token", beyond, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := a.TryAcquire(ctx, r, 30*time.Second); err == nil || !strings.Contains(err.Error(), "2^53") {
+		t.Fatalf("acquire with a counter beyond 2^53: %v, %v", l, err)
+	}
+	if got := c.Get(ctx, prefix+"token").Val(); got != beyond {
+		t.Fatalf("counter after the refused grant: %q, want %q", got, beyond)
+	}
+	if n := c.Exists(ctx, prefix+"lease:"+r).Val(); n != 0 {
+		t.Fatal("the refused grant left a lease")
+	}
 }
 
 // TestNotHolderNamesHolder (rule 8): a renewal or release of a grant whose

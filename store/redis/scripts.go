@@ -126,6 +126,7 @@ if type(c) == 'table' then
 	c = redis.call('GET', KEYS[2])
 	redis.call('SET', KEYS[2], s)
 end
+local craw = c
 c = tonumber(c)
 if c and c >= tok then tok = c + 1 end
 if @COMPAT then
@@ -134,6 +135,7 @@ if @COMPAT then
 end
 if tok >= 9007199254740992 then
 	if set then redis.call('DEL', @K) end
+	if craw then redis.call('SET', KEYS[2], craw) end
 	return redis.error_reply('tenure: the fencing-token counter ' .. KEYS[2] .. ' is beyond 2^53')
 end
 if tok ~= tonumber(s) then
