@@ -1,17 +1,17 @@
 // Package postgres is a driver.Store on PostgreSQL, through
 // github.com/jackc/pgx/v5 (pgxpool).
 //
-// Leases live in one table (default tenure_leases), one row per live lease,
-// and fencing tokens come from one sequence per table (default
+// Leases live in one table (default tenure_leases), one row per resource in
+// use, and fencing tokens come from one sequence per table (default
 // tenure_leases_token_seq):
 //
 //	CREATE TABLE tenure_leases (
 //		resource   text COLLATE "C" PRIMARY KEY,
-//		owner      text,             -- the grant's owner string
-//		token      bigint NOT NULL,  -- its fencing token
+//		owner      text,             -- the grant's owner string; NULL when released
+//		token      bigint NOT NULL,  -- its fencing token (the last one, when released)
 //		ttl_ms     bigint,           -- TTL last written, milliseconds
 //		expires_at timestamptz,      -- on the database's clock
-//		granted_at timestamptz,      -- when it was granted (display)
+//		granted_at timestamptz,      -- when it was granted, or released
 //		waiters    boolean NOT NULL  -- someone waits: notify on release
 //	)
 //	CREATE SEQUENCE tenure_leases_token_seq AS bigint
@@ -24,10 +24,10 @@
 // keeps tokens above every earlier one when the table, its rows or the
 // sequence are lost (dropped, deleted by hand, re-created by `tenure init`),
 // unless the database's clock went back by more than the age of what was
-// lost. So rows need not outlive their leases: Release deletes the row, and
-// every Store deletes, about once a minute, the rows of leases that expired
-// more than a minute earlier (Sweep). No state is left for names no longer
-// in use.
+// lost. So rows need not outlive their leases for long: Release frees the
+// row, and every Store deletes, about once a minute, the rows of leases
+// that were released or expired more than SweepGrace earlier (Sweep). No
+// state is left for names no longer in use.
 //
 // Every operation is one SQL statement, so one atomic transaction. Expiry is
 // decided by the database's clock (clock_timestamp(), read inside the
@@ -97,12 +97,14 @@ const (
 	// DefaultConnectTimeout bounds each connection attempt when the DSN sets
 	// no connect_timeout.
 	DefaultConnectTimeout = 5 * time.Second
-	// DefaultSweepInterval is how often a Store deletes the rows of expired
-	// leases (see Store.Sweep).
+	// DefaultSweepInterval is how often a Store deletes the rows of
+	// released and expired leases (see Store.Sweep).
 	DefaultSweepInterval = time.Minute
-	// SweepGrace is how long after its expiry the row of a lease that
-	// nobody released is kept (so that the waiters it records are notified
-	// when the next holder takes it over and releases it).
+	// SweepGrace is how long the row of a released or expired lease is
+	// kept: the next grant of a name in use takes over its row (a cheaper
+	// write than a new row, and one whose token is read after the row is
+	// locked), and the waiters an expired lease records are notified when
+	// the next holder releases it.
 	SweepGrace = time.Minute
 )
 
@@ -153,7 +155,7 @@ type Config struct {
 	ConnectTimeout time.Duration
 
 	// SweepInterval is how often the Store deletes the rows of leases that
-	// expired more than SweepGrace ago (Store.Sweep), from its first grant
+	// were released or expired more than SweepGrace ago (Store.Sweep), from its first grant
 	// until Close; each Store waits a random 50% to 150% of it between
 	// sweeps. Default DefaultSweepInterval; negative: never.
 	SweepInterval time.Duration
@@ -434,27 +436,32 @@ func (s *Store) prepareSQL() {
 	t, q := s.table, s.seq
 	// Acquire: one statement that grants a free resource, renews the same
 	// grant's live lease (a retry), or, when another owner holds it, marks
-	// the row as waited for and returns the holder. The clock is read once,
-	// before the row is locked, so a lease that expires while the statement
-	// waits for the lock still counts as live (the safe side). The token of
-	// a grant is max(nextval, the clock in µs, the row's old token + 1);
-	// setval carries the clock or the old token into the sequence, so the
-	// next grant of any resource is above it. ON CONFLICT locks the row and
-	// evaluates the SET on its newest version, so concurrent acquires
-	// serialise on the row.
-	live := liveSQL("l", "excluded.granted_at")
-	other := fmt.Sprintf(`(%s AND l.owner <> excluded.owner)`, live)
+	// the row as waited for and returns the holder. ON CONFLICT locks the row
+	// and evaluates the SET on its newest version, with the clock read once
+	// after the lock, so concurrent acquires serialise on the row and a
+	// grant's TTL counts from its effect. The token of a grant is
+	// max(nextval, the clock in µs) for a name without a row, and also above
+	// the row's token (the last one granted: rows are kept SweepGrace after
+	// release) for a name with one; setval carries the clock or the row's
+	// token into the sequence, so the next grant of any resource is above
+	// it. A statement that granted nothing changed only the waiters mark (a
+	// hint): it commits without waiting for the WAL flush.
 	s.sql.acquire = fmt.Sprintf(`INSERT INTO %[1]s AS l (resource, owner, token, ttl_ms, expires_at, granted_at, waiters)
 SELECT $1, $2, CASE WHEN n.c > n.v THEN setval('%[2]s', n.c) ELSE n.v END, $3, n.now + %[3]s, n.now, false
 FROM (SELECT nextval('%[2]s') AS v, (extract(epoch FROM c.now) * 1000000)::bigint AS c, c.now FROM (SELECT clock_timestamp() AS now) c) n
-ON CONFLICT (resource) DO UPDATE SET
-	token = CASE WHEN %[4]s THEN l.token WHEN coalesce(l.token, 0) >= excluded.token THEN setval('%[2]s', l.token + 1) ELSE excluded.token END,
-	owner = CASE WHEN %[4]s THEN l.owner ELSE excluded.owner END,
-	granted_at = CASE WHEN %[4]s THEN l.granted_at ELSE excluded.granted_at END,
-	ttl_ms = CASE WHEN %[5]s THEN l.ttl_ms ELSE excluded.ttl_ms END,
-	expires_at = CASE WHEN %[5]s THEN l.expires_at ELSE excluded.expires_at END,
-	waiters = CASE WHEN %[5]s THEN true ELSE coalesce(l.waiters, false) END
-RETURNING owner, token, coalesce(ttl_ms, 0), %[6]s`, t, q, ms, live, other, remainSQL("l"))
+ON CONFLICT (resource) DO UPDATE SET (token, owner, granted_at, ttl_ms, expires_at, waiters) = (
+	SELECT
+		CASE WHEN s.live THEN l.token WHEN s.floor > excluded.token THEN setval('%[2]s', s.floor) ELSE excluded.token END,
+		CASE WHEN s.live THEN l.owner ELSE excluded.owner END,
+		CASE WHEN s.live THEN l.granted_at ELSE s.now END,
+		CASE WHEN s.other THEN l.ttl_ms ELSE excluded.ttl_ms END,
+		CASE WHEN s.other THEN l.expires_at ELSE s.now + %[3]s END,
+		CASE WHEN s.other THEN true WHEN l.owner IS NULL THEN false ELSE coalesce(l.waiters, false) END
+	FROM (SELECT c.now, %[4]s AS live, %[4]s AND l.owner <> excluded.owner AS other, coalesce(l.token, 0) + 1 AS floor
+		FROM (SELECT clock_timestamp() AS now) c) s
+)
+RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
+	CASE WHEN owner IS DISTINCT FROM $2 THEN set_config('synchronous_commit', 'off', true) END`, t, q, ms, liveSQL("l", "c.now"), remainSQL("l"))
 	s.sql.holder = fmt.Sprintf(`SELECT owner, token, coalesce(ttl_ms, 0), %[2]s FROM %[1]s h WHERE resource = $1 AND %[3]s`,
 		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
 	// Renew and Release name the current holder when they fail, in the same
@@ -473,17 +480,19 @@ RETURNING owner, token, coalesce(ttl_ms, 0), %[6]s`, t, q, ms, live, other, rema
 )
 SELECT EXISTS (SELECT FROM u), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
 %[3]s`, t, remainSQL("h"), holderJoin("u"))
-	// Release deletes the row (the token floor is in the sequence) and
-	// notifies, in the same statement, only when the row says someone
-	// waits: NOTIFY is delivered when, and only if, the release commits.
-	s.sql.release = fmt.Sprintf(`WITH d AS (
-	DELETE FROM %[1]s WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
+	// Release frees the row (its token stays, and the time it was freed is
+	// kept in granted_at for the sweep) and notifies, in the same statement,
+	// only when the row says someone waits: NOTIFY is delivered when, and
+	// only if, the release commits. The next grant clears the mark.
+	s.sql.release = fmt.Sprintf(`WITH f AS (
+	UPDATE %[1]s SET owner = NULL, ttl_ms = NULL, expires_at = NULL, granted_at = clock_timestamp()
+	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
 	RETURNING waiters
 ), n AS (
-	SELECT pg_notify($4, $1) FROM d WHERE d.waiters
+	SELECT pg_notify($4, $1) FROM f WHERE f.waiters
 )
-SELECT EXISTS (SELECT FROM d), (SELECT count(*) FROM n), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
-%[3]s`, t, remainSQL("h"), holderJoin("d"))
+SELECT EXISTS (SELECT FROM f), (SELECT count(*) FROM n), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
+%[3]s`, t, remainSQL("h"), holderJoin("f"))
 	// RenewBatch: every renewal in one UPDATE over the unnested arrays,
 	// one answer row per input row (b.i is its 1-based position).
 	s.sql.renewBatch = fmt.Sprintf(`WITH b AS (
@@ -499,10 +508,11 @@ FROM b LEFT JOIN u ON u.i = b.i LEFT JOIN %[1]s h ON u.i IS NULL AND h.resource 
 	s.sql.list = fmt.Sprintf(`SELECT resource, owner, token, coalesce(ttl_ms, 0), %[2]s
 FROM %[1]s h WHERE resource >= $1 AND starts_with(resource, $1) AND %[3]s
 ORDER BY resource`, t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
-	// Sweep: rows of leases that expired SweepGrace ago, and rows that are
-	// not a live lease at all (released by an older tenure, or partial).
-	dead := fmt.Sprintf(`((%[1]s.owner IS NOT NULL AND %[1]s.expires_at > clock_timestamp() - interval '%[2]d milliseconds' AND %[1]s.token > 0) IS NOT TRUE)`,
-		"d", SweepGrace.Milliseconds())
+	// Sweep: rows of leases that expired or were released SweepGrace ago,
+	// and rows that are neither a lease nor a released one (partial rows).
+	dead := fmt.Sprintf(`(((d.owner IS NOT NULL AND d.expires_at > clock_timestamp() - %[1]s AND d.token > 0)
+	OR (d.owner IS NULL AND d.granted_at > clock_timestamp() - %[1]s)) IS NOT TRUE)`,
+		fmt.Sprintf("interval '%d milliseconds'", SweepGrace.Milliseconds()))
 	s.sql.sweep = fmt.Sprintf(`DELETE FROM %[1]s d WHERE resource IN (SELECT resource FROM %[1]s d WHERE %[2]s LIMIT %[3]d) AND %[2]s`,
 		t, dead, sweepBatch)
 	s.sql.probe = `SELECT pg_notify($1, $2)`
@@ -658,7 +668,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		ttlMs, remainMs int64
 	)
 	err := s.with(ctx, "acquire", resource, func(c *pgxpool.Conn) error {
-		return c.QueryRow(ctx, s.sql.acquire, s.args(resource, owner, msTTL)...).Scan(&holder, &token, &ttlMs, &remainMs)
+		return c.QueryRow(ctx, s.sql.acquire, s.args(resource, owner, msTTL)...).Scan(&holder, &token, &ttlMs, &remainMs, nil)
 	})
 	if err != nil {
 		return driver.Record{}, s.writeErr("acquire", resource, err)
@@ -697,8 +707,8 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return nil
 }
 
-// Release implements driver.Store: it deletes the live lease with this
-// owner and token, and notifies when someone waits for it, or returns an
+// Release implements driver.Store: it frees the live lease with this owner
+// and token, and notifies when someone waits for it, or returns an
 // error wrapping driver.ErrLeaseLost (driver.NotHolder, naming the current
 // holder when there is one) and changes nothing. One statement.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
@@ -797,9 +807,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 	return out, nil
 }
 
-// Sweep deletes the rows of leases that expired more than SweepGrace ago,
-// and rows that hold no live lease (released by an older tenure, or left
-// in a partial state by another tool), at most 1,000 per statement until
+// Sweep deletes the rows of leases that were released or expired more than
+// SweepGrace ago, and rows that are neither (left in a partial state by
+// another tool, or released by an older tenure), at most 1,000 per statement until
 // none is left or ctx ends, and returns how many it deleted. A lease that
 // is taken or renewed meanwhile is never deleted (each row is checked
 // again after it is locked); tokens do not depend on the rows. Every Store

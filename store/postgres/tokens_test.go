@@ -120,10 +120,9 @@ func TestTokensClockFloor(t *testing.T) {
 	if uint64(seq) < last {
 		t.Fatalf("sequence at %d, below the last token %d", seq, last)
 	}
-	// No row is left for released names.
-	var n int
-	if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+tb.name).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("%d rows left after every lease was released (%v)", n, err)
+	// The released rows are kept (SweepGrace) and hold no lease.
+	if recs, err := s.List(ctx, ""); err != nil || len(recs) != 0 {
+		t.Fatalf("List after every lease was released: %+v, %v", recs, err)
 	}
 }
 
@@ -375,33 +374,41 @@ func TestInitMigratesOlderTable(t *testing.T) {
 	}
 }
 
-// TestSweep: the rows of leases that expired more than SweepGrace ago, and
-// rows that hold no lease, are deleted; live leases and leases that just
-// expired are kept.
+// TestSweep: the rows of leases that expired or were released more than
+// SweepGrace ago, and rows that are neither, are deleted; live leases and
+// leases that just expired or were just released are kept. A name whose
+// row was swept is granted again with a greater token.
 func TestSweep(t *testing.T) {
 	ctx := testserver.Ctx(t)
 	tb := newTable(t)
 	s := open(t, tb.cfg, func(c *postgres.Config) { c.SweepInterval = -1 })
 	a := owner(t, "a")
 	live := mustAcquire(ctx, t, s, "live", a)
-	tb.sql(t, s, `INSERT INTO %[1]s (resource, owner, token, ttl_ms, expires_at, granted_at, waiters) VALUES
-		('old', 'x', 5, 1000, clock_timestamp() - interval '2 minutes', clock_timestamp() - interval '3 minutes', true),
-		('recent', 'x', 6, 1000, clock_timestamp() - interval '1 second', clock_timestamp() - interval '2 seconds', false),
-		('free', NULL, 7, NULL, NULL, NULL, false)`)
-	n, err := s.Sweep(ctx)
-	if err != nil || n != 2 {
-		t.Fatalf("Sweep: %d, %v; want 2 rows deleted (old, free)", n, err)
+	freed := mustAcquire(ctx, t, s, "freed", a)
+	if err := s.Release(ctx, "freed", a, freed.Token); err != nil {
+		t.Fatal(err)
 	}
-	var left []string
+	tb.sql(t, s, `INSERT INTO %[1]s (resource, owner, token, ttl_ms, expires_at, granted_at, waiters) VALUES
+		('expired-long-ago', 'x', 5, 1000, clock_timestamp() - interval '2 minutes', clock_timestamp() - interval '3 minutes', true),
+		('expired-just-now', 'x', 6, 1000, clock_timestamp() - interval '1 second', clock_timestamp() - interval '2 seconds', false),
+		('released-long-ago', NULL, 7, NULL, NULL, clock_timestamp() - interval '2 minutes', false),
+		('released-by-old-tenure', NULL, 8, NULL, NULL, NULL, false)`)
+	n, err := s.Sweep(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("Sweep: %d, %v; want 3 rows deleted", n, err)
+	}
 	rows, err := s.Pool().Query(ctx, "SELECT resource FROM "+tb.name+" ORDER BY resource")
 	if err != nil {
 		t.Fatal(err)
 	}
-	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || fmt.Sprint(left) != "[live recent]" {
-		t.Fatalf("rows left: %v, %v; want [live recent]", left, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || fmt.Sprint(left) != "[expired-just-now freed live]" {
+		t.Fatalf("rows left: %v, %v; want [expired-just-now freed live]", left, err)
 	}
 	if err := s.Renew(ctx, "live", a, live.Token, time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	if rec := mustAcquire(ctx, t, s, "released-long-ago", a+"2"); rec.Token <= freed.Token {
+		t.Fatalf("token %d of a name whose row was swept; an earlier grant had %d", rec.Token, freed.Token)
 	}
 }
