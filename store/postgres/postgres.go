@@ -487,12 +487,11 @@ SELECT EXISTS (SELECT FROM u), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
 	s.sql.release = fmt.Sprintf(`WITH f AS (
 	UPDATE %[1]s SET owner = NULL, ttl_ms = NULL, expires_at = NULL, granted_at = clock_timestamp()
 	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
-	RETURNING waiters
-), n AS (
-	SELECT pg_notify($4, $1) FROM f WHERE f.waiters
+	RETURNING coalesce(waiters, false) AS w
 )
-SELECT EXISTS (SELECT FROM f), (SELECT count(*) FROM n), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
-%[3]s`, t, remainSQL("h"), holderJoin("f"))
+SELECT f.w IS NOT NULL, CASE WHEN f.w THEN pg_notify($4, $1)::text END, h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
+FROM (SELECT) AS one LEFT JOIN f ON true LEFT JOIN %[1]s h ON f.w IS NULL AND h.resource = $1 AND %[3]s`,
+		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
 	// RenewBatch: every renewal in one UPDATE over the unnested arrays,
 	// one answer row per input row (b.i is its 1-based position).
 	s.sql.renewBatch = fmt.Sprintf(`WITH b AS (
@@ -716,13 +715,12 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 		return err
 	}
 	var (
-		applied  bool
-		notified int64
-		h        holderRow
+		applied bool
+		h       holderRow
 	)
 	err := s.with(ctx, "release", resource, func(c *pgxpool.Conn) error {
 		return c.QueryRow(ctx, s.sql.release, s.args(resource, owner, int64(token), s.channel)...).
-			Scan(&applied, &notified, &h.owner, &h.token, &h.ttlMs, &h.remainMs)
+			Scan(&applied, nil, &h.owner, &h.token, &h.ttlMs, &h.remainMs)
 	})
 	if err != nil {
 		return s.writeErr("release", resource, err)
