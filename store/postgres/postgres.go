@@ -371,7 +371,7 @@ func (s *Store) init(ctx context.Context) error {
 	granted_at timestamptz,
 	waiters    boolean NOT NULL,
 	CHECK ((owner IS NULL) = (expires_at IS NULL))
-)`, s.table)
+) WITH (fillfactor = %d)`, s.table, fillFactor)
 	if err := exec("create table "+s.regName, ddl); err != nil {
 		return err
 	}
@@ -390,6 +390,20 @@ func (s *Store) init(ctx context.Context) error {
 			return err
 		}
 		if err := exec("migrate "+s.regName, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN waiters DROP DEFAULT`, s.table)); err != nil {
+			return err
+		}
+	}
+	// Renewals rewrite rows all the time: room on each page keeps them HOT
+	// updates (no new index entry, pruned on the page). A table of an
+	// earlier tenure gets it for its new pages.
+	var hasFill bool
+	err = tx.QueryRow(ctx, `SELECT coalesce(reloptions::text[] && ARRAY['fillfactor=' || $2::text], false) FROM pg_class WHERE oid = $1::regclass`,
+		pgx.QueryExecModeExec, s.table, fmt.Sprint(fillFactor)).Scan(&hasFill)
+	if err != nil {
+		return fmt.Errorf("postgres store: init: %w", err)
+	}
+	if !hasFill {
+		if err := exec("fillfactor", fmt.Sprintf(`ALTER TABLE %s SET (fillfactor = %d)`, s.table, fillFactor)); err != nil {
 			return err
 		}
 	}
@@ -416,6 +430,10 @@ WHERE m IS NOT NULL AND (m > q.last_value OR NOT q.is_called)`, s.seq, s.table))
 	}
 	return nil
 }
+
+// fillFactor is the leases table's fillfactor: half of each page is kept
+// free for the new row versions of renewals.
+const fillFactor = 50
 
 // ms is a TTL in milliseconds as SQL sees it.
 const ms = `($3::bigint * interval '1 millisecond')`
@@ -469,9 +487,11 @@ RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
 	// before the write), which is enough to tell "taken by X" from "gone".
 	// A renewal marks the row as waited for when this Store has a
 	// subscriber of the resource ($5).
-	holderJoin := func(cte string) string {
-		return fmt.Sprintf(`FROM (SELECT) AS one LEFT JOIN %[1]s h ON NOT EXISTS (SELECT FROM %[2]s) AND h.resource = $1 AND %[3]s`,
-			t, cte, liveSQL("h", "clock_timestamp()"))
+	holderJoin := func(cond string) string {
+		// OFFSET 0 keeps the subquery, so its condition on the CTE is a
+		// one-time filter: the holder is read only when the write failed.
+		return fmt.Sprintf(`FROM (SELECT) AS one LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE %[2]s AND h.resource = $1 AND %[3]s OFFSET 0) h ON true`,
+			t, cond, liveSQL("h", "clock_timestamp()"))
 	}
 	s.sql.renew = fmt.Sprintf(`WITH u AS (
 	UPDATE %[1]s SET ttl_ms = $4, expires_at = clock_timestamp() + ($4::bigint * interval '1 millisecond'), waiters = waiters OR $5::boolean
@@ -479,7 +499,7 @@ RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
 	RETURNING 1
 )
 SELECT EXISTS (SELECT FROM u), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
-%[3]s`, t, remainSQL("h"), holderJoin("u"))
+%[3]s`, t, remainSQL("h"), holderJoin("NOT EXISTS (SELECT FROM u)"))
 	// Release frees the row (its token stays, and the time it was freed is
 	// kept in granted_at for the sweep) and notifies, in the same statement,
 	// only when the row says someone waits: NOTIFY is delivered when, and
@@ -490,7 +510,8 @@ SELECT EXISTS (SELECT FROM u), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
 	RETURNING coalesce(waiters, false) AS w
 )
 SELECT f.w IS NOT NULL, CASE WHEN f.w THEN pg_notify($4, $1)::text END, h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
-FROM (SELECT) AS one LEFT JOIN f ON true LEFT JOIN %[1]s h ON f.w IS NULL AND h.resource = $1 AND %[3]s`,
+FROM (SELECT) AS one LEFT JOIN f ON true
+LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE f.w IS NULL AND h.resource = $1 AND %[3]s OFFSET 0) h ON true`,
 		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
 	// RenewBatch: every renewal in one UPDATE over the unnested arrays,
 	// one answer row per input row (b.i is its 1-based position).
@@ -502,7 +523,8 @@ FROM (SELECT) AS one LEFT JOIN f ON true LEFT JOIN %[1]s h ON f.w IS NULL AND h.
 	RETURNING b.i
 )
 SELECT b.i, u.i IS NOT NULL, h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
-FROM b LEFT JOIN u ON u.i = b.i LEFT JOIN %[1]s h ON u.i IS NULL AND h.resource = b.resource AND %[3]s`,
+FROM b LEFT JOIN u ON u.i = b.i
+LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE u.i IS NULL AND h.resource = b.resource AND %[3]s OFFSET 0) h ON true`,
 		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
 	s.sql.list = fmt.Sprintf(`SELECT resource, owner, token, coalesce(ttl_ms, 0), %[2]s
 FROM %[1]s h WHERE resource >= $1 AND starts_with(resource, $1) AND %[3]s

@@ -57,6 +57,8 @@ type ScaleResult struct {
 	Renewals    int64 `json:"renewals"`
 	RenewErrors int64 `json:"renew_errors"`
 	Late        int64 `json:"late"`
+	// FirstRenewError is the first failed renewal's error, if any.
+	FirstRenewError string `json:"first_renew_error,omitempty"`
 	// SendLag is each renewal's send time minus its schedule (the send of
 	// the previous confirmed renewal + interval); ConfirmGap is its
 	// confirmation time minus the send of the previous confirmed one;
@@ -99,6 +101,7 @@ type scaleStore struct {
 	last          []time.Duration // per lease: send of the last confirmed acquire or renewal, since base
 	lag, gap, lat []time.Duration
 	late, errs    int64
+	firstErr      string
 }
 
 func (s *scaleStore) index(resource string) int {
@@ -163,6 +166,9 @@ func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 	defer s.mu.Unlock()
 	if err != nil {
 		s.errs++
+		if s.firstErr == "" {
+			s.firstErr = err.Error()
+		}
 		return
 	}
 	prev := s.last[i]
@@ -317,10 +323,14 @@ hold:
 			break hold
 		case <-tick.C:
 			ss.mu.Lock()
-			n, late, errs := len(ss.gap), ss.late, ss.errs
+			n, late, errs, first := len(ss.gap), ss.late, ss.errs, ss.firstErr
 			ss.mu.Unlock()
-			progress(fmt.Sprintf("scale %s: %v/%v: %d renewals, %d late, %d failed, %d leases lost, goroutines peak %d",
-				target.Name, time.Since(holdStart).Round(time.Second), cfg.Duration, n, late, errs, lost.Load(), peak.Load()))
+			line := fmt.Sprintf("scale %s: %v/%v: %d renewals, %d late, %d failed, %d leases lost, goroutines peak %d",
+				target.Name, time.Since(holdStart).Round(time.Second), cfg.Duration, n, late, errs, lost.Load(), peak.Load())
+			if first != "" {
+				line += "; first failure: " + first
+			}
+			progress(line)
 		}
 	}
 	tick.Stop()
@@ -366,6 +376,7 @@ hold:
 
 	ss.mu.Lock()
 	res.Renewals, res.RenewErrors, res.Late = int64(len(ss.gap)), ss.errs, ss.late
+	res.FirstRenewError = ss.firstErr
 	res.SendLag, res.ConfirmGap, res.RenewLatency = Summarize(ss.lag), Summarize(ss.gap), Summarize(ss.lat)
 	ss.mu.Unlock()
 	return res, nil
