@@ -252,9 +252,15 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 		}
 		var held *SlotsHeldError
 		var one *HeldError
+		var remaining time.Duration // until the first slot's lease would expire, when the store said
 		switch {
 		case errors.As(err, &held):
 			lastErr = err
+			for i, h := range held.Holders {
+				if i == 0 || h.Remaining < remaining {
+					remaining = h.Remaining
+				}
+			}
 			if ac.onSlotsWait != nil {
 				ac.onSlotsWait(held, s.lk.clock.Now().Sub(start))
 			}
@@ -266,7 +272,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 			lastErr = err
 			s.lk.log.Warn("semaphore acquire attempt failed; retrying", "resource", s.resource, "err", err)
 		}
-		if err := s.lk.wait(ctx, s.lk.cfg.retry.Delay(attempt), notify); err != nil {
+		if err := s.lk.wait(ctx, s.lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
 			}
