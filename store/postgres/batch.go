@@ -29,7 +29,6 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		row               = make([]int, len(leases))       // lease -> row, -1 when invalid
 		resources, owners []string
 		tokens, ttlMs     []int64
-		watch             []bool
 		rowLease          []int // row -> first lease
 	)
 	for i, r := range leases {
@@ -49,7 +48,6 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		owners = append(owners, r.Owner)
 		tokens = append(tokens, int64(r.Token))
 		ttlMs = append(ttlMs, driver.Milliseconds(r.TTL))
-		watch = append(watch, s.watched(r.Resource))
 	}
 	if len(resources) == 0 {
 		return errs
@@ -58,7 +56,7 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 	label := fmt.Sprintf("%d leases", len(resources))
 	err := s.with(ctx, "renew", label, func(c *pgxpool.Conn) error {
 		clear(rowErr)
-		rows, err := c.Query(ctx, s.sql.renewBatch, s.args(resources, owners, tokens, ttlMs, watch)...)
+		rows, err := c.Query(ctx, s.sql.renewBatch, s.args(resources, owners, tokens, ttlMs)...)
 		if err != nil {
 			return err
 		}

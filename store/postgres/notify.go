@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -171,19 +170,48 @@ func (s *Store) NotificationsDown() error {
 }
 
 // Subscribe implements driver.Notifier: the channel receives a value
-// (coalesced, never blocking the sender) when a lease on resource is
-// released through any store on this table while someone waits for it (an
-// acquire found it held, or a Store with a subscriber of the resource
-// renewed it), and after the listening connection was re-established. It
-// waits until the Store's listening connection is up and has received a
-// notification sent through the pool (at most twice the connect timeout
-// plus a second, and ctx), so that a release right after Subscribe returns
-// is seen. When notifications cannot reach the Store (a transaction
-// pooler), or the connection cannot be set up, it returns an error
-// wrapping driver.ErrNotListening and the caller polls. A notification is
-// only a hint: expiry sends none. The returned function ends the
-// subscription; it is idempotent.
+// (coalesced, never blocking the sender) when a lease on resource that
+// someone waited for is released through any store on this table (an
+// acquire that found the lease held marks it, in the same statement), and
+// after the listening connection was re-established. Of the Store's waiting
+// subscribers of a resource, each release wakes one, the one that has
+// waited longest (driver.Hub). It waits until the Store's listening
+// connection is up and has received a notification sent through the pool
+// (at most twice the connect timeout plus a second, and ctx), so that a
+// release right after Subscribe returns is seen. When notifications cannot
+// reach the Store (a transaction pooler), or the connection cannot be set
+// up, it returns an error wrapping driver.ErrNotListening and the caller
+// polls. A notification is only a hint: expiry sends none. The returned
+// function ends the subscription; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.subscribe(ctx, resource, s.hub.Subscribe)
+}
+
+// Watch implements driver.Watcher: every release notification of resource
+// wakes the watcher (a holder that watches its own lease,
+// tenure.WithReleaseWatch). It marks the resource's row as waited for (one
+// statement), so that a release by anyone notifies; otherwise as Subscribe.
+func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	ch, stop, err := s.subscribe(ctx, resource, s.hub.Watch)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = s.with(ctx, "watch", resource, func(c *pgxpool.Conn) error {
+		_, err := c.Exec(ctx, s.sql.watch, s.args(resource)...)
+		return err
+	})
+	if err != nil {
+		stop()
+		return nil, nil, s.failed("watch", resource, err)
+	}
+	return ch, stop, nil
+}
+
+// subscribe runs the hub's Subscribe or Watch, failing at once when
+// notifications are known not to reach this Store, and when that is found
+// out while it waits for the listening connection.
+func (s *Store) subscribe(ctx context.Context, resource string,
+	hub func(context.Context, string, time.Duration) (<-chan struct{}, func(), error)) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, nil, err
 	}
@@ -196,11 +224,10 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(downCtx, func() { cancel(context.Cause(downCtx)) })
-	ch, unsubscribe, err := s.hub.Subscribe(sctx, resource, 2*s.connTO+time.Second)
+	ch, unsubscribe, err := hub(sctx, resource, 2*s.connTO+time.Second)
 	stop()
 	if err != nil {
 		switch {
-		case errors.Is(err, driver.ErrInvalidResource):
 		case ctx.Err() == nil && sctx.Err() != nil:
 			err = fmt.Errorf("postgres store: %w: %w", driver.ErrNotListening, err)
 		default:
@@ -208,51 +235,5 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 		}
 		return nil, nil, err
 	}
-	s.watch(resource, 1)
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			unsubscribe()
-			s.watch(resource, -1)
-		})
-	}, nil
-}
-
-// watch counts the subscribers of resource in this Store.
-func (s *Store) watch(resource string, d int) {
-	s.notify.mu.Lock()
-	defer s.notify.mu.Unlock()
-	if s.notify.watched == nil {
-		s.notify.watched = map[string]int{}
-	}
-	n := s.notify.watched[resource] + d
-	if n <= 0 {
-		delete(s.notify.watched, resource)
-	} else {
-		s.notify.watched[resource] = n
-	}
-	s.notify.nWatch.Add(int64(d))
-}
-
-// watched reports whether this Store has a subscriber of resource: a
-// renewal through it then marks the lease as waited for, so that a release
-// by anyone notifies (a lease that watches its own resource learns of a
-// forced release).
-func (s *Store) watched(resource string) bool {
-	if s.notify.nWatch.Load() == 0 {
-		return false
-	}
-	s.notify.mu.Lock()
-	defer s.notify.mu.Unlock()
-	return s.notify.watched[resource] > 0
-}
-
-// Watch implements driver.Watcher: every release notification of resource
-// wakes the watcher (Subscribe wakes one waiter per release).
-func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	ch, stop, err := s.hub.Watch(ctx, resource, 2*s.connTO+time.Second)
-	if err != nil && !errors.Is(err, driver.ErrInvalidResource) {
-		err = fmt.Errorf("postgres store: %w", err)
-	}
-	return ch, stop, err
+	return ch, unsubscribe, nil
 }

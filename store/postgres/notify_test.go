@@ -68,8 +68,7 @@ func (l *listener) since(s *postgres.Store) []string {
 // TestReleaseNotifiesOnlyWhenWaited: a release that nobody waits for sends
 // no notification (so it never takes PostgreSQL's lock on notifying
 // commits); one whose lease an acquire found held does; so does one whose
-// lease was renewed through a Store with a subscriber of the resource (a
-// lease that watches its own resource).
+// holder watches its own lease (driver.Watcher, tenure.WithReleaseWatch).
 func TestReleaseNotifiesOnlyWhenWaited(t *testing.T) {
 	ctx := testserver.Ctx(t)
 	channel := fmt.Sprintf("tenure_test_%d", time.Now().UnixNano())
@@ -110,16 +109,13 @@ func TestReleaseNotifiesOnlyWhenWaited(t *testing.T) {
 		t.Fatalf("the next release notified %q", got)
 	}
 
-	// A subscriber in the Store that renews marks the lease.
+	// A holder that watches its own lease marks it.
 	rec = mustAcquire(ctx, t, s, r, a)
-	ch, stop, err := s.Subscribe(ctx, r)
+	ch, stop, err := s.Watch(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if err := s.Renew(ctx, r, a, rec.Token, time.Minute); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Release(ctx, r, a, rec.Token); err != nil { // as an operator's forced release would
 		t.Fatal(err)
 	}

@@ -173,7 +173,7 @@ type Store struct {
 	connTO  time.Duration
 
 	sql struct {
-		acquire, holder, renew, renewBatch, release, list, sweep, probe string
+		acquire, holder, renew, renewBatch, release, list, sweep, probe, watch string
 	}
 
 	// pooled: run statements without named prepared statements (a
@@ -417,7 +417,7 @@ WHERE m IS NOT NULL AND (m > q.last_value OR NOT q.is_called)`, s.seq, s.table))
 		return err
 	}
 	for _, c := range []string{
-		fmt.Sprintf(`COMMENT ON TABLE %s IS 'tenure leases: one row per live lease; fencing tokens from the sequence %s, floored by the clock (github.com/tenure-go/tenure/store/postgres)'`, s.table, strings.ReplaceAll(s.seq, `'`, `''`)),
+		fmt.Sprintf(`COMMENT ON TABLE %s IS 'tenure leases: one row per resource in use (swept a minute after release or expiry); fencing tokens from the sequence %s, floored by the clock (github.com/tenure-go/tenure/store/postgres)'`, s.table, strings.ReplaceAll(s.seq, `'`, `''`)),
 		fmt.Sprintf(`COMMENT ON COLUMN %s.waiters IS 'someone waits for this lease: its release sends a notification. No default on purpose: older tenure clients, which grant tokens from per-row counters, cannot insert'`, s.table),
 		fmt.Sprintf(`COMMENT ON SEQUENCE %s IS 'tenure fencing tokens of %s: never set it lower'`, s.seq, strings.ReplaceAll(s.table, `'`, `''`)),
 	} {
@@ -485,8 +485,6 @@ RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
 	// Renew and Release name the current holder when they fail, in the same
 	// statement: the holder is read from the statement's snapshot (taken
 	// before the write), which is enough to tell "taken by X" from "gone".
-	// A renewal marks the row as waited for when this Store has a
-	// subscriber of the resource ($5).
 	holderJoin := func(cond string) string {
 		// OFFSET 0 keeps the subquery, so its condition on the CTE is a
 		// one-time filter: the holder is read only when the write failed.
@@ -494,7 +492,7 @@ RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
 			t, cond, liveSQL("h", "clock_timestamp()"))
 	}
 	s.sql.renew = fmt.Sprintf(`WITH u AS (
-	UPDATE %[1]s SET ttl_ms = $4, expires_at = clock_timestamp() + ($4::bigint * interval '1 millisecond'), waiters = waiters OR $5::boolean
+	UPDATE %[1]s SET ttl_ms = $4, expires_at = clock_timestamp() + ($4::bigint * interval '1 millisecond')
 	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
 	RETURNING 1
 )
@@ -516,9 +514,9 @@ LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE f.w IS NULL AND h.resource = $1 A
 	// RenewBatch: every renewal in one UPDATE over the unnested arrays,
 	// one answer row per input row (b.i is its 1-based position).
 	s.sql.renewBatch = fmt.Sprintf(`WITH b AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean[]) WITH ORDINALITY AS b(resource, owner, token, ttl_ms, watch, i)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS b(resource, owner, token, ttl_ms, i)
 ), u AS (
-	UPDATE %[1]s l SET ttl_ms = b.ttl_ms, expires_at = clock_timestamp() + (b.ttl_ms * interval '1 millisecond'), waiters = l.waiters OR b.watch
+	UPDATE %[1]s l SET ttl_ms = b.ttl_ms, expires_at = clock_timestamp() + (b.ttl_ms * interval '1 millisecond')
 	FROM b WHERE l.resource = b.resource AND l.owner = b.owner AND l.token = b.token AND l.expires_at > clock_timestamp()
 	RETURNING b.i
 )
@@ -537,6 +535,7 @@ ORDER BY resource`, t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
 	s.sql.sweep = fmt.Sprintf(`DELETE FROM %[1]s d WHERE resource IN (SELECT resource FROM %[1]s d WHERE %[2]s LIMIT %[3]d) AND %[2]s`,
 		t, dead, sweepBatch)
 	s.sql.probe = `SELECT pg_notify($1, $2)`
+	s.sql.watch = fmt.Sprintf(`UPDATE %s SET waiters = true WHERE resource = $1 AND owner IS NOT NULL AND waiters IS NOT TRUE`, t)
 }
 
 // sweepBatch bounds the rows one sweep statement deletes.
@@ -716,7 +715,7 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		h       holderRow
 	)
 	err := s.with(ctx, "renew", resource, func(c *pgxpool.Conn) error {
-		return c.QueryRow(ctx, s.sql.renew, s.args(resource, owner, int64(token), driver.Milliseconds(ttl), s.watched(resource))...).
+		return c.QueryRow(ctx, s.sql.renew, s.args(resource, owner, int64(token), driver.Milliseconds(ttl))...).
 			Scan(&applied, &h.owner, &h.token, &h.ttlMs, &h.remainMs)
 	})
 	if err != nil {
