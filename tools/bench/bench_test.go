@@ -165,7 +165,10 @@ func TestRunScaleShape(t *testing.T) {
 	if res.Renewals == 0 || res.SendLag.N != int(res.Renewals) || res.ConfirmGap.N != int(res.Renewals) || res.RenewLatency.N != int(res.Renewals) {
 		t.Errorf("renewals %d; samples %d %d %d", res.Renewals, res.SendLag.N, res.ConfirmGap.N, res.RenewLatency.N)
 	}
-	if res.HeapWith == 0 || res.GoroutinesPeak < res.GoroutinesBase || res.IntervalS != 0.2 {
+	// The peak is sampled while the leases are held; with batched renewals
+	// (the memory store is a driver.BatchRenewer) it may be below the
+	// count taken before them.
+	if res.HeapWith == 0 || res.GoroutinesPeak <= 0 || res.IntervalS != 0.2 {
 		t.Errorf("%+v", res)
 	}
 }
