@@ -16,12 +16,13 @@ import (
 )
 
 // ProbeWait bounds how long the listening connection waits for the check
-// notification it sent through the pool. When none arrives in time (a
-// transaction pooler between the Store and the server), release
-// notifications are given up for RecheckAfter: Subscribe fails at once and
-// waiters poll.
+// notification it sent through the pool: twenty times as long as sending it
+// took, at least MinProbeWait. When none arrives in time (a transaction
+// pooler between the Store and the server), release notifications are
+// given up for RecheckAfter: Subscribe fails at once and waiters poll.
 const (
 	ProbeWait    = 3 * time.Second
+	MinProbeWait = 500 * time.Millisecond
 	RecheckAfter = time.Minute
 )
 
@@ -29,8 +30,13 @@ const (
 const probePrefix = "tenure listener check "
 
 // errUnreachable is the error of a check notification that never arrived.
-var errUnreachable = errors.New("a notification sent through the pool did not reach the listening connection within " +
-	ProbeWait.String() + " (a transaction pooler, such as PgBouncer in transaction mode, cannot carry LISTEN): waiters poll")
+var errUnreachable = errors.New("a notification sent through the pool did not reach the listening connection " +
+	"(a transaction pooler, such as PgBouncer in transaction mode, cannot carry LISTEN): waiters poll")
+
+// errPooled is the error of a Store that already found a transaction pooler
+// (its named prepared statements failed): LISTEN cannot work through it.
+var errPooled = errors.New("the store's statements go through a transaction pooler (named prepared statements failed), " +
+	"which cannot carry LISTEN: waiters poll")
 
 // listen keeps the one connection per Store that LISTENs on the release
 // channel, and fans notifications out to subscribers (driver.Hub, which
@@ -48,7 +54,7 @@ func (s *Store) listen(ctx context.Context) {
 			return
 		}
 		wait := delay
-		if errors.Is(err, errUnreachable) {
+		if errors.Is(err, errUnreachable) || errors.Is(err, errPooled) {
 			s.setNotifyDown(err)
 			wait = RecheckAfter
 		} else {
@@ -66,6 +72,9 @@ func (s *Store) listen(ctx context.Context) {
 // pool arrives, and dispatches notifications until the connection fails or
 // ctx ends.
 func (s *Store) listenOnce(ctx context.Context) error {
+	if s.pooled.Load() {
+		return errPooled
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.connTO+time.Second)
 	conn, err := pgx.ConnectConfig(cctx, s.connCfg)
 	cancel()
@@ -110,15 +119,22 @@ func (s *Store) probe(ctx context.Context, conn *pgx.Conn) error {
 	_, _ = rand.Read(b[:])
 	payload := probePrefix + hex.EncodeToString(b[:])
 	pctx, cancel := context.WithTimeout(ctx, s.connTO+time.Second)
+	t0 := time.Now()
 	err := s.with(pctx, "listener check", s.channel, func(c *pgxpool.Conn) error {
 		_, err := c.Exec(pctx, s.sql.probe, s.args(s.channel, payload)...)
 		return err
 	})
+	sent := time.Since(t0)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("postgres store: listener: send check: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, ProbeWait)
+	if s.pooled.Load() {
+		return errPooled // found out while sending the check
+	}
+	// On a working connection the notification arrives about when the
+	// NOTIFY's answer does.
+	wctx, cancel := context.WithTimeout(ctx, min(max(20*sent, MinProbeWait), ProbeWait))
 	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(wctx)
