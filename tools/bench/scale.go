@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -57,8 +58,6 @@ type ScaleResult struct {
 	Renewals    int64 `json:"renewals"`
 	RenewErrors int64 `json:"renew_errors"`
 	Late        int64 `json:"late"`
-	// FirstRenewError is the first failed renewal's error, if any.
-	FirstRenewError string `json:"first_renew_error,omitempty"`
 	// SendLag is each renewal's send time minus its schedule (the send of
 	// the previous confirmed renewal + interval); ConfirmGap is its
 	// confirmation time minus the send of the previous confirmed one;
@@ -87,6 +86,11 @@ type ScaleResult struct {
 	// Requests counted while the leases were held, and per second.
 	Requests  Counts             `json:"requests"`
 	PerSecond map[string]float64 `json:"requests_per_s"`
+	// BatchCalls counts the RenewBatch calls while the leases were held,
+	// when the store renews in batches (driver.BatchRenewer); 0 otherwise.
+	BatchCalls int64 `json:"batch_calls,omitempty"`
+	// Batched tells whether the store renewed in batches.
+	Batched bool `json:"batched"`
 }
 
 // scaleStore wraps the target's store to time every renewal of the scale
@@ -101,7 +105,6 @@ type scaleStore struct {
 	last          []time.Duration // per lease: send of the last confirmed acquire or renewal, since base
 	lag, gap, lat []time.Duration
 	late, errs    int64
-	firstErr      string
 }
 
 func (s *scaleStore) index(resource string) int {
@@ -131,44 +134,24 @@ func (s *scaleStore) Acquire(ctx context.Context, resource, owner string, ttl ti
 	return rec, err
 }
 
-// scaleBatchStore is scaleStore on a store that renews many leases in one
-// request (driver.BatchRenewer): the Locker then sends it batches, and each
-// lease of a batch is timed as a renewal of its own.
-type scaleBatchStore struct {
-	*scaleStore
-	batch driver.BatchRenewer
-}
-
-func (s scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
-	t0 := time.Since(s.base)
-	errs := s.batch.RenewBatch(ctx, leases)
-	t1 := time.Since(s.base)
-	for i, l := range leases {
-		s.record(l.Resource, t0, t1, errs[i])
-	}
-	return errs
-}
-
 func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	t0 := time.Since(s.base)
 	err := s.Store.Renew(ctx, resource, owner, token, ttl)
-	s.record(resource, t0, time.Since(s.base), err)
+	t1 := time.Since(s.base)
+	s.mu.Lock()
+	s.record(resource, t0, t1, err)
+	s.mu.Unlock()
 	return err
 }
 
-// record times one renewal of resource, sent at t0 and answered at t1.
+// record notes one renewal of resource, sent at t0 and answered at t1.
 func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 	i := s.index(resource)
 	if i < 0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		s.errs++
-		if s.firstErr == "" {
-			s.firstErr = err.Error()
-		}
 		return
 	}
 	prev := s.last[i]
@@ -180,6 +163,35 @@ func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 		s.late++
 	}
 	s.last[i] = t0
+}
+
+// scaleBatchStore is a scaleStore on a store that renews many leases in
+// one call (driver.BatchRenewer): the Locker sees the batch interface, and
+// each lease of a batch is timed by the batch's call. Calls counts the
+// batch calls.
+type scaleBatchStore struct {
+	*scaleStore
+	batch driver.BatchRenewer
+	calls atomic.Int64
+}
+
+func (s *scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	t0 := time.Since(s.base)
+	errs := s.batch.RenewBatch(ctx, leases)
+	t1 := time.Since(s.base)
+	s.calls.Add(1)
+	s.mu.Lock()
+	for i, l := range leases {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		} else {
+			err = errors.New("no answer")
+		}
+		s.record(l.Resource, t0, t1, err)
+	}
+	s.mu.Unlock()
+	return errs
 }
 
 func heapAlloc() uint64 {
@@ -234,8 +246,11 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 		opts = append(opts, tenure.WithMaxConcurrentRenewals(cfg.MaxConcurrentRenewals))
 	}
 	var store driver.Store = ss
+	var bs *scaleBatchStore
 	if b, ok := target.Store.(driver.BatchRenewer); ok {
-		store = scaleBatchStore{scaleStore: ss, batch: b}
+		bs = &scaleBatchStore{scaleStore: ss, batch: b}
+		store = bs
+		res.Batched = true
 	}
 	lk, err := tenure.New(store, opts...)
 	if err != nil {
@@ -308,6 +323,10 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 
 	// Hold them.
 	before := target.Meter.Snapshot()
+	var batches0 int64
+	if bs != nil {
+		batches0 = bs.calls.Load()
+	}
 	sample.Store(true)
 	holdStart := time.Now()
 	progress(fmt.Sprintf("scale %s: %d leases taken in %.1fs; holding for %v", target.Name, cfg.Leases-res.AcquireErrors, res.AcquireS, cfg.Duration))
@@ -323,20 +342,19 @@ hold:
 			break hold
 		case <-tick.C:
 			ss.mu.Lock()
-			n, late, errs, first := len(ss.gap), ss.late, ss.errs, ss.firstErr
+			n, late, errs := len(ss.gap), ss.late, ss.errs
 			ss.mu.Unlock()
-			line := fmt.Sprintf("scale %s: %v/%v: %d renewals, %d late, %d failed, %d leases lost, goroutines peak %d",
-				target.Name, time.Since(holdStart).Round(time.Second), cfg.Duration, n, late, errs, lost.Load(), peak.Load())
-			if first != "" {
-				line += "; first failure: " + first
-			}
-			progress(line)
+			progress(fmt.Sprintf("scale %s: %v/%v: %d renewals, %d late, %d failed, %d leases lost, goroutines peak %d",
+				target.Name, time.Since(holdStart).Round(time.Second), cfg.Duration, n, late, errs, lost.Load(), peak.Load()))
 		}
 	}
 	tick.Stop()
 	held := time.Since(holdStart)
 	sample.Store(false)
 	res.Requests = target.Meter.Snapshot().Sub(before)
+	if bs != nil {
+		res.BatchCalls = bs.calls.Load() - batches0
+	}
 	if res.Requests != nil {
 		res.PerSecond = map[string]float64{}
 		for k, v := range res.Requests {
@@ -376,7 +394,6 @@ hold:
 
 	ss.mu.Lock()
 	res.Renewals, res.RenewErrors, res.Late = int64(len(ss.gap)), ss.errs, ss.late
-	res.FirstRenewError = ss.firstErr
 	res.SendLag, res.ConfirmGap, res.RenewLatency = Summarize(ss.lag), Summarize(ss.gap), Summarize(ss.lat)
 	ss.mu.Unlock()
 	return res, nil
