@@ -474,7 +474,7 @@ ON CONFLICT (resource) DO UPDATE SET (token, owner, granted_at, ttl_ms, expires_
 		CASE WHEN s.live THEN l.granted_at ELSE s.now END,
 		CASE WHEN s.other THEN l.ttl_ms ELSE excluded.ttl_ms END,
 		CASE WHEN s.other THEN l.expires_at ELSE s.now + %[3]s END,
-		CASE WHEN s.other THEN true WHEN l.owner IS NULL THEN false ELSE coalesce(l.waiters, false) END
+		CASE WHEN s.other THEN true ELSE coalesce(l.waiters, false) END
 	FROM (SELECT c.now, %[4]s AS live, %[4]s AND l.owner <> excluded.owner AS other, coalesce(l.token, 0) + 1 AS floor
 		FROM (SELECT clock_timestamp() AS now) c) s
 )
@@ -501,7 +501,10 @@ SELECT EXISTS (SELECT FROM u), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
 	// Release frees the row (its token stays, and the time it was freed is
 	// kept in granted_at for the sweep) and notifies, in the same statement,
 	// only when the row says someone waits: NOTIFY is delivered when, and
-	// only if, the release commits. The next grant clears the mark.
+	// only if, the release commits. The mark stays with the row (the
+	// waiters that a release did not wake look again only when the next
+	// holder's lease would expire, so the next release must wake one); the
+	// row, and its mark, go when the name is not used for SweepGrace.
 	s.sql.release = fmt.Sprintf(`WITH f AS (
 	UPDATE %[1]s SET owner = NULL, ttl_ms = NULL, expires_at = NULL, granted_at = clock_timestamp()
 	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
