@@ -61,35 +61,22 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 			return err
 		}
 		defer rows.Close()
-		seen := 0
 		for rows.Next() {
 			var (
-				i       int64
-				applied bool
-				h       holderRow
+				i int64
+				h holderRow
 			)
-			if err := rows.Scan(&i, &applied, &h.owner, &h.token, &h.ttlMs, &h.remainMs); err != nil {
+			if err := rows.Scan(&i, &h.owner, &h.token, &h.ttlMs, &h.remainMs); err != nil {
 				return err
 			}
 			j := int(i) - 1
-			if j < 0 || j >= len(resources) {
+			if j < 0 || j >= len(resources) || rowErr[j] != nil {
 				return fmt.Errorf("answer for row %d of %d", i, len(resources))
-			}
-			seen++
-			if applied {
-				rowErr[j] = nil
-				continue
 			}
 			l := leases[rowLease[j]]
 			rowErr[j] = fmt.Errorf("postgres store: renew %q: %w", l.Resource, notHolder(l.Resource, l.Owner, l.Token, h))
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if seen != len(resources) {
-			return fmt.Errorf("%d answers for %d leases", seen, len(resources))
-		}
-		return nil
+		return rows.Err()
 	})
 	if err != nil {
 		err = s.writeErr("renew", label, err)

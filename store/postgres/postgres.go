@@ -482,40 +482,42 @@ RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
 	CASE WHEN owner IS DISTINCT FROM $2 THEN set_config('synchronous_commit', 'off', true) END`, t, q, ms, liveSQL("l", "c.now"), remainSQL("l"))
 	s.sql.holder = fmt.Sprintf(`SELECT owner, token, coalesce(ttl_ms, 0), %[2]s FROM %[1]s h WHERE resource = $1 AND %[3]s`,
 		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
-	// Renew and Release name the current holder when they fail, in the same
-	// statement: the holder is read from the statement's snapshot (taken
-	// before the write), which is enough to tell "taken by X" from "gone".
-	holderJoin := func(cond string) string {
-		// OFFSET 0 keeps the subquery, so its condition on the CTE is a
-		// one-time filter: the holder is read only when the write failed.
-		return fmt.Sprintf(`FROM (SELECT) AS one LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE %[2]s AND h.resource = $1 AND %[3]s OFFSET 0) h ON true`,
-			t, cond, liveSQL("h", "clock_timestamp()"))
+	// Renew and Release answer with no row when they applied, and with one
+	// row naming the current holder (NULLs when there is none) when they
+	// did not, in the same statement: the holder is read from the
+	// statement's snapshot (taken before the write), which is enough to
+	// tell "taken by X" from "gone". The write's CTE gates the read (a
+	// one-time filter; OFFSET 0 keeps the subquery), so a write that
+	// applied reads nothing more and sends no row back.
+	holder := func(cte string) string {
+		return fmt.Sprintf(`SELECT h.owner, h.token, coalesce(h.ttl_ms, 0), %[1]s
+FROM (SELECT) AS one LEFT JOIN LATERAL (SELECT * FROM %[2]s h WHERE h.resource = $1 AND %[3]s OFFSET 0) h ON true
+WHERE NOT EXISTS (SELECT FROM %[4]s)`, remainSQL("h"), t, liveSQL("h", "clock_timestamp()"), cte)
 	}
 	s.sql.renew = fmt.Sprintf(`WITH u AS (
 	UPDATE %[1]s SET ttl_ms = $4, expires_at = clock_timestamp() + ($4::bigint * interval '1 millisecond')
 	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
 	RETURNING 1
 )
-SELECT EXISTS (SELECT FROM u), h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
-%[3]s`, t, remainSQL("h"), holderJoin("NOT EXISTS (SELECT FROM u)"))
+%[2]s`, t, holder("u"))
 	// Release frees the row (its token stays, and the time it was freed is
-	// kept in granted_at for the sweep) and notifies, in the same statement,
-	// only when the row says someone waits: NOTIFY is delivered when, and
-	// only if, the release commits. The mark stays with the row (the
-	// waiters that a release did not wake look again only when the next
-	// holder's lease would expire, so the next release must wake one); the
-	// row, and its mark, go when the name is not used for SweepGrace.
+	// kept in granted_at for the sweep) and notifies, in the same statement
+	// (RETURNING is computed for every row the CTE changes, whether or not
+	// it is read), only when the row says someone waits: NOTIFY is
+	// delivered when, and only if, the release commits. The mark stays
+	// with the row (the waiters that a release did not wake look again only
+	// when the next holder's lease would expire, so the next release must
+	// wake one); the row, and its mark, go when the name is not used for
+	// SweepGrace.
 	s.sql.release = fmt.Sprintf(`WITH f AS (
 	UPDATE %[1]s SET owner = NULL, ttl_ms = NULL, expires_at = NULL, granted_at = clock_timestamp()
 	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
-	RETURNING coalesce(waiters, false) AS w
+	RETURNING CASE WHEN waiters THEN pg_notify($4, $1)::text END
 )
-SELECT f.w IS NOT NULL, CASE WHEN f.w THEN pg_notify($4, $1)::text END, h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
-FROM (SELECT) AS one LEFT JOIN f ON true
-LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE f.w IS NULL AND h.resource = $1 AND %[3]s OFFSET 0) h ON true`,
-		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
-	// RenewBatch: every renewal in one UPDATE over the unnested arrays,
-	// one answer row per input row (b.i is its 1-based position).
+%[2]s`, t, holder("f"))
+	// RenewBatch: every renewal in one UPDATE over the unnested arrays; one
+	// answer row per lease that was not renewed (b.i is its 1-based
+	// position), naming its holder.
 	s.sql.renewBatch = fmt.Sprintf(`WITH b AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS b(resource, owner, token, ttl_ms, i)
 ), u AS (
@@ -523,9 +525,10 @@ LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE f.w IS NULL AND h.resource = $1 A
 	FROM b WHERE l.resource = b.resource AND l.owner = b.owner AND l.token = b.token AND l.expires_at > clock_timestamp()
 	RETURNING b.i
 )
-SELECT b.i, u.i IS NOT NULL, h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
+SELECT b.i, h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
 FROM b LEFT JOIN u ON u.i = b.i
-LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE u.i IS NULL AND h.resource = b.resource AND %[3]s OFFSET 0) h ON true`,
+LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE u.i IS NULL AND h.resource = b.resource AND %[3]s OFFSET 0) h ON true
+WHERE u.i IS NULL`,
 		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
 	s.sql.list = fmt.Sprintf(`SELECT resource, owner, token, coalesce(ttl_ms, 0), %[2]s
 FROM %[1]s h WHERE resource >= $1 AND starts_with(resource, $1) AND %[3]s
@@ -714,20 +717,38 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return err
 	}
 	var (
-		applied bool
-		h       holderRow
+		failed bool
+		h      holderRow
 	)
-	err := s.with(ctx, "renew", resource, func(c *pgxpool.Conn) error {
-		return c.QueryRow(ctx, s.sql.renew, s.args(resource, owner, int64(token), driver.Milliseconds(ttl))...).
-			Scan(&applied, &h.owner, &h.token, &h.ttlMs, &h.remainMs)
+	err := s.with(ctx, "renew", resource, func(c *pgxpool.Conn) (err error) {
+		failed, h, err = queryHolder(ctx, c, s.sql.renew, s.args(resource, owner, int64(token), driver.Milliseconds(ttl)))
+		return err
 	})
 	if err != nil {
 		return s.writeErr("renew", resource, err)
 	}
-	if !applied {
+	if failed {
 		return fmt.Errorf("postgres store: renew %q: %w", resource, notHolder(resource, owner, token, h))
 	}
 	return nil
+}
+
+// queryHolder runs a renew or release statement: no row when it applied,
+// one row naming the holder when it did not.
+func queryHolder(ctx context.Context, c *pgxpool.Conn, sql string, args []any) (failed bool, h holderRow, err error) {
+	rows, err := c.Query(ctx, sql, args...)
+	if err != nil {
+		return false, h, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		failed = true
+		if err := rows.Scan(&h.owner, &h.token, &h.ttlMs, &h.remainMs); err != nil {
+			return false, h, err
+		}
+	}
+	rows.Close()
+	return failed, h, rows.Err()
 }
 
 // Release implements driver.Store: it frees the live lease with this owner
@@ -739,17 +760,17 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 		return err
 	}
 	var (
-		applied bool
-		h       holderRow
+		failed bool
+		h      holderRow
 	)
-	err := s.with(ctx, "release", resource, func(c *pgxpool.Conn) error {
-		return c.QueryRow(ctx, s.sql.release, s.args(resource, owner, int64(token), s.channel)...).
-			Scan(&applied, nil, &h.owner, &h.token, &h.ttlMs, &h.remainMs)
+	err := s.with(ctx, "release", resource, func(c *pgxpool.Conn) (err error) {
+		failed, h, err = queryHolder(ctx, c, s.sql.release, s.args(resource, owner, int64(token), s.channel))
+		return err
 	})
 	if err != nil {
 		return s.writeErr("release", resource, err)
 	}
-	if !applied {
+	if failed {
 		return fmt.Errorf("postgres store: release %q: %w", resource, notHolder(resource, owner, token, h))
 	}
 	return nil
