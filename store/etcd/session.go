@@ -1,0 +1,374 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+)
+
+// Shared etcd leases.
+//
+// A Store keeps, for each TTL in whole seconds, one etcd lease (a session)
+// that carries the keys of all the grants it makes with that TTL, as one
+// concurrency.Session carries the keys of its mutexes. The etcd lease is
+// granted with one second more than the TTL it serves (sessionMargin), and
+// the Store knows a lower bound of its expiry: the send time of its last
+// confirmed keep-alive (or grant) plus its TTL. An acquire or renewal sent
+// at begin with TTL ttl needs the etcd lease to live until begin + ttl; when
+// the last keep-alive already covers that, the operation is one KV request
+// (a Txn); otherwise a keep-alive runs beside it, and the operation is
+// confirmed only when both are. Any operation that finds the last
+// keep-alive older than refreshAfter starts one in the background, so under
+// steady use no operation waits for a keep-alive, and an etcd lease costs
+// at most about two keep-alives a second whatever the number of keys on it.
+//
+// Per-grant expiry is the Store's: an etcd lease kept alive for the others
+// would otherwise keep a key whose own holder stopped renewing it. The
+// reaper deletes (conditioned on the grant) the key of every grant not
+// confirmed for its TTL, and refuses any later renewal of it. A grant's
+// renewals are confirmed at most until the reaper takes it, so no holder
+// trusts a key the reaper deletes: the holder's deadline is before the
+// confirmation of its last renewal plus its TTL, and the reaper deletes
+// after it.
+
+const (
+	// sessionMargin is what an etcd lease lives beyond the TTL it serves.
+	sessionMargin = time.Second
+	// refreshAfter is the age of the last keep-alive after which an
+	// operation starts another in the background.
+	refreshAfter = sessionMargin / 2
+	// reapEvery is how often the reaper looks for grants that have not been
+	// confirmed for their TTL (etcd checks its own leases every 500 ms).
+	reapEvery = 500 * time.Millisecond
+)
+
+// errSessionGone means that an etcd lease shared by grants is gone (expired
+// or revoked): every grant on it is lost.
+var errSessionGone = errors.New("the shared etcd lease is gone")
+
+// session is one shared etcd lease.
+type session struct {
+	s    *Store
+	id   clientv3.LeaseID
+	secs int64 // the TTL it serves, whole seconds
+
+	mu     sync.Mutex
+	ttl    time.Duration // the etcd lease's TTL, as etcd granted it
+	sent   time.Time     // send time of the last confirmed keep-alive or grant (s.clock)
+	flight *keepAlive    // the newest keep-alive in flight
+	gone   bool          // a keep-alive or a Txn found the etcd lease gone
+	grants int           // grants of s on it
+}
+
+// keepAlive is one keep-alive request of a session.
+type keepAlive struct {
+	sent time.Time
+	done chan struct{}
+	err  error
+}
+
+// fresh reports whether the etcd lease is known to live until need.
+func (ss *session) freshLocked(need time.Time) bool {
+	return !ss.sent.Add(ss.ttl).Before(need)
+}
+
+// start returns nil when the etcd lease is known to live until need, and
+// otherwise the keep-alive to wait for (one in flight that was sent late
+// enough, or a new one). It also starts a keep-alive in the background when
+// the last one is older than refreshAfter. A session that is gone returns a
+// finished keep-alive with errSessionGone.
+func (ss *session) start(need time.Time) *keepAlive {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.gone {
+		return goneKeepAlive
+	}
+	now := ss.s.clock.Now()
+	if ss.freshLocked(need) {
+		if now.Sub(ss.sent) > refreshAfter && (ss.flight == nil || now.Sub(ss.flight.sent) > refreshAfter) {
+			ss.startLocked(now)
+		}
+		return nil
+	}
+	if f := ss.flight; f != nil && !f.sent.Add(ss.ttl).Before(need) {
+		return f
+	}
+	return ss.startLocked(now)
+}
+
+var goneKeepAlive = func() *keepAlive {
+	f := &keepAlive{done: make(chan struct{}), err: errSessionGone}
+	close(f.done)
+	return f
+}()
+
+func (ss *session) startLocked(now time.Time) *keepAlive {
+	f := &keepAlive{sent: now, done: make(chan struct{})}
+	ss.flight = f
+	ss.s.bg.Add(1)
+	go func() {
+		defer ss.s.bg.Done()
+		// Shared by every operation that waits for it, so bounded by the
+		// etcd lease's TTL rather than by any caller.
+		ctx, cancel := context.WithTimeout(ss.s.bgCtx, max(ss.ttl, time.Second))
+		resp, err := ss.s.cli.KeepAliveOnce(ctx, ss.id)
+		cancel()
+		ss.mu.Lock()
+		switch {
+		case err == nil:
+			if f.sent.After(ss.sent) {
+				ss.sent = f.sent
+				ss.ttl = time.Duration(resp.TTL) * time.Second
+			}
+		case leaseGone(err):
+			ss.gone = true
+			err = errSessionGone
+		}
+		f.err = err
+		if ss.flight == f {
+			ss.flight = nil
+		}
+		ss.mu.Unlock()
+		close(f.done)
+	}()
+	return f
+}
+
+// wait waits for keep-alive f (nil: nothing to wait for) or ctx, and
+// returns its error.
+func wait(ctx context.Context, f *keepAlive) error {
+	if f == nil {
+		return nil
+	}
+	select {
+	case <-f.done:
+		if f.err != nil {
+			return fmt.Errorf("keep-alive: %w", f.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("keep-alive: %w", context.Cause(ctx))
+	}
+}
+
+// markGone records that the etcd lease is gone.
+func (ss *session) markGone() {
+	ss.mu.Lock()
+	ss.gone = true
+	ss.mu.Unlock()
+}
+
+func (ss *session) isGone() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.gone
+}
+
+// aliveAt reports whether the etcd lease is known to live at t.
+func (ss *session) aliveAt(t time.Time) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return !ss.gone && ss.sent.Add(ss.ttl).After(t)
+}
+
+// leaseGone reports an etcd error that says the lease does not exist.
+func leaseGone(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || code(err) == codes.NotFound
+}
+
+// pendingGrant is a Grant in flight for a TTL.
+type pendingGrant struct {
+	done chan struct{}
+	ss   *session
+	err  error
+}
+
+// session returns the session for TTLs of secs whole seconds, granting a
+// new etcd lease when there is none or the last one is gone or may have
+// expired. Concurrent callers share one Grant.
+func (s *Store) session(ctx context.Context, secs int64) (*session, error) {
+	for {
+		s.mu.Lock()
+		if ss := s.sessions[secs]; ss != nil && ss.aliveAt(s.clock.Now()) {
+			s.mu.Unlock()
+			return ss, nil
+		}
+		p := s.granting[secs]
+		if p == nil {
+			p = &pendingGrant{done: make(chan struct{})}
+			s.granting[secs] = p
+			s.mu.Unlock()
+			p.ss, p.err = s.grantSession(ctx, secs)
+			s.mu.Lock()
+			delete(s.granting, secs)
+			if p.err == nil {
+				s.sessions[secs] = p.ss
+			}
+			s.mu.Unlock()
+			close(p.done)
+			return p.ss, p.err
+		}
+		s.mu.Unlock()
+		select {
+		case <-p.done:
+			if p.err != nil {
+				// The caller of that Grant may have been cancelled: try
+				// with this caller's context.
+				if ctx.Err() != nil {
+					return nil, p.err
+				}
+				continue
+			}
+			return p.ss, nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+func (s *Store) grantSession(ctx context.Context, secs int64) (*session, error) {
+	sent := s.clock.Now()
+	g, err := s.cli.Grant(ctx, secs+int64(sessionMargin/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("grant lease: %w", err)
+	}
+	return &session{s: s, id: g.ID, secs: secs, ttl: time.Duration(g.TTL) * time.Second, sent: sent}, nil
+}
+
+// grant is a grant that this Store made (or adopted by renewing it), while
+// the Store may keep it alive. Its fields after key are guarded by Store.mu.
+type grant struct {
+	key      string
+	resource string
+	owner    string
+	token    int64 // the key's create_revision
+	mod      int64 // the key's mod_revision after our last write
+	ss       *session
+	life     time.Duration // the TTL in whole seconds: the reaper's limit
+	// confirmed is when the last acquire or renewal of it was confirmed
+	// (s.clock); the reaper takes it life after that.
+	confirmed time.Time
+	// reaped: the reaper took it; no renewal is confirmed any more.
+	reaped bool
+}
+
+// lookup returns this Store's grant of key with owner and token, or nil.
+func (s *Store) lookup(key, owner string, token uint64) *grant {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.grants[key]; g != nil && g.owner == owner && uint64(g.token) == token {
+		return g
+	}
+	return nil
+}
+
+// add records g (replacing any earlier grant of the key) and starts the
+// reaper when it is not running.
+func (s *Store) add(g *grant) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.grants[g.key]; old != nil {
+		s.dropLocked(old)
+	}
+	g.confirmed = s.clock.Now()
+	s.grants[g.key] = g
+	g.ss.mu.Lock()
+	g.ss.grants++
+	g.ss.mu.Unlock()
+	if !s.reaping && s.bgCtx.Err() == nil {
+		s.reaping = true
+		s.bg.Add(1)
+		go s.reap()
+	}
+}
+
+// forget drops g, if it is still the Store's grant of its key.
+func (s *Store) forget(g *grant) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grants[g.key] == g {
+		s.dropLocked(g)
+	}
+}
+
+// forgetKey drops the grant of key with owner and token, if any.
+func (s *Store) forgetKey(key, owner string, token uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.grants[key]; g != nil && g.owner == owner && uint64(g.token) == token {
+		s.dropLocked(g)
+	}
+}
+
+func (s *Store) dropLocked(g *grant) {
+	delete(s.grants, g.key)
+	g.ss.mu.Lock()
+	g.ss.grants--
+	g.ss.mu.Unlock()
+}
+
+// confirm records a confirmed acquire or renewal of g; it returns false
+// when the reaper took g (or it was dropped) meanwhile: the renewal must not
+// be confirmed.
+func (s *Store) confirm(g *grant) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g.reaped || s.grants[g.key] != g {
+		return false
+	}
+	g.confirmed = s.clock.Now()
+	return true
+}
+
+// reap runs while the Store has grants: every reapEvery it takes the grants
+// not confirmed for their TTL and deletes their keys, conditioned on the
+// grant (owner and token), retrying until etcd answers.
+func (s *Store) reap() {
+	defer s.bg.Done()
+	t := time.NewTicker(reapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.bgCtx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.clock.Now()
+		var due []*grant
+		s.mu.Lock()
+		if len(s.grants) == 0 {
+			s.reaping = false
+			s.mu.Unlock()
+			return
+		}
+		for _, g := range s.grants {
+			if g.reaped || now.Sub(g.confirmed) >= g.life {
+				g.reaped = true
+				due = append(due, g)
+			}
+		}
+		s.mu.Unlock()
+		for _, g := range due {
+			if g.ss.isGone() {
+				s.forget(g) // etcd deletes its key with the lease
+				continue
+			}
+			ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
+			_, err := s.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.Value(g.key), "=", g.owner),
+					clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token)).
+				Then(clientv3.OpDelete(g.key)).
+				Commit()
+			cancel()
+			if err == nil {
+				s.forget(g)
+			}
+		}
+	}
+}
