@@ -129,7 +129,11 @@ type Store struct {
 	sessions map[int64]*session      // by TTL in whole seconds: the shared etcd lease of new grants
 	granting map[int64]*pendingGrant // Grants in flight
 	grants   map[string]*grant       // by key: the grants this Store keeps alive
+	ghosts   []*ghost                // puts whose outcome is unknown
 	reaping  bool                    // the reaper runs
+
+	bgMu   sync.Mutex
+	closed bool
 }
 
 // Open connects to etcd and checks that the cluster answers a linearizable
@@ -246,6 +250,9 @@ func (s *Store) Client() *clientv3.Client { return s.cli }
 // ending subscriptions. It does not release leases: their keys go when the
 // shared etcd leases expire, one second after their TTL at the latest.
 func (s *Store) Close() error {
+	s.bgMu.Lock()
+	s.closed = true
+	s.bgMu.Unlock()
 	s.bgCancel()
 	s.bg.Wait()
 	return s.cli.Close()

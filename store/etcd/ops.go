@@ -80,7 +80,11 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 				ss.markGone()
 				continue
 			}
-			return driver.Record{}, writeErr("acquire", resource, err)
+			err = writeErr("acquire", resource, err)
+			if errors.Is(err, driver.ErrUnknownOutcome) {
+				s.addGhost(key, owner, ss, time.Duration(secs)*time.Second)
+			}
+			return driver.Record{}, err
 		}
 		if resp.Succeeded {
 			rev := resp.Header.Revision
@@ -229,10 +233,11 @@ func (s *Store) settle(ctx context.Context, g *grant, f *keepAlive) error {
 }
 
 // renewKV renews the lease that kv (read at or after begin) shows held by
-// owner: a grant of this Store on its session for ttl is renewed as usual;
-// any other is moved to this Store's session for ttl, after a keep-alive of
-// its etcd lease proved that lease alive (etcd refuses to keep an expired
-// lease alive, so an expired lease is never revived).
+// owner: a grant of this Store on its etcd lease for ttl is renewed as
+// usual; a key on the Store's current etcd lease for ttl is adopted as it
+// is; any other is moved to that etcd lease, after a keep-alive of its own
+// etcd lease proved that lease alive (etcd refuses to keep an expired lease
+// alive, so an expired lease is never revived).
 func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue) error {
 	key := s.key(resource)
 	token := uint64(kv.CreateRevision)
@@ -240,16 +245,31 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 	old := clientv3.LeaseID(kv.Lease)
 	s.mu.Lock()
 	g := s.grants[key]
-	s.mu.Unlock()
 	if g != nil && (g.owner != owner || uint64(g.token) != token) {
 		g = nil
+	}
+	reaped := g != nil && g.reaped
+	s.mu.Unlock()
+	if reaped || old == clientv3.NoLease {
+		// Expired by the reaper (its key goes now), or put without a lease
+		// by another tool: not a lease tenure keeps.
+		return notHolder("renew", resource, owner, token, nil)
 	}
 	if g != nil && g.mod == kv.ModRevision && g.ss.id == old && g.ss.secs == secs {
 		return s.renewOwn(ctx, g, ttl, begin)
 	}
-	if old == clientv3.NoLease {
-		// Put without a lease by another tool: not a lease tenure keeps.
-		return notHolder("renew", resource, owner, token, nil)
+	ss, err := s.session(ctx, secs)
+	if err != nil {
+		return fmt.Errorf("etcd store: renew %q: %w", resource, err)
+	}
+	if ss.id == old {
+		// On the Store's etcd lease for this TTL already (an acquire whose
+		// answer was lost): adopt it.
+		f := ss.start(begin.Add(ttl))
+		ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: kv.ModRevision, ss: ss,
+			life: time.Duration(secs) * time.Second}
+		s.add(ng)
+		return s.settle(ctx, ng, f)
 	}
 	// Prove the etcd lease alive now, so that moving the key cannot revive
 	// an expired one.
@@ -264,10 +284,6 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 			return fmt.Errorf("etcd store: renew %q: keep-alive: %w", resource, err)
 		}
 	}
-	ss, err := s.session(ctx, secs)
-	if err != nil {
-		return fmt.Errorf("etcd store: renew %q: %w", resource, err)
-	}
 	f := ss.start(begin.Add(ttl))
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(key), "=", owner),
@@ -280,7 +296,11 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 		if leaseGone(err) {
 			ss.markGone()
 		}
-		return writeErr("renew", resource, err)
+		err = writeErr("renew", resource, err)
+		if errors.Is(err, driver.ErrUnknownOutcome) {
+			s.addGhost(key, owner, ss, time.Duration(secs)*time.Second)
+		}
+		return err
 	}
 	if !resp.Succeeded {
 		if g != nil {

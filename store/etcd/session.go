@@ -46,6 +46,10 @@ const (
 	// reapEvery is how often the reaper looks for grants that have not been
 	// confirmed for their TTL (etcd checks its own leases every 500 ms).
 	reapEvery = 500 * time.Millisecond
+	// rotateAfter is how long new grants go to one shared etcd lease; later
+	// ones go to a new one, so that an etcd lease ends (and takes any key a
+	// late request may have put on it) once the grants made on it end.
+	rotateAfter = time.Minute
 )
 
 // errSessionGone means that an etcd lease shared by grants is gone (expired
@@ -57,6 +61,8 @@ type session struct {
 	s    *Store
 	id   clientv3.LeaseID
 	secs int64 // the TTL it serves, whole seconds
+
+	born time.Time // when it was granted: new grants use it for rotateAfter
 
 	mu     sync.Mutex
 	ttl    time.Duration // the etcd lease's TTL, as etcd granted it
@@ -111,12 +117,11 @@ var goneKeepAlive = func() *keepAlive {
 func (ss *session) startLocked(now time.Time) *keepAlive {
 	f := &keepAlive{sent: now, done: make(chan struct{})}
 	ss.flight = f
-	ss.s.bg.Add(1)
-	go func() {
-		defer ss.s.bg.Done()
-		// Shared by every operation that waits for it, so bounded by the
-		// etcd lease's TTL rather than by any caller.
-		ctx, cancel := context.WithTimeout(ss.s.bgCtx, max(ss.ttl, time.Second))
+	// Shared by every operation that waits for it, so bounded by the etcd
+	// lease's TTL rather than by any caller.
+	timeout := max(ss.ttl, time.Second)
+	started := ss.s.goBackground(func() {
+		ctx, cancel := context.WithTimeout(ss.s.bgCtx, timeout)
 		resp, err := ss.s.cli.KeepAliveOnce(ctx, ss.id)
 		cancel()
 		ss.mu.Lock()
@@ -136,8 +141,31 @@ func (ss *session) startLocked(now time.Time) *keepAlive {
 		}
 		ss.mu.Unlock()
 		close(f.done)
-	}()
+	})
+	if !started {
+		ss.flight = nil
+		f.err = errClosed
+		close(f.done)
+	}
 	return f
+}
+
+var errClosed = errors.New("the store is closed")
+
+// goBackground runs f in a goroutine that Close waits for, unless the Store
+// is closed (then it returns false).
+func (s *Store) goBackground(f func()) bool {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
+	return true
 }
 
 // wait waits for keep-alive f (nil: nothing to wait for) or ctx, and
@@ -195,7 +223,8 @@ type pendingGrant struct {
 func (s *Store) session(ctx context.Context, secs int64) (*session, error) {
 	for {
 		s.mu.Lock()
-		if ss := s.sessions[secs]; ss != nil && ss.aliveAt(s.clock.Now()) {
+		now := s.clock.Now()
+		if ss := s.sessions[secs]; ss != nil && now.Sub(ss.born) < rotateAfter && ss.aliveAt(now) {
 			s.mu.Unlock()
 			return ss, nil
 		}
@@ -238,7 +267,7 @@ func (s *Store) grantSession(ctx context.Context, secs int64) (*session, error) 
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
-	return &session{s: s, id: g.ID, secs: secs, ttl: time.Duration(g.TTL) * time.Second, sent: sent}, nil
+	return &session{s: s, id: g.ID, secs: secs, ttl: time.Duration(g.TTL) * time.Second, sent: sent, born: sent}, nil
 }
 
 // grant is a grant that this Store made (or adopted by renewing it), while
@@ -281,10 +310,13 @@ func (s *Store) add(g *grant) {
 	g.ss.mu.Lock()
 	g.ss.grants++
 	g.ss.mu.Unlock()
-	if !s.reaping && s.bgCtx.Err() == nil {
-		s.reaping = true
-		s.bg.Add(1)
-		go s.reap()
+	s.startReaperLocked()
+}
+
+// startReaperLocked starts the reaper when it is not running.
+func (s *Store) startReaperLocked() {
+	if !s.reaping {
+		s.reaping = s.goBackground(s.reap)
 	}
 }
 
@@ -326,11 +358,31 @@ func (s *Store) confirm(g *grant) bool {
 	return true
 }
 
-// reap runs while the Store has grants: every reapEvery it takes the grants
-// not confirmed for their TTL and deletes their keys, conditioned on the
-// grant (owner and token), retrying until etcd answers.
+// ghost is a put of a key on a shared etcd lease whose outcome is unknown
+// (its answer was lost): etcd may have applied it, or may still apply it if
+// the request was delayed. Such a key would live as long as the etcd lease
+// does, so the reaper deletes it when it finds it and no grant of the
+// Store owns it, until the etcd lease ends.
+type ghost struct {
+	key, owner string
+	ss         *session
+	next       time.Time // the next check (s.clock)
+	every      time.Duration
+}
+
+// addGhost records a put of key by owner on ss whose outcome is unknown.
+func (s *Store) addGhost(key, owner string, ss *session, life time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ghosts = append(s.ghosts, &ghost{key: key, owner: owner, ss: ss, next: s.clock.Now().Add(life), every: max(life, reapEvery)})
+	s.startReaperLocked()
+}
+
+// reap runs while the Store has grants or ghosts: every reapEvery it takes
+// the grants not confirmed for their TTL and deletes their keys,
+// conditioned on the grant (owner and token), retrying until etcd answers;
+// and it checks the ghosts that are due.
 func (s *Store) reap() {
-	defer s.bg.Done()
 	t := time.NewTicker(reapEvery)
 	defer t.Stop()
 	for {
@@ -341,8 +393,9 @@ func (s *Store) reap() {
 		}
 		now := s.clock.Now()
 		var due []*grant
+		var haunt []*ghost
 		s.mu.Lock()
-		if len(s.grants) == 0 {
+		if len(s.grants) == 0 && len(s.ghosts) == 0 {
 			s.reaping = false
 			s.mu.Unlock()
 			return
@@ -353,6 +406,22 @@ func (s *Store) reap() {
 				due = append(due, g)
 			}
 		}
+		kept := s.ghosts[:0]
+		for _, h := range s.ghosts {
+			if h.ss.over(now) {
+				continue // the etcd lease ended, and its keys with it
+			}
+			if g := s.grants[h.key]; g != nil && g.owner == h.owner && g.ss == h.ss {
+				continue // the put was applied, and a grant of it owns the key now
+			}
+			kept = append(kept, h)
+			if !now.Before(h.next) {
+				h.next = now.Add(h.every)
+				haunt = append(haunt, h)
+			}
+		}
+		clear(s.ghosts[len(kept):])
+		s.ghosts = kept
 		s.mu.Unlock()
 		for _, g := range due {
 			if g.ss.isGone() {
@@ -370,5 +439,51 @@ func (s *Store) reap() {
 				s.forget(g)
 			}
 		}
+		for _, h := range haunt {
+			s.exorcise(h)
+		}
 	}
+}
+
+// exorcise deletes the key of ghost h if the put was applied and no grant
+// of the Store owns it.
+func (s *Store) exorcise(h *ghost) {
+	ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, h.key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return
+	}
+	kv := resp.Kvs[0]
+	if string(kv.Value) != h.owner || clientv3.LeaseID(kv.Lease) != h.ss.id {
+		return
+	}
+	s.mu.Lock()
+	g := s.grants[h.key]
+	s.mu.Unlock()
+	if g != nil && g.owner == h.owner && g.ss == h.ss {
+		return
+	}
+	_, _ = s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(h.key), "=", h.owner),
+			clientv3.Compare(clientv3.CreateRevision(h.key), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.LeaseValue(h.key), "=", h.ss.id)).
+		Then(clientv3.OpDelete(h.key)).
+		Commit()
+}
+
+// over reports whether the etcd lease has certainly ended, or no longer
+// needs watching: it is gone, or it is not the current lease for new
+// grants, carries no grant of the Store, and was last kept alive more than
+// its TTL and a margin ago.
+func (ss *session) over(now time.Time) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.gone {
+		return true
+	}
+	if ss.grants > 0 || now.Sub(ss.born) < rotateAfter {
+		return false
+	}
+	return now.After(ss.sent.Add(ss.ttl + 2*time.Second))
 }
