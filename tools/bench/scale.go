@@ -128,19 +128,42 @@ func (s *scaleStore) Acquire(ctx context.Context, resource, owner string, ttl ti
 	return rec, err
 }
 
+// scaleBatchStore is scaleStore on a store that renews many leases in one
+// request (driver.BatchRenewer): the Locker then sends it batches, and each
+// lease of a batch is timed as a renewal of its own.
+type scaleBatchStore struct {
+	*scaleStore
+	batch driver.BatchRenewer
+}
+
+func (s scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	t0 := time.Since(s.base)
+	errs := s.batch.RenewBatch(ctx, leases)
+	t1 := time.Since(s.base)
+	for i, l := range leases {
+		s.record(l.Resource, t0, t1, errs[i])
+	}
+	return errs
+}
+
 func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	t0 := time.Since(s.base)
 	err := s.Store.Renew(ctx, resource, owner, token, ttl)
-	t1 := time.Since(s.base)
+	s.record(resource, t0, time.Since(s.base), err)
+	return err
+}
+
+// record times one renewal of resource, sent at t0 and answered at t1.
+func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 	i := s.index(resource)
 	if i < 0 {
-		return err
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.errs++
-		return err
+		return
 	}
 	prev := s.last[i]
 	s.lag = append(s.lag, t0-(prev+s.interval))
@@ -151,7 +174,6 @@ func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token ui
 		s.late++
 	}
 	s.last[i] = t0
-	return nil
 }
 
 func heapAlloc() uint64 {
@@ -205,7 +227,11 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 	if cfg.MaxConcurrentRenewals > 0 {
 		opts = append(opts, tenure.WithMaxConcurrentRenewals(cfg.MaxConcurrentRenewals))
 	}
-	lk, err := tenure.New(ss, opts...)
+	var store driver.Store = ss
+	if b, ok := target.Store.(driver.BatchRenewer); ok {
+		store = scaleBatchStore{scaleStore: ss, batch: b}
+	}
+	lk, err := tenure.New(store, opts...)
 	if err != nil {
 		return nil, err
 	}
