@@ -201,10 +201,7 @@ func (s *Store) renewOwn(ctx context.Context, g *grant, ttl time.Duration, begin
 		s.forget(g)
 		return notHolder("renew", g.resource, g.owner, uint64(g.token), nil)
 	}
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(g.key), "=", g.mod)).
-		Else(clientv3.OpGet(g.key)).
-		Commit()
+	resp, err := s.check(ctx, []*grant{g})
 	if err != nil {
 		// A read changes nothing: retrying is safe.
 		return fmt.Errorf("etcd store: renew %q: %w", g.resource, err)
@@ -214,6 +211,35 @@ func (s *Store) renewOwn(ctx context.Context, g *grant, ttl time.Duration, begin
 		return notHolder("renew", g.resource, g.owner, uint64(g.token), firstKV(resp, 0))
 	}
 	return s.settle(ctx, g, f)
+}
+
+// check reads whether the keys of gs are still as this Store last wrote
+// them (their mod_revision), in one Txn whose else branch reads them all.
+// The read is serializable (the member's own state, without a round of
+// consensus), which is enough: while the shared etcd lease lives, no write
+// but the Store's own changes these keys, so the read only detects what an
+// operator did (a key deleted, an etcd lease revoked), at most the member's
+// replication lag late. When it finds a key changed, a linearizable read
+// confirms it, so that a member that has not yet applied the Store's own
+// write (the client spreads requests over the cluster's members) never
+// makes a lease look lost.
+func (s *Store) check(ctx context.Context, gs []*grant) (*clientv3.TxnResponse, error) {
+	cmps := make([]clientv3.Cmp, len(gs))
+	for j, g := range gs {
+		cmps[j] = clientv3.Compare(clientv3.ModRevision(g.key), "=", g.mod)
+	}
+	gets := make([]clientv3.Op, len(gs))
+	for j, g := range gs {
+		gets[j] = clientv3.OpGet(g.key, clientv3.WithSerializable())
+	}
+	resp, err := s.cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Else(gets...).Commit()
+	if err != nil || resp.Succeeded {
+		return resp, err
+	}
+	for j, g := range gs {
+		gets[j] = clientv3.OpGet(g.key)
+	}
+	return s.cli.Txn(ctx).If(cmps...).Else(gets...).Commit()
 }
 
 // settle confirms a renewal of g whose key check passed, once keep-alive f
@@ -368,13 +394,11 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmps := make([]clientv3.Cmp, len(part))
-			gets := make([]clientv3.Op, len(part))
+			gs := make([]*grant, len(part))
 			for j, it := range part {
-				cmps[j] = clientv3.Compare(clientv3.ModRevision(it.g.key), "=", it.g.mod)
-				gets[j] = clientv3.OpGet(it.g.key)
+				gs[j] = it.g
 			}
-			resp, err := s.cli.Txn(ctx).If(cmps...).Else(gets...).Commit()
+			resp, err := s.check(ctx, gs)
 			for j, it := range part {
 				g := it.g
 				switch {
