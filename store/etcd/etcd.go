@@ -2,43 +2,56 @@
 // (client v3.6, tested against etcd server 3.4.23 as Debian ships it; the v3
 // gRPC API it uses exists unchanged since etcd 3.3).
 //
-// # Keys, leases and tokens
+// # Keys, shared etcd leases and tokens
 //
 // A resource R is the key PREFIX+R (default prefix "/tenure/leases/"), whose
-// value is the holder's owner string and which is attached to an etcd lease
-// of its own: etcd deletes the key when that lease expires or is revoked.
+// value is the holder's owner string. A Store puts the keys of all the
+// grants it makes with one TTL (in whole seconds) on one etcd lease of its
+// own, as a concurrency.Session carries the keys of its mutexes: etcd
+// deletes them all when that etcd lease expires or is revoked. The etcd
+// lease is granted with one second more than the TTL, and the Store knows a
+// lower bound of its expiry (the send time of its last confirmed
+// keep-alive, plus its TTL); an operation needs a keep-alive only when that
+// bound does not cover its TTL, and any operation that finds the last
+// keep-alive more than half a second old starts one in the background. New
+// grants move to a new etcd lease every minute.
 //
-//   - Acquire grants an etcd lease, then runs one transaction: if the key
-//     does not exist (create_revision = 0), put it with that lease; else read
-//     it. The fencing token is the key's create_revision: the cluster-wide
-//     revision of the transaction that created it. Revisions only grow, and
-//     are kept in etcd's raft log and database, so tokens strictly increase
-//     across release, expiry and restarts of clients and servers (they start
-//     over only if the cluster's data is wiped, like any store's).
-//   - Renew sends one keep-alive for the key's etcd lease (etcd refuses to
-//     renew an expired lease, even one not yet revoked), then checks in a
-//     transaction that the key still holds this owner, token and lease; a
-//     keep-alive of a lease that no longer carries the key proves nothing.
-//     A renewal with a longer TTL than the lease's moves the key to a new
-//     etcd lease in a transaction conditioned on owner, token and the old
-//     lease.
-//   - Release deletes the key in a transaction conditioned on owner and
-//     token, then revokes the etcd lease.
+//   - Acquire runs one transaction: if the key does not exist
+//     (create_revision = 0), put it on the shared etcd lease; else read it.
+//     The fencing token is the key's create_revision: the cluster-wide
+//     revision of the transaction that created it. Revisions only grow, are
+//     never reused, and are kept in etcd's raft log and database, so tokens
+//     strictly increase across release, expiry, restarts of clients and
+//     servers, keys deleted and leases revoked by hand, and compaction. The
+//     one way back is restoring the cluster from an older snapshot (see
+//     docs/stores.md).
+//   - Renew is one transaction that checks the key's mod_revision (no write
+//     but ours touched it), read serializably; a mismatch is confirmed by a
+//     linearizable read, whose else branch names the new holder.
+//   - Release is one transaction: delete the key if it holds this owner and
+//     token, else read it (naming the holder).
+//   - RenewBatch checks up to 128 keys per transaction, beside at most one
+//     keep-alive per shared etcd lease.
+//
+// A grant not renewed for its TTL while others keep its etcd lease alive is
+// deleted by the Store's reaper, conditioned on the grant, and never renewed
+// afterwards; a put whose answer was lost is watched until its etcd lease
+// ends, and its key deleted if no grant owns it. So a key on a shared etcd
+// lease lives as if it had an etcd lease of its own.
 //
 // # TTLs
 //
 // etcd leases have whole-second TTLs. A TTL below one second is
-// ErrInvalidTTL; others are rounded up to whole seconds for etcd, so the
-// store keeps a lease at least the requested time (the holder's local
-// deadline still uses the requested TTL). etcd also raises a lease's TTL to
-// its minimum, 1.5 × the election timeout rounded up (2 s with the default
-// 1 s election timeout), and checks for expired leases every 500 ms, so a
-// lease whose holder vanished disappears between TTL' and TTL'+0.5 s after
-// its last renewal, where TTL' = max(ceil(TTL), etcd's minimum). Measured
-// on etcd 3.4.23 with default settings: a 1 s and a 2 s lease both vanished
-// after 2.0 to 2.5 s, a 3 s lease after 3.0 to 3.5 s. A leader change (or a
-// restart of a single member) extends every lease by its full TTL: leases
-// then live longer, never shorter.
+// ErrInvalidTTL; others are rounded up to whole seconds, so the store keeps
+// a lease at least the requested time (the holder's local deadline still
+// uses the requested TTL). etcd also raises a lease's TTL to its minimum,
+// 1.5 × the election timeout rounded up (2 s with the default 1 s election
+// timeout), and checks for expired leases every 500 ms. A grant whose holder
+// vanished goes when its shared etcd lease expires (ceil(TTL) + 1 s after
+// its last keep-alive, plus up to 0.5 s) or, when the Store lives on, when
+// the reaper takes it (ceil(TTL) after its last confirmed renewal, plus up
+// to 0.5 s). A leader change (or a restart of a single member) extends
+// every etcd lease by its full TTL: leases then live longer, never shorter.
 //
 // # Notifications
 //
