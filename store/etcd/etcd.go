@@ -9,12 +9,12 @@
 // grants it makes with one TTL (in whole seconds) on one etcd lease of its
 // own, as a concurrency.Session carries the keys of its mutexes: etcd
 // deletes them all when that etcd lease expires or is revoked. The etcd
-// lease is granted with one second more than the TTL, and the Store knows a
-// lower bound of its expiry (the send time of its last confirmed
-// keep-alive, plus its TTL); an operation needs a keep-alive only when that
-// bound does not cover its TTL, and any operation that finds the last
-// keep-alive more than half a second old starts one in the background. New
-// grants move to a new etcd lease every minute.
+// lease is granted with a margin more than the TTL (a tenth of it, at least
+// one second), and the Store knows a lower bound of its expiry (the send
+// time of its last confirmed keep-alive, plus its TTL); an operation needs a
+// keep-alive only when that bound does not cover its TTL, and any operation
+// that finds the last keep-alive older than half the margin starts one in
+// the background. New grants move to a new etcd lease every minute.
 //
 //   - Acquire runs one transaction: if the key does not exist
 //     (create_revision = 0), put it on the shared etcd lease; else read it.
@@ -47,8 +47,8 @@
 // uses the requested TTL). etcd also raises a lease's TTL to its minimum,
 // 1.5 × the election timeout rounded up (2 s with the default 1 s election
 // timeout), and checks for expired leases every 500 ms. A grant whose holder
-// vanished goes when its shared etcd lease expires (ceil(TTL) + 1 s after
-// its last keep-alive, plus up to 0.5 s) or, when the Store lives on, when
+// vanished goes when its shared etcd lease expires (ceil(TTL) + the margin
+// after its last keep-alive, plus up to 0.5 s) or, when the Store lives on, when
 // the reaper takes it (ceil(TTL) after its last confirmed renewal, plus up
 // to 0.5 s). A leader change (or a restart of a single member) extends
 // every etcd lease by its full TTL: leases then live longer, never shorter.
@@ -92,9 +92,13 @@ const (
 	DefaultMaxTxnOps = 128
 )
 
-// MaxTTL is the longest TTL the store accepts: etcd's limit of 9,000,000,000
-// seconds, less the second its shared etcd leases live beyond the TTL.
-const MaxTTL = (9_000_000_000 - 1) * time.Second
+// maxChecks is the most batch-renewal Txns a Store keeps in flight.
+const maxChecks = 4
+
+// MaxTTL is the longest TTL the store accepts: 8,000,000,000 seconds, so
+// that with the margin its shared etcd leases live beyond the TTL (a tenth)
+// it stays within etcd's limit of 9,000,000,000 seconds.
+const MaxTTL = 8_000_000_000 * time.Second
 
 // ttls is the range of TTLs the store keeps: whole seconds from 1 s to
 // MaxTTL (others are rounded up).
@@ -147,6 +151,9 @@ type Store struct {
 
 	bgMu   sync.Mutex
 	closed bool
+
+	// checks bounds the batch renewals' Txns in flight.
+	checks chan struct{}
 }
 
 // Open connects to etcd and checks that the cluster answers a linearizable
@@ -187,7 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Store{
 		cli: cli, prefix: cfg.Prefix, maxTxnOps: cfg.MaxTxnOps, clock: clock.Real(),
-		bgCtx: bgCtx, bgCancel: bgCancel,
+		bgCtx: bgCtx, bgCancel: bgCancel, checks: make(chan struct{}, maxChecks),
 		sessions: map[int64]*session{}, granting: map[int64]*pendingGrant{}, grants: map[string]*grant{},
 	}, nil
 }

@@ -36,13 +36,7 @@ func firstKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 }
 
 // visibleTTL is the TTL a shared etcd lease of granted seconds serves.
-func visibleTTL(granted int64) time.Duration {
-	d := time.Duration(granted)*time.Second - sessionMargin
-	if d < time.Second {
-		d = time.Duration(granted) * time.Second
-	}
-	return d
-}
+func visibleTTL(granted int64) time.Duration { return servedBy(granted) }
 
 // Acquire implements driver.Store with one Txn: if the key does not exist
 // (create_revision = 0), put it with this owner on the Store's shared etcd
@@ -398,7 +392,15 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 			for j, it := range part {
 				gs[j] = it.g
 			}
-			resp, err := s.check(ctx, gs)
+			var resp *clientv3.TxnResponse
+			var err error
+			select {
+			case s.checks <- struct{}{}:
+				resp, err = s.check(ctx, gs)
+				<-s.checks
+			case <-ctx.Done():
+				err = context.Cause(ctx)
+			}
 			for j, it := range part {
 				g := it.g
 				switch {

@@ -17,16 +17,18 @@ import (
 // A Store keeps, for each TTL in whole seconds, one etcd lease (a session)
 // that carries the keys of all the grants it makes with that TTL, as one
 // concurrency.Session carries the keys of its mutexes. The etcd lease is
-// granted with one second more than the TTL it serves (sessionMargin), and
+// granted with a margin more than the TTL it serves (margin: a tenth of the
+// TTL, at least one second), and
 // the Store knows a lower bound of its expiry: the send time of its last
 // confirmed keep-alive (or grant) plus its TTL. An acquire or renewal sent
 // at begin with TTL ttl needs the etcd lease to live until begin + ttl; when
 // the last keep-alive already covers that, the operation is one KV request
 // (a Txn); otherwise a keep-alive runs beside it, and the operation is
 // confirmed only when both are. Any operation that finds the last
-// keep-alive older than refreshAfter starts one in the background, so under
-// steady use no operation waits for a keep-alive, and an etcd lease costs
-// at most about two keep-alives a second whatever the number of keys on it.
+// keep-alive older than half the margin starts one in the background, so
+// under steady use no operation waits for a keep-alive (unless keep-alives
+// take longer than half the margin), and an etcd lease costs at most about
+// two keep-alives per margin, whatever the number of keys on it.
 //
 // Per-grant expiry is the Store's: an etcd lease kept alive for the others
 // would otherwise keep a key whose own holder stopped renewing it. The
@@ -38,11 +40,6 @@ import (
 // after it.
 
 const (
-	// sessionMargin is what an etcd lease lives beyond the TTL it serves.
-	sessionMargin = time.Second
-	// refreshAfter is the age of the last keep-alive after which an
-	// operation starts another in the background.
-	refreshAfter = sessionMargin / 2
 	// reapEvery is how often the reaper looks for grants that have not been
 	// confirmed for their TTL (etcd checks its own leases every 500 ms).
 	reapEvery = 500 * time.Millisecond
@@ -51,6 +48,24 @@ const (
 	// late request may have put on it) once the grants made on it end.
 	rotateAfter = time.Minute
 )
+
+// margin is what a shared etcd lease for TTLs of secs whole seconds lives
+// beyond them: a tenth, rounded up, and at least one second. A keep-alive
+// sent within the margin before an operation covers it.
+func margin(secs int64) time.Duration {
+	return time.Duration(max(1, (secs+9)/10)) * time.Second
+}
+
+// servedBy returns the TTL that a shared etcd lease granted for granted
+// seconds serves (the inverse of secs + margin(secs)).
+func servedBy(granted int64) time.Duration {
+	for secs := granted - 1; secs >= 1; secs-- {
+		if secs+int64(margin(secs)/time.Second) <= granted {
+			return time.Duration(secs) * time.Second
+		}
+	}
+	return time.Duration(granted) * time.Second
+}
 
 // errSessionGone means that an etcd lease shared by grants is gone (expired
 // or revoked): every grant on it is lost.
@@ -97,7 +112,8 @@ func (ss *session) start(need time.Time) *keepAlive {
 	}
 	now := ss.s.clock.Now()
 	if ss.freshLocked(need) {
-		if now.Sub(ss.sent) > refreshAfter && (ss.flight == nil || now.Sub(ss.flight.sent) > refreshAfter) {
+		refresh := margin(ss.secs) / 2
+		if now.Sub(ss.sent) > refresh && (ss.flight == nil || now.Sub(ss.flight.sent) > refresh) {
 			ss.startLocked(now)
 		}
 		return nil
@@ -263,7 +279,7 @@ func (s *Store) session(ctx context.Context, secs int64) (*session, error) {
 
 func (s *Store) grantSession(ctx context.Context, secs int64) (*session, error) {
 	sent := s.clock.Now()
-	g, err := s.cli.Grant(ctx, secs+int64(sessionMargin/time.Second))
+	g, err := s.cli.Grant(ctx, secs+int64(margin(secs)/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
