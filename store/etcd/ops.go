@@ -335,19 +335,19 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 }
 
 // RenewBatch implements driver.BatchRenewer. The grants this Store made,
-// renewed with their TTL, are checked by one Txn per MaxTxnOps keys (each
-// key's mod_revision; on a mismatch, the Txn's else branch reads every key
-// of the Txn, which tells the lost leases and their holders), beside at
-// most one keep-alive per shared etcd lease, and only when its last one is
-// more than a second old. Other renewals run as Renew, concurrently.
+// renewed with their TTL, are checked together, beside at most one
+// keep-alive per shared etcd lease (and only when its last one is older
+// than the margin): where a batch holds at least listAtLeast grants of one
+// shared etcd lease, by one listing of the keys attached to that etcd lease
+// (etcd's lessor answers it without reading its key-value store, shared by
+// the batches that start while it runs), and otherwise by one Txn per
+// MaxTxnOps keys, each key's mod_revision compared. A key that is not as
+// the Store left it is read linearizably in a Txn whose else branch tells
+// the lost leases and their holders. Other renewals run as Renew.
 func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
 	errs := make([]error, len(leases))
 	begin := s.clock.Now()
-	type item struct {
-		i int
-		g *grant
-	}
-	var own []item
+	var own []renewItem
 	var other []int
 	for i, r := range leases {
 		if err := ttls.ValidateAcquire(r.Resource, r.Owner, r.TTL); err != nil {
@@ -355,36 +355,89 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 			continue
 		}
 		if g := s.lookup(s.key(r.Resource), r.Owner, r.Token); g != nil && g.ss.secs == wholeSeconds(r.TTL) {
-			own = append(own, item{i, g})
+			own = append(own, renewItem{i, g})
 		} else {
 			other = append(other, i)
 		}
 	}
 	var wg sync.WaitGroup
-	for _, i := range other {
+	if len(other) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := leases[i]
-			errs[i] = s.Renew(ctx, r.Resource, r.Owner, r.Token, r.TTL)
+			for _, i := range other {
+				r := leases[i]
+				errs[i] = s.Renew(ctx, r.Resource, r.Owner, r.Token, r.TTL)
+			}
 		}()
 	}
 	// One keep-alive (at most) per shared etcd lease, covering the longest
 	// TTL renewed on it.
 	need := map[*session]time.Time{}
+	bySession := map[*session][]renewItem{}
 	for _, it := range own {
 		n := begin.Add(leases[it.i].TTL)
 		if t, ok := need[it.g.ss]; !ok || n.After(t) {
 			need[it.g.ss] = n
 		}
+		bySession[it.g.ss] = append(bySession[it.g.ss], it)
 	}
 	kas := make(map[*session]*keepAlive, len(need))
 	for ss, n := range need {
 		kas[ss] = ss.start(n)
 	}
-	chunk := s.maxTxnOps
-	for lo := 0; lo < len(own); lo += chunk {
-		part := own[lo:min(lo+chunk, len(own))]
+	var byTxn []renewItem
+	for ss, items := range bySession {
+		if len(items) < listAtLeast {
+			byTxn = append(byTxn, items...)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := ss.list(ctx, begin)
+			var missing []renewItem
+			for _, it := range items {
+				g := it.g
+				switch {
+				case err != nil:
+					errs[it.i] = fmt.Errorf("etcd store: renew %q: list the keys of the shared etcd lease: %w", g.resource, err)
+				case l.gone:
+					s.forget(g)
+					errs[it.i] = notHolder("renew", g.resource, g.owner, uint64(g.token), nil)
+				default:
+					if _, ok := l.keys[g.key]; ok {
+						errs[it.i] = s.settle(ctx, g, kas[ss])
+					} else {
+						missing = append(missing, it)
+					}
+				}
+			}
+			s.checkItems(ctx, missing, errs, kas)
+		}()
+	}
+	s.checkItems(ctx, byTxn, errs, kas)
+	wg.Wait()
+	return errs
+}
+
+// renewItem is one renewal of a batch: its index and its grant.
+type renewItem struct {
+	i int
+	g *grant
+}
+
+// listAtLeast is the number of a batch's grants on one shared etcd lease
+// from which the batch lists the etcd lease's keys instead of reading each.
+const listAtLeast = 128
+
+// checkItems checks the keys of items with Txns of at most MaxTxnOps keys
+// (at most maxChecks in flight per Store) and settles each renewal in
+// errs. It returns when all are settled.
+func (s *Store) checkItems(ctx context.Context, items []renewItem, errs []error, kas map[*session]*keepAlive) {
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(items); lo += s.maxTxnOps {
+		part := items[lo:min(lo+s.maxTxnOps, len(items))]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -420,7 +473,6 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		}()
 	}
 	wg.Wait()
-	return errs
 }
 
 // Release implements driver.Store: one Txn deletes the key if it holds this

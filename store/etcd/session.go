@@ -85,6 +85,112 @@ type session struct {
 	flight *keepAlive    // the newest keep-alive in flight
 	gone   bool          // a keep-alive or a Txn found the etcd lease gone
 	grants int           // grants of s on it
+
+	listing  *listing  // the newest listing of its keys, in flight or done
+	listSent time.Time // when the newest listing was sent
+}
+
+// listing is one listing of the keys attached to a shared etcd lease.
+type listing struct {
+	sent time.Time
+	done chan struct{}
+	keys map[string]struct{}
+	gone bool // etcd says the etcd lease does not exist
+	err  error
+}
+
+// listEvery is the least time between two listings of one etcd lease's
+// keys: the batches that start meanwhile wait for the next.
+const listEvery = 250 * time.Millisecond
+
+// list returns a listing of the keys attached to the etcd lease that was
+// sent at or after begin: the one in flight if it was, or a new one (at
+// most one per listEvery; batches share it).
+func (ss *session) list(ctx context.Context, begin time.Time) (*listing, error) {
+	for {
+		ss.mu.Lock()
+		l := ss.listing
+		if l != nil && !l.sent.Before(begin) {
+			ss.mu.Unlock()
+			select {
+			case <-l.done:
+				if l.err != nil {
+					return nil, l.err
+				}
+				return l, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+		if l != nil {
+			select {
+			case <-l.done:
+			default:
+				// One in flight, sent too early for this batch: wait for it,
+				// then start the next.
+				ss.mu.Unlock()
+				select {
+				case <-l.done:
+					continue
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+			}
+		}
+		now := ss.s.clock.Now()
+		if wait := ss.listSent.Add(listEvery).Sub(now); wait > 0 {
+			ss.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				return nil, context.Cause(ctx)
+			}
+		}
+		l = &listing{sent: now, done: make(chan struct{})}
+		ss.listing, ss.listSent = l, now
+		ss.mu.Unlock()
+		if !ss.s.goBackground(func() { ss.fetch(l) }) {
+			l.err = errClosed
+			close(l.done)
+		}
+	}
+}
+
+// fetch runs listing l: one TimeToLive with the attached keys.
+func (ss *session) fetch(l *listing) {
+	defer close(l.done)
+	ctx, cancel := context.WithTimeout(ss.s.bgCtx, max(ss.ttlNow(), time.Second))
+	defer cancel()
+	resp, err := ss.s.cli.TimeToLive(ctx, ss.id, clientv3.WithAttachedKeys())
+	switch {
+	case err != nil && leaseGone(err):
+		l.gone = true
+	case err != nil:
+		l.err = err
+	case resp.TTL < 0:
+		l.gone = true // the etcd lease does not exist
+	case resp.TTL == 0:
+		// Less than a second left, or expired and awaiting revocation: the
+		// keep-alive beside this check tells which.
+		l.err = errors.New("the shared etcd lease has less than a second left")
+	default:
+		l.keys = make(map[string]struct{}, len(resp.Keys))
+		for _, k := range resp.Keys {
+			l.keys[string(k)] = struct{}{}
+		}
+	}
+	if l.gone {
+		ss.markGone()
+	}
+}
+
+func (ss *session) ttlNow() time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.ttl
 }
 
 // keepAlive is one keep-alive request of a session.

@@ -6,6 +6,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,10 +71,11 @@ func counted(t *testing.T) (*etcd.Store, *rpcs) {
 }
 
 const (
-	methodGrant     = "/etcdserverpb.Lease/LeaseGrant"
-	methodRevoke    = "/etcdserverpb.Lease/LeaseRevoke"
-	methodKeepAlive = "/etcdserverpb.Lease/LeaseKeepAlive"
-	methodTxn       = "/etcdserverpb.KV/Txn"
+	methodGrant      = "/etcdserverpb.Lease/LeaseGrant"
+	methodRevoke     = "/etcdserverpb.Lease/LeaseRevoke"
+	methodKeepAlive  = "/etcdserverpb.Lease/LeaseKeepAlive"
+	methodTxn        = "/etcdserverpb.KV/Txn"
+	methodTimeToLive = "/etcdserverpb.Lease/LeaseTimeToLive"
 )
 
 // leaseOf returns the etcd lease that carries resource's key.
@@ -127,19 +129,30 @@ func TestSharedLease(t *testing.T) {
 		t.Fatalf("one renewal: %v; want one Txn and at most one keep-alive", got)
 	}
 
-	// A batch of n: one Txn per 128 keys, at most one keep-alive.
+	// A batch of 100: one Txn (one compare per key), at most one keep-alive.
 	batch := make([]driver.Renewal, n)
 	for i, rec := range recs {
 		batch[i] = driver.Renewal{Resource: rec.Resource, Owner: rec.Owner, Token: rec.Token, TTL: 30 * time.Second}
 	}
+	for i, err := range s.RenewBatch(ctx, batch[:100]) {
+		if err != nil {
+			t.Fatalf("batch renewal %d: %v", i, err)
+		}
+	}
+	got = calls.take()
+	if got[methodTxn] != 1 || got[methodKeepAlive] > 1 || total(got) > 2 {
+		t.Fatalf("batch of 100: %v; want one Txn and at most one keep-alive", got)
+	}
+	// A batch of n on one etcd lease: one listing of its keys, at most one
+	// keep-alive.
 	for i, err := range s.RenewBatch(ctx, batch) {
 		if err != nil {
 			t.Fatalf("batch renewal %d: %v", i, err)
 		}
 	}
 	got = calls.take()
-	if got[methodTxn] != (n+127)/128 || got[methodKeepAlive] > 1 || total(got) > got[methodTxn]+1 {
-		t.Fatalf("batch of %d: %v; want %d Txns and at most one keep-alive", n, got, (n+127)/128)
+	if got[methodTimeToLive] != 1 || got[methodKeepAlive] > 1 || total(got) > 2 {
+		t.Fatalf("batch of %d: %v; want one TimeToLive and at most one keep-alive", n, got)
 	}
 
 	// Another TTL: another etcd lease.
@@ -433,14 +446,19 @@ func TestCompaction(t *testing.T) {
 // longer holds are lost, each naming its holder when there is one, and the
 // others are renewed.
 func TestRenewBatchSaysWhichLost(t *testing.T) {
+	t.Run("Txn", func(t *testing.T) { renewBatchSaysWhichLost(t, 5) })
+	t.Run("Listing", func(t *testing.T) { renewBatchSaysWhichLost(t, 300) })
+}
+
+func renewBatchSaysWhichLost(t *testing.T, n int) {
 	s := open(t)
 	other := open(t)
 	ctx := testserver.Ctx(t)
 	r := testserver.Resource(t)
 	var batch []driver.Renewal
-	for i := 0; i < 5; i++ {
+	for i := 0; i < n; i++ {
 		o, _ := tenure.NewOwner("batch")
-		name := r + "/" + string(rune('a'+i))
+		name := fmt.Sprintf("%s/%d", r, i)
 		rec, err := s.Acquire(ctx, name, o, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
