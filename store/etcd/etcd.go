@@ -50,7 +50,7 @@
 // vanished goes when its shared etcd lease expires (ceil(TTL) + the margin
 // after its last keep-alive, plus up to 0.5 s) or, when the Store lives on, when
 // the reaper takes it (ceil(TTL) after its last confirmed renewal, plus up
-// to 0.5 s). A leader change (or a restart of a single member) extends
+// to a tenth of the TTL, at least 0.5 s). A leader change (or a restart of a single member) extends
 // every etcd lease by its full TTL: leases then live longer, never shorter.
 //
 // # Notifications

@@ -40,8 +40,10 @@ import (
 // after it.
 
 const (
-	// reapEvery is how often the reaper looks for grants that have not been
-	// confirmed for their TTL (etcd checks its own leases every 500 ms).
+	// reapEvery is how often, at least, the reaper looks for grants that
+	// have not been confirmed for their TTL (etcd checks its own leases
+	// every 500 ms); with longer TTLs it looks every tenth of the shortest,
+	// at most every 5 s.
 	reapEvery = 500 * time.Millisecond
 	// rotateAfter is how long new grants go to one shared etcd lease; later
 	// ones go to a new one, so that an etcd lease ends (and takes any key a
@@ -505,7 +507,7 @@ func (s *Store) addGhost(key, owner string, ss *session, life time.Duration) {
 // conditioned on the grant (owner and token), retrying until etcd answers;
 // and it checks the ghosts that are due.
 func (s *Store) reap() {
-	t := time.NewTicker(reapEvery)
+	t := time.NewTimer(reapEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -522,12 +524,19 @@ func (s *Store) reap() {
 			s.mu.Unlock()
 			return
 		}
+		shortest := time.Duration(-1)
 		for _, g := range s.grants {
 			if g.reaped || now.Sub(g.confirmed) >= g.life {
 				g.reaped = true
 				due = append(due, g)
 			}
+			if shortest < 0 || g.life < shortest {
+				shortest = g.life
+			}
 		}
+		// The next look: a tenth of the shortest TTL, from 500 ms to 5 s, so
+		// that many long leases cost few scans.
+		t.Reset(min(max(shortest/10, reapEvery), 5*time.Second))
 		kept := s.ghosts[:0]
 		for _, h := range s.ghosts {
 			if h.ss.over(now) {
