@@ -46,12 +46,13 @@
 // a lease at least the requested time (the holder's local deadline still
 // uses the requested TTL). etcd also raises a lease's TTL to its minimum,
 // 1.5 × the election timeout rounded up (2 s with the default 1 s election
-// timeout), and checks for expired leases every 500 ms. A grant whose holder
-// vanished goes when its shared etcd lease expires (ceil(TTL) + the margin
-// after its last keep-alive, plus up to 0.5 s) or, when the Store lives on, when
-// the reaper takes it (ceil(TTL) after its last confirmed renewal, plus up
-// to a tenth of the TTL, at least 0.5 s). A leader change (or a restart of a single member) extends
-// every etcd lease by its full TTL: leases then live longer, never shorter.
+// timeout), and checks for expired leases every 500 ms. A grant whose
+// holder vanished goes when its shared etcd lease expires (ceil(TTL) + the
+// margin after its last keep-alive, plus up to 0.5 s) or, when the Store
+// lives on, when the reaper takes it (ceil(TTL) after its last confirmed
+// renewal, plus up to a tenth of the TTL, at least 0.5 s). A leader change
+// (or a restart of a single member) extends every etcd lease by its full
+// TTL: leases then live longer, never shorter.
 //
 // # Notifications
 //
