@@ -88,104 +88,75 @@ type session struct {
 	gone   bool          // a keep-alive or a Txn found the etcd lease gone
 	grants int           // grants of s on it
 
-	listing  *listing  // the newest listing of its keys, in flight or done
-	listSent time.Time // when the newest listing was sent
+	auditing bool      // a listing of its keys runs
+	audited  time.Time // when the last listing was sent
 }
 
-// listing is one listing of the keys attached to a shared etcd lease.
-type listing struct {
-	sent time.Time
-	done chan struct{}
-	keys map[string]struct{}
-	gone bool // etcd says the etcd lease does not exist
-	err  error
-}
+// auditing is set while a listing of the etcd lease's keys runs.
 
-// listEvery is the least time between two listings of one etcd lease's
-// keys: the batches that start meanwhile wait for the next.
-const listEvery = 250 * time.Millisecond
-
-// list returns a listing of the keys attached to the etcd lease that was
-// sent at or after begin: the one in flight if it was, or a new one (at
-// most one per listEvery; batches share it).
-func (ss *session) list(ctx context.Context, begin time.Time) (*listing, error) {
-	for {
-		ss.mu.Lock()
-		l := ss.listing
-		if l != nil && !l.sent.Before(begin) {
-			ss.mu.Unlock()
-			select {
-			case <-l.done:
-				if l.err != nil {
-					return nil, l.err
-				}
-				return l, nil
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
-			}
-		}
-		if l != nil {
-			select {
-			case <-l.done:
-			default:
-				// One in flight, sent too early for this batch: wait for it,
-				// then start the next.
-				ss.mu.Unlock()
-				select {
-				case <-l.done:
-					continue
-				case <-ctx.Done():
-					return nil, context.Cause(ctx)
-				}
-			}
-		}
-		now := ss.s.clock.Now()
-		if wait := ss.listSent.Add(listEvery).Sub(now); wait > 0 {
-			ss.mu.Unlock()
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-				continue
-			case <-ctx.Done():
-				t.Stop()
-				return nil, context.Cause(ctx)
-			}
-		}
-		l = &listing{sent: now, done: make(chan struct{})}
-		ss.listing, ss.listSent = l, now
+// audit starts, unless one ran less than auditEvery(secs) ago or one is
+// running, a listing of the keys attached to the etcd lease (TimeToLive with
+// keys: etcd's lessor answers it from memory, without reading its key-value
+// store) in the background. When it answers, every grant of the Store on
+// this etcd lease, recorded before the listing was sent, whose key it does
+// not show is marked suspect: its next renewal reads the key. If etcd says
+// the etcd lease does not exist, the session is gone.
+func (ss *session) audit() {
+	ss.mu.Lock()
+	now := ss.s.clock.Now()
+	if ss.auditing || now.Sub(ss.audited) < auditEvery(ss.secs) {
 		ss.mu.Unlock()
-		if !ss.s.goBackground(func() { ss.fetch(l) }) {
-			l.err = errClosed
-			close(l.done)
-		}
+		return
+	}
+	ss.auditing, ss.audited = true, now
+	ss.mu.Unlock()
+	if !ss.s.goBackground(func() { ss.list(now) }) {
+		ss.mu.Lock()
+		ss.auditing = false
+		ss.mu.Unlock()
 	}
 }
 
-// fetch runs listing l: one TimeToLive with the attached keys.
-func (ss *session) fetch(l *listing) {
-	defer close(l.done)
+// auditEvery is the least time between two listings of the keys of a
+// shared etcd lease for TTLs of secs seconds: a tenth of the TTL, from 1 s
+// to 5 s.
+func auditEvery(secs int64) time.Duration {
+	return min(max(time.Duration(secs)*time.Second/10, time.Second), 5*time.Second)
+}
+
+// list runs one listing sent at sent (see audit).
+func (ss *session) list(sent time.Time) {
+	defer func() {
+		ss.mu.Lock()
+		ss.auditing = false
+		ss.mu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(ss.s.bgCtx, max(ss.ttlNow(), time.Second))
 	defer cancel()
 	resp, err := ss.s.cli.TimeToLive(ctx, ss.id, clientv3.WithAttachedKeys())
 	switch {
-	case err != nil && leaseGone(err):
-		l.gone = true
-	case err != nil:
-		l.err = err
-	case resp.TTL < 0:
-		l.gone = true // the etcd lease does not exist
-	case resp.TTL == 0:
-		// Less than a second left, or expired and awaiting revocation: the
-		// keep-alive beside this check tells which.
-		l.err = errors.New("the shared etcd lease has less than a second left")
-	default:
-		l.keys = make(map[string]struct{}, len(resp.Keys))
-		for _, k := range resp.Keys {
-			l.keys[string(k)] = struct{}{}
-		}
-	}
-	if l.gone {
+	case err != nil && leaseGone(err), err == nil && resp.TTL < 0:
 		ss.markGone()
+		return
+	case err != nil || resp.TTL == 0:
+		// Unknown, or less than a second left (or expired and awaiting
+		// revocation): the keep-alives tell.
+		return
+	}
+	listed := make(map[string]struct{}, len(resp.Keys))
+	for _, k := range resp.Keys {
+		listed[string(k)] = struct{}{}
+	}
+	s := ss.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, g := range s.grants {
+		if g.ss != ss || !g.added.Before(sent) {
+			continue
+		}
+		if _, ok := listed[key]; !ok {
+			g.suspect = true
+		}
 	}
 }
 
@@ -409,6 +380,11 @@ type grant struct {
 	confirmed time.Time
 	// reaped: the reaper took it; no renewal is confirmed any more.
 	reaped bool
+	// added is when the Store recorded it (s.clock); suspect: a listing of
+	// its etcd lease's keys sent after that did not show its key, so its
+	// next renewal reads the key.
+	added   time.Time
+	suspect bool
 }
 
 // lookup returns this Store's grant of key with owner and token, or nil.
@@ -430,6 +406,7 @@ func (s *Store) add(g *grant) {
 		s.dropLocked(old)
 	}
 	g.confirmed = s.clock.Now()
+	g.added = g.confirmed
 	s.grants[g.key] = g
 	g.ss.mu.Lock()
 	g.ss.grants++
