@@ -30,8 +30,9 @@
 //     linearizable read, whose else branch names the new holder.
 //   - Release is one transaction: delete the key if it holds this owner and
 //     token, else read it (naming the holder).
-//   - RenewBatch checks up to 128 keys per transaction, beside at most one
-//     keep-alive per shared etcd lease.
+//   - RenewBatch needs at most one keep-alive per shared etcd lease; it
+//     checks up to 128 keys per transaction, or, for 128 or more grants of
+//     one etcd lease, audits that etcd lease's keys in the background.
 //
 // A grant not renewed for its TTL while others keep its etcd lease alive is
 // deleted by the Store's reaper, conditioned on the grant, and never renewed
