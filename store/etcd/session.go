@@ -25,10 +25,11 @@ import (
 // the last keep-alive already covers that, the operation is one KV request
 // (a Txn); otherwise a keep-alive runs beside it, and the operation is
 // confirmed only when both are. Any operation that finds the last
-// keep-alive older than half the margin starts one in the background, so
-// under steady use no operation waits for a keep-alive (unless keep-alives
-// take longer than half the margin), and an etcd lease costs at most about
-// two keep-alives per margin, whatever the number of keys on it.
+// keep-alive older than a quarter of the margin starts one in the
+// background (several may be in flight), so under steady use no operation
+// waits for a keep-alive unless keep-alives take longer than three quarters
+// of the margin, and an etcd lease costs at most about four keep-alives per
+// margin, whatever the number of keys on it.
 //
 // Per-grant expiry is the Store's: an etcd lease kept alive for the others
 // would otherwise keep a key whose own holder stopped renewing it. The
@@ -191,7 +192,7 @@ func (ss *session) start(need time.Time) *keepAlive {
 	}
 	now := ss.s.clock.Now()
 	if ss.freshLocked(need) {
-		refresh := margin(ss.secs) / 2
+		refresh := margin(ss.secs) / 4
 		if now.Sub(ss.sent) > refresh && (ss.flight == nil || now.Sub(ss.flight.sent) > refresh) {
 			ss.startLocked(now)
 		}
