@@ -716,8 +716,14 @@ func TestCloseDuringAcquire(t *testing.T) {
 
 func TestHeldErrorMessages(t *testing.T) {
 	e := &tenure.HeldError{Holder: tenure.Record{Resource: "r", Owner: "web-1:7#00ff", Token: 4, Remaining: 1500 * time.Millisecond}}
-	if got := e.Error(); got != `tenure: "r" is held by web-1:7#00ff (token 4, 1.5s left)` {
+	if got := e.Error(); got != `tenure: "r" is held by "web-1:7#00ff" (token 4, 1.5s left)` {
 		t.Errorf("HeldError = %q", got)
+	}
+	// Strings from other hosts are quoted: no control character or terminal
+	// escape reaches a log or a terminal.
+	e = &tenure.HeldError{Holder: tenure.Record{Resource: "r\x1b[2J", Owner: "evil\x1b]0;x\x07#1"}}
+	if got := e.Error(); strings.ContainsAny(got, "\x1b\x07") {
+		t.Errorf("HeldError prints control characters raw: %q", got)
 	}
 	e = &tenure.HeldError{Holder: tenure.Record{Resource: "r", Token: 5}}
 	if got := e.Error(); !strings.Contains(got, "changed hands") || !errors.Is(e, tenure.ErrHeld) {
