@@ -94,8 +94,10 @@ func BenchmarkEtcdVsMutex(b *testing.B) {
 // mutexSystem is concurrency.Mutex with one Session per client.
 type mutexSystem struct{ store *etcd.Store }
 
-func (s *mutexSystem) Name() string  { return "etcd-mutex" }
-func (s *mutexSystem) Ops() []string { return []string{bench.OpAcquire, bench.OpRenew, bench.OpRelease} }
+func (s *mutexSystem) Name() string { return "etcd-mutex" }
+func (s *mutexSystem) Ops() []string {
+	return []string{bench.OpAcquire, bench.OpRenew, bench.OpRelease}
+}
 
 func (s *mutexSystem) NewClient(id string) (bench.Client, error) {
 	sess, err := concurrency.NewSession(s.store.Client(), concurrency.WithTTL(10))
@@ -140,8 +142,10 @@ func (c *mutexClient) Close() { c.once.Do(func() { _ = c.sess.Close() }) }
 // the driver costs apart from the core.
 type driverSystem struct{ store *etcd.Store }
 
-func (s *driverSystem) Name() string  { return "etcd-driver" }
-func (s *driverSystem) Ops() []string { return []string{bench.OpAcquire, bench.OpRenew, bench.OpRelease} }
+func (s *driverSystem) Name() string { return "etcd-driver" }
+func (s *driverSystem) Ops() []string {
+	return []string{bench.OpAcquire, bench.OpRenew, bench.OpRelease}
+}
 
 func (s *driverSystem) NewClient(id string) (bench.Client, error) {
 	owner, err := tenure.NewOwner(id)
