@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -773,5 +774,47 @@ func TestWaitMarkKept(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the holder did not learn of the forced release")
+	}
+}
+
+// TestWaitersHandDown: several blocked Acquires of one Store, polling once
+// an hour, are handed the resource one after the other by releases alone:
+// a lease granted while others of the Store still wait is marked from its
+// grant, so its release wakes the next (a lease granted unmarked would
+// leave them asleep).
+func TestWaitersHandDown(t *testing.T) {
+	s, _ := prefixed(t)
+	ctx := testserver.Ctx(t)
+	holder := testserver.Locker(t, s)
+	lh, err := holder.TryAcquire(ctx, "r", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	var waiting sync.WaitGroup
+	granted := make(chan error, n)
+	for i := 0; i < n; i++ {
+		waiting.Add(1)
+		go func() {
+			var once sync.Once
+			lk := testserver.Locker(t, s, tenure.WithRetry(time.Hour, time.Hour))
+			l, err := lk.Acquire(ctx, "r", 30*time.Second, tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(waiting.Done) }))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			once.Do(waiting.Done)
+			granted <- err
+		}()
+	}
+	waiting.Wait()
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No deadline of the test's own: a waiter not woken gives up when ctx
+	// ends, with an error that says so.
+	for i := 0; i < n; i++ {
+		if err := <-granted; err != nil {
+			t.Fatalf("%d of %d waiters granted; the next one: %v", i, n, err)
+		}
 	}
 }

@@ -97,7 +97,9 @@ func (s *Store) session(ctx context.Context) error {
 // so that a release right after Subscribe returns is seen; otherwise it
 // returns an error and the caller polls. A release publishes only for a
 // lease marked as waited for: while the subscription lasts, each acquire
-// attempt of this Store that finds resource held marks that lease. A
+// attempt of this Store that finds resource held marks that lease, and each
+// that is granted marks its own (the others still wait), so that releases
+// hand the resource down the waiters one after the other. A
 // notification is only a hint. The returned function ends the
 // subscription; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {

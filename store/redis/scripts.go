@@ -152,10 +152,15 @@ end
 return tok`
 
 // acquire: KEYS: lease, counter[, old counter]. ARGV: owner, ttl ms, "w"
-// when the caller waits for this resource (then a lease found held is
-// marked, so that its release publishes). Returns the token (an integer)
-// when granted or when this owner already holds it (renewed), or {value,
-// pttl} of the holder.
+// when this Store has subscribers waiting for the resource (then a lease
+// found held is marked, so that its release publishes, and so is a lease
+// granted, since the other subscribers still wait: a release wakes one
+// waiter of each Store, and the others of that Store make no attempt that
+// would mark the next lease. The Store cannot tell the caller's own
+// subscription from another's, so the last waiter's lease is marked too,
+// and its release publishes once for nobody). Returns the token (an
+// integer) when granted or when this owner already holds it (renewed), or
+// {value, pttl} of the holder.
 //
 // The lease is written first, if the key is free, with the clock as its
 // token (SET NX GET, Redis 7.0 and later; GET and SET before), and the
@@ -164,7 +169,9 @@ return tok`
 const acquire = `
 local t = redis.call('TIME')
 local s = t[1] .. string.format('%06d', t[2])
-local tail = ':' .. ARGV[1] .. ':' .. ARGV[2]
+local w = ''
+if ARGV[3] == 'w' then w = '+' end
+local tail = ':' .. ARGV[1] .. ':' .. ARGV[2] .. w
 local v = redis.pcall('SET', @K, s .. tail, 'NX', 'GET', 'PX', ARGV[2])
 if type(v) == 'table' and v.err and not string.find(v.err, 'WRONGTYPE', 1, true) then
 	v = redis.pcall('GET', @K)
@@ -179,6 +186,7 @@ if v then
 		local tok, owner, ttl, mark = string.match(v, '^(%d+):(.*):(%d+)(%+?)$')
 		if tok then
 			if owner == ARGV[1] then
+				if mark == '' then mark = w end
 				redis.call('SET', @K, tok .. ':' .. owner .. ':' .. ARGV[2] .. mark, 'PX', ARGV[2])
 				return tonumber(tok)
 			end
@@ -187,7 +195,7 @@ if v then
 				pttl = tonumber(ttl)
 				if pttl > 0 then redis.call('PEXPIRE', @K, pttl) end
 			end
-			if ARGV[3] == 'w' and mark == '' and pttl > 0 then
+			if w ~= '' and mark == '' and pttl > 0 then
 				redis.call('SET', @K, v .. '+', 'PX', pttl)
 			end
 			return {v, pttl}
