@@ -3,6 +3,7 @@ package tenure
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tenure-go/tenure/driver"
 )
@@ -72,3 +73,74 @@ var (
 	// ErrClosed is returned by a Locker after Close.
 	ErrClosed = errors.New("tenure: locker closed")
 )
+
+// Why a lease was lost (design rule 8). A lost lease's cause is a
+// *LostError whose Reason is one of these; both wrap ErrLeaseLost.
+var (
+	// ErrLeaseExpired means that the lease's local deadline passed before a
+	// renewal was confirmed: the store could not be reached, answered too
+	// slowly, or its answers were lost. The LostError also wraps the last
+	// store error.
+	ErrLeaseExpired = fmt.Errorf("%w: no renewal was confirmed before the deadline", ErrLeaseLost)
+
+	// ErrNotHolder means that the store answered that this grant no longer
+	// holds the lease: someone released it (an operator's forced release),
+	// it expired in the store, or another owner was granted it. The
+	// LostError wraps a *HeldError naming the new holder when the store
+	// said who it is.
+	ErrNotHolder = fmt.Errorf("%w: the store says this grant no longer holds it", ErrLeaseLost)
+)
+
+// LostError is the cause of a lost lease: the context.Cause of its context,
+// the argument of the WithOnLost callback, and what Renew and Release return
+// after the loss. It matches ErrLeaseLost and its Reason with errors.Is, and
+// the store error behind the loss (a driver error, a *HeldError naming the
+// new holder) with errors.Is and errors.As:
+//
+//	if errors.Is(cause, tenure.ErrNotHolder) {
+//		var held *tenure.HeldError
+//		if errors.As(cause, &held) { log.Printf("taken by %s", held.Holder.Owner) }
+//	}
+type LostError struct {
+	// Resource and Token identify the lost lease.
+	Resource string
+	Token    uint64
+	// Reason is ErrLeaseExpired or ErrNotHolder.
+	Reason error
+	// Err is the store error behind the loss: the last failed renewal for
+	// ErrLeaseExpired (nil if none failed: the process may have been paused
+	// or suspended), the store's answer for ErrNotHolder.
+	Err error
+	// SinceConfirmed is how long before the loss the last confirmed acquire
+	// or renewal was sent.
+	SinceConfirmed time.Duration
+	// TTL is the lease's TTL.
+	TTL time.Duration
+}
+
+// Error describes the loss; the resource name is quoted.
+func (e *LostError) Error() string {
+	s := fmt.Sprintf("tenure: lease on %q (token %d) lost: ", e.Resource, e.Token)
+	if errors.Is(e.Reason, ErrNotHolder) {
+		s += "the store says this grant no longer holds it"
+	} else {
+		s += fmt.Sprintf("no renewal was confirmed in time (the last confirmed one was sent %v before; TTL %v)",
+			e.SinceConfirmed.Round(time.Millisecond), e.TTL)
+	}
+	var held *HeldError
+	switch {
+	case errors.As(e.Err, &held) && held.Holder.Owner != "":
+		s += fmt.Sprintf("; now held by %q (token %d)", held.Holder.Owner, held.Holder.Token)
+	case e.Err != nil:
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the reason and the store error.
+func (e *LostError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Reason}
+	}
+	return []error{e.Reason, e.Err}
+}

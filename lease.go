@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -19,44 +19,46 @@ const (
 	stateReleased
 )
 
-// Lease is a granted lease. It is renewed in the background every TTL/3 (or
-// WithRenewInterval) until it is released or lost. All methods are safe for
-// concurrent use.
+// Lease is a granted lease: one grant of a resource. It is renewed in the
+// background every TTL/3 (or WithRenewInterval) until it is released or
+// lost. All methods are safe for concurrent use.
 //
 // The lease may be trusted until Deadline, which is computed from the
-// monotonic clock reading taken before the confirming request was sent:
-// tSend + TTL·(1−ρ). Err, Context().Err() and Context().Done() compare the
-// clock with the deadline on every call, so a check made right after the
-// process resumes from a pause longer than the TTL already reports the loss,
-// before any timer fires.
+// Locker's clock reading taken before the confirming request was sent:
+// tSend + TTL·(1−ρ). Err, Context().Err(), Context().Done() and
+// Context().Value() compare the clock with the deadline on every call, so a
+// check made right after the process resumes from a pause or a suspend
+// longer than the TTL already reports the loss, before any timer fires.
 type Lease struct {
 	lk       *Locker
 	resource string
+	owner    string // this grant's owner string
 	token    uint64
 	ttl      time.Duration
 	trust    time.Duration
 	interval time.Duration
 
-	ctx      *leaseContext
-	cancel   context.CancelCauseFunc
-	opCtx    context.Context // cancelled when the lease ends: aborts store calls in flight
-	opCancel context.CancelFunc
+	ctx    *leaseContext
+	cancel context.CancelCauseFunc
+	opCtx  context.Context // cancelled when the lease ends: aborts store calls in flight
 
 	mu       sync.Mutex
 	state    leaseState
 	cause    error
 	deadline time.Time
 	lastSend time.Time // tSend of the last confirmed acquire or renew
-	watchdog clockwork.Timer
+	lastErr  error     // the last failed renewal's error, for the loss cause
+	watchdog clock.Timer
 	failures int // consecutive failed background renewals
 
 	sched *schedEntry // guarded by the Locker's scheduler
 }
 
-func newLease(lk *Locker, parent context.Context, resource string, ttl time.Duration, token uint64, tSend, deadline time.Time) *Lease {
+func newLease(lk *Locker, parent context.Context, resource, owner string, ttl time.Duration, token uint64, tSend, deadline time.Time) *Lease {
 	l := &Lease{
 		lk:       lk,
 		resource: resource,
+		owner:    owner,
 		token:    token,
 		ttl:      ttl,
 		trust:    lk.trust(ttl),
@@ -67,7 +69,10 @@ func newLease(lk *Locker, parent context.Context, resource string, ttl time.Dura
 	inner, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	l.ctx = &leaseContext{Context: inner, l: l}
 	l.cancel = cancel
-	l.opCtx, l.opCancel = context.WithCancel(context.Background())
+	// Store calls of the background renewal run on the lease's inner
+	// context: they carry the caller's values and are abandoned when the
+	// lease ends.
+	l.opCtx = inner
 	return l
 }
 
@@ -83,8 +88,9 @@ func (l *Lease) start(now time.Time) {
 // Resource returns the name of the leased resource.
 func (l *Lease) Resource() string { return l.resource }
 
-// Owner returns the owner string the store keeps for this lease.
-func (l *Lease) Owner() string { return l.lk.owner }
+// Owner returns the owner string the store keeps for this grant: the
+// Locker's owner (Locker.Owner), ".", and the number of the grant.
+func (l *Lease) Owner() string { return l.owner }
 
 // Token returns the fencing token: it strictly increases with every new grant
 // of the resource. Pass it to what the lease protects so it can reject
@@ -96,17 +102,27 @@ func (l *Lease) Token() uint64 { return l.token }
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // Deadline returns the local time until which the lease may be trusted, on
-// the Locker's clock (monotonic for the real clock). It moves forward with
-// every confirmed renewal.
+// the Locker's clock. It moves forward with every confirmed renewal. The
+// real clock counts time spent suspended, so after a suspend it runs ahead
+// of time.Now() by that time; use Remaining for the time left.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
 }
 
+// Remaining returns the time left until Deadline on the Locker's clock,
+// zero once the lease is lost or released.
+func (l *Lease) Remaining() time.Duration {
+	if l.Err() != nil {
+		return 0
+	}
+	return max(0, l.Deadline().Sub(l.lk.clock.Now()))
+}
+
 // Err returns nil while the lease may be trusted, and otherwise the cause of
-// its end, which wraps ErrLeaseLost (ErrReleased after Release). It reads the
-// clock itself.
+// its end: a *LostError (errors.Is ErrLeaseLost) after a loss, ErrReleased
+// after Release. It reads the clock itself.
 func (l *Lease) Err() error {
 	l.check()
 	l.mu.Lock()
@@ -129,13 +145,17 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 // check ends the lease if its deadline has passed.
 func (l *Lease) check() {
 	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
 	now := l.lk.clock.Now()
-	expired := l.state == stateHeld && !now.Before(l.deadline)
-	since := now.Sub(l.lastSend)
+	expired := !now.Before(l.deadline)
+	since, lastErr := now.Sub(l.lastSend), l.lastErr
 	l.mu.Unlock()
 	if expired {
-		l.lose(fmt.Errorf("%w: no renewal of %q was confirmed in time (the last confirmed one was sent %v ago; TTL %v)",
-			ErrLeaseLost, l.resource, since.Round(time.Millisecond), l.ttl), reasonDeadline, false)
+		l.lose(&LostError{Resource: l.resource, Token: l.token, Reason: ErrLeaseExpired, Err: lastErr,
+			SinceConfirmed: since, TTL: l.ttl}, reasonDeadline, false)
 	}
 }
 
@@ -146,9 +166,11 @@ const (
 )
 
 // lose ends a held lease exactly once: cancel the context with cause, abort
-// store calls in flight, run the loss callback. Unless the store said the
-// lease is gone (definite), it also tries once to free it in the store, so
-// that a holder that lost it locally does not block others for a whole TTL.
+// store calls in flight, forget the lease (so that a TryAcquire, even from
+// the loss callback, makes a new grant), run the loss callback. Unless the
+// store said the lease is gone (definite), it also frees it in the store in
+// the background, so that a holder that lost it locally does not block
+// others for a whole TTL.
 func (l *Lease) lose(cause error, reason string, definite bool) {
 	l.mu.Lock()
 	if l.state != stateHeld {
@@ -158,27 +180,23 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	l.state = stateLost
 	l.cause = cause
 	l.stopTimersLocked()
+	until := l.lastSend.Add(l.ttl) // the latest the store may still keep it
 	l.mu.Unlock()
 
 	l.cancel(cause)
-	l.opCancel()
+	l.lk.forget(l)
 	l.lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
 	l.lk.tel.leaseLost(l.resource, reason)
 	if f := l.lk.cfg.onLost; f != nil {
 		go f(l, cause)
 	}
 	if definite {
-		l.lk.forget(l)
 		return
 	}
-	// One conditional release, bounded by the TTL: a renewal sent before the
-	// loss may still have been applied, so the store may keep the lease up
-	// to a TTL from now.
-	l.lk.background(func() {
-		defer l.lk.forget(l)
-		ctx, cancel := l.lk.bounded(context.Background(), l.ttl)
-		defer cancel()
-		if err := l.lk.store.Release(ctx, l.resource, l.lk.owner, l.token); err == nil {
+	// A renewal sent before the loss may still have been applied, so the
+	// store may keep the lease up to a TTL after it was sent.
+	l.lk.background(until, func() {
+		if err := l.releaseUntil(context.Background(), until, nil); err == nil {
 			l.lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.token)
 		}
 	})
@@ -195,12 +213,16 @@ func (l *Lease) scheduleLocked(d time.Duration) {
 	l.lk.sched.schedule(l, l.lk.clock.Now().Add(max(d, 0)))
 }
 
-// backgroundRenew renews once and schedules the next renewal: at the
-// interval after the confirmed request was sent, or after a backoff delay
-// when it failed with a transient error. The watchdog ends the lease at the
-// deadline whatever happens here.
+// backgroundRenew renews once and schedules the next renewal.
 func (l *Lease) backgroundRenew() {
-	err := l.renew(l.opCtx)
+	l.afterBackground(l.renew(l.opCtx))
+}
+
+// afterBackground schedules the next background renewal after one that
+// ended with err: at the interval after the confirmed request was sent, or
+// after a backoff delay when it failed with a transient error. The watchdog
+// ends the lease at the deadline whatever happens here.
+func (l *Lease) afterBackground(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld {
@@ -212,23 +234,29 @@ func (l *Lease) backgroundRenew() {
 		l.scheduleLocked(l.lastSend.Add(l.interval).Sub(now))
 		return
 	}
-	l.lk.log.Warn("renewal failed; retrying until the deadline", "resource", l.resource, "token", l.token, "err", err, "left", l.deadline.Sub(now))
+	left := l.deadline.Sub(now)
+	l.lk.log.Warn("renewal failed; retrying until the deadline", "resource", l.resource, "token", l.token, "err", err, "left", left)
 	p := l.lk.cfg.retry
 	p.Cap = min(p.Cap, l.interval)
 	d := p.Delay(l.failures)
 	l.failures++
-	if now.Add(d).Before(l.deadline) {
+	// Never wait past half the time left: a delay that would overshoot the
+	// deadline (or come close to it) retries sooner, while an answer can
+	// still save the lease.
+	d = min(d, left/2)
+	if d > 0 {
 		l.scheduleLocked(d)
 	}
 }
 
 // Renew renews the lease now, outside the background schedule. It returns
 // nil when the store confirmed the renewal (the deadline then moves to the
-// request's send time + TTL·(1−ρ)); an error wrapping ErrLeaseLost when the
-// lease is lost (the store no longer has this owner and token, or the
-// deadline passed); or the store's error wrapped, when the renewal failed
-// but the lease remains trusted until its deadline. The call is bounded by
-// the time left on the lease.
+// request's send time + TTL·(1−ρ), and background renewal resumes from
+// there); a *LostError (errors.Is ErrLeaseLost) when the lease is lost (the
+// store no longer has this grant, or the deadline passed); or the store's
+// error wrapped, when the renewal failed but the lease remains trusted until
+// its deadline. The call is bounded by ctx and by the time left on the
+// lease.
 func (l *Lease) Renew(ctx context.Context) error {
 	return l.renew(ctx)
 }
@@ -247,35 +275,46 @@ func (l *Lease) renew(ctx context.Context) error {
 		l.check()
 		return l.Err()
 	}
+	// The call is bounded by the time left: a renewal that answers later
+	// cannot save the lease. (A manual renewal in flight when the lease is
+	// released runs on to that bound; its answer is then ignored.)
 	ctx, span := l.lk.tel.start(ctx, "tenure.renew", l.resource)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.opCtx, cancel)
-	defer stop()
 	cctx, cancelBound := l.lk.bounded(ctx, left)
 	defer cancelBound()
 
 	tSend := l.lk.clock.Now()
-	err := l.lk.store.Renew(cctx, l.resource, l.lk.owner, l.token, l.ttl)
-	l.lk.tel.renewed(ctx, span, l.resource, l.lk.clock.Since(tSend), err)
+	err := l.lk.store.Renew(cctx, l.resource, l.owner, l.token, l.ttl)
+	l.lk.tel.renewed(ctx, span, l.resource, l.lk.clock.Now().Sub(tSend), err)
+	return l.settle(tSend, err)
+}
+
+// settle applies the store's answer to a renewal sent at tSend.
+func (l *Lease) settle(tSend time.Time, err error) error {
 	switch {
 	case err == nil:
 		return l.confirm(tSend)
 	case errors.Is(err, ErrLeaseLost):
-		cause := fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, err)
+		l.mu.Lock()
+		since := l.lk.clock.Now().Sub(l.lastSend)
+		l.mu.Unlock()
+		cause := &LostError{Resource: l.resource, Token: l.token, Reason: ErrNotHolder, Err: err, SinceConfirmed: since, TTL: l.ttl}
 		l.lose(cause, reasonNotOwner, true)
-		return cause
+		return l.Err()
 	default:
 		if e := l.Err(); e != nil {
 			return e
 		}
+		l.mu.Lock()
+		l.lastErr = err
+		l.mu.Unlock()
 		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, err)
 	}
 }
 
-// confirm moves the deadline after a renewal sent at tSend was confirmed. A
-// confirmation that arrives after the current deadline does not revive the
-// lease: it was lost at the deadline.
+// confirm moves the deadline after a renewal sent at tSend was confirmed,
+// and schedules the next renewal from it. A confirmation that arrives after
+// the current deadline does not revive the lease: it was lost at the
+// deadline.
 func (l *Lease) confirm(tSend time.Time) error {
 	l.mu.Lock()
 	if l.state != stateHeld {
@@ -292,31 +331,30 @@ func (l *Lease) confirm(tSend time.Time) error {
 	if nd := tSend.Add(l.trust); nd.After(l.deadline) {
 		l.deadline = nd
 		l.lastSend = tSend
+		l.lastErr = nil
+		l.failures = 0
 		l.watchdog.Reset(nd.Sub(now))
+		l.scheduleLocked(tSend.Add(l.interval).Sub(now))
 	}
 	l.mu.Unlock()
 	return nil
 }
 
-// Release ends the lease: it cancels the lease's context first (work stops),
-// then frees the resource in the store, conditioned on this owner and
-// token. Store calls are bounded by ctx and by the time until the store
-// would expire the lease anyway; an attempt whose answer was lost is
-// retried. It returns nil when the store confirmed that this owner no longer
-// holds the lease; an error wrapping ErrLeaseLost when the lease had
-// already been lost or released; and otherwise an error saying that the
-// store could not be reached and the lease will expire by its TTL.
-func (l *Lease) Release(ctx context.Context) error {
+// end moves a held lease to released: it stops renewal, cancels the
+// lease's context with ErrReleased and aborts store calls in flight. It
+// returns the time until which the store may keep the lease, or an error
+// (wrapping ErrLeaseLost) when the lease had already ended.
+func (l *Lease) end(op string) (time.Time, error) {
 	l.check()
 	l.mu.Lock()
 	switch l.state {
 	case stateLost:
 		err := l.cause
 		l.mu.Unlock()
-		return fmt.Errorf("tenure: release %q: %w", l.resource, err)
+		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, err)
 	case stateReleased:
 		l.mu.Unlock()
-		return fmt.Errorf("tenure: release %q: already released: %w", l.resource, ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("tenure: %s %q: already released: %w", op, l.resource, ErrLeaseLost)
 	}
 	l.state = stateReleased
 	l.cause = ErrReleased
@@ -325,27 +363,103 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	l.cancel(ErrReleased)
-	l.opCancel()
-	defer l.lk.forget(l)
-	defer l.lk.tel.leaseEnded(l.resource)
+	l.lk.forget(l)
+	l.lk.tel.leaseEnded(l.resource)
+	return until, nil
+}
 
+// Release ends the lease: it cancels the lease's context first (work stops),
+// then frees the resource in the store, conditioned on this grant (owner
+// string and token).
+//
+// The store call runs on a context that ctx's cancellation cannot cut short
+// before it is sent, bounded by the time until the store would expire the
+// lease anyway, so Release(lease.Context()) and Release on a context
+// cancelled during a renewal still free the lease (field case C13). Release
+// returns when the store answered, or when ctx ends, whichever is first; a
+// release not yet confirmed then goes on in the background until the lease
+// would expire (Locker.Close waits for it). A ctx that had already ended when
+// Release was called does not cut the first attempt short.
+//
+// It returns nil when the store confirmed that this grant no longer holds
+// the lease; an error wrapping ErrLeaseLost when the lease had already been
+// lost or released; and otherwise an error saying that the release was not
+// confirmed and the lease will expire by its TTL at the latest.
+func (l *Lease) Release(ctx context.Context) error {
+	until, err := l.end("release")
+	if err != nil {
+		return err
+	}
 	ctx, span := l.lk.tel.start(ctx, "tenure.release", l.resource)
-	err := l.releaseInStore(ctx, until)
+	err = l.releaseWithin(ctx, until)
 	l.lk.tel.released(ctx, span, l.resource, err)
 	return err
 }
 
-func (l *Lease) releaseInStore(ctx context.Context, until time.Time) error {
+// releaseWithin frees the lease in the store (see Release): in the calling
+// goroutine when ctx cannot end it early, otherwise in the background with
+// the caller waiting for the answer or for ctx.
+func (l *Lease) releaseWithin(ctx context.Context, until time.Time) error {
+	done := ctx.Done()
+	if done == nil || ctx.Err() != nil {
+		return l.releaseUntil(context.WithoutCancel(ctx), until, nil)
+	}
+	result := make(chan error, 1)
+	var last lastError
+	l.lk.background(until, func() { result <- l.releaseUntil(context.WithoutCancel(ctx), until, &last) })
+	select {
+	case err := <-result:
+		return err
+	case <-done:
+		err := fmt.Errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
+			l.resource, l.token, context.Cause(ctx), l.ttl)
+		if e := last.get(); e != nil {
+			err = fmt.Errorf("%w: %w", err, e)
+		}
+		return err
+	}
+}
+
+// lastError keeps the last error of a release running in the background,
+// for the caller that stopped waiting for it.
+type lastError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *lastError) set(err error) {
+	if e != nil {
+		e.mu.Lock()
+		e.err = err
+		e.mu.Unlock()
+	}
+}
+
+func (e *lastError) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+// releaseUntil frees the lease in the store, retrying transient failures
+// until until (when the store expires it anyway) or until ctx ends. It
+// always makes one attempt, even when the local clock says the store has
+// expired the lease already: the store's clock may run slower, and freeing a
+// lease that is gone costs one answer.
+func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastError) error {
 	lk := l.lk
 	unknown := false
 	var lastErr error
 	for attempt := 0; ; attempt++ {
-		now := lk.clock.Now()
-		if !now.Before(until) {
-			break
+		left := until.Sub(lk.clock.Now())
+		if left <= 0 {
+			if attempt > 0 {
+				break
+			}
+			left = lk.cfg.retry.Cap
 		}
-		cctx, cancel := lk.bounded(ctx, until.Sub(now))
-		err := lk.store.Release(cctx, l.resource, lk.owner, l.token)
+		cctx, cancel := lk.bounded(ctx, left)
+		err := lk.store.Release(cctx, l.resource, l.owner, l.token)
 		cancel()
 		switch {
 		case err == nil:
@@ -353,25 +467,67 @@ func (l *Lease) releaseInStore(ctx context.Context, until time.Time) error {
 		case errors.Is(err, ErrLeaseLost):
 			if unknown {
 				// An earlier attempt whose answer was lost freed it: the store
-				// now confirms that this owner does not hold it.
+				// now confirms that this grant does not hold it.
 				return nil
 			}
 			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
 		case errors.Is(err, ErrUnknownOutcome):
 			unknown = true
+		case errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
+			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
 		}
 		lastErr = err
+		last.set(err)
 		if ctx.Err() != nil || !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
 			break
 		}
-	}
-	if lastErr == nil {
-		return fmt.Errorf("tenure: release %q (token %d): %w: the store expired it before it could be released", l.resource, l.token, ErrLeaseLost)
 	}
 	if unknown {
 		lastErr = driver.UnknownOutcome(lastErr)
 	}
 	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.token, l.ttl, lastErr)
+}
+
+// ReleaseAfter ends the lease like Release (its context is cancelled with
+// ErrReleased and renewal stops), but instead of freeing the resource it
+// leaves it held in the store for d from now: one renewal of this grant with
+// TTL d, rounded as the store rounds TTLs. Nobody else is granted the
+// resource before d has passed. This is how a job run from cron on several
+// hosts whose clocks differ by a few seconds runs once per tick (ShedLock's
+// lockAtLeastFor).
+//
+// d must be a TTL the store accepts (driver.TTLChecker); otherwise the
+// error wraps ErrInvalidTTL and the lease is left as it was. d <= 0 is a
+// plain Release. It returns nil when the store confirmed the new expiry; an
+// error wrapping ErrLeaseLost when the lease had already ended or the store
+// no longer has this grant; and otherwise the store's error (the lease then
+// expires by its TTL at the latest). The call is bounded by ctx and by the
+// time until the store would expire the lease.
+func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return l.Release(ctx)
+	}
+	if c, ok := l.lk.store.(driver.TTLChecker); ok {
+		if err := c.CheckTTL(d); err != nil {
+			return fmt.Errorf("tenure: release %q after %v: %w", l.resource, d, err)
+		}
+	}
+	until, err := l.end("release")
+	if err != nil {
+		return err
+	}
+	now := l.lk.clock.Now()
+	if !now.Before(until) {
+		return fmt.Errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)
+	}
+	cctx, cancel := l.lk.bounded(context.WithoutCancel(ctx), until.Sub(now))
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	if err := l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d); err != nil {
+		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v) at the latest: %w", l.resource, d, l.token, l.ttl, err)
+	}
+	return nil
 }
 
 // leaseContext is the lease's context. Err, Done and Value check the

@@ -3,8 +3,9 @@
 // automatic renewal, and a context that is cancelled the moment the lease can
 // no longer be trusted.
 //
-// A Locker is made from a store (store/sqlite for one host, store/cassandra
-// across hosts, store/memory in tests) and acquires leases:
+// A Locker is made from a store (store/sqlite for one host, store/cassandra,
+// store/postgres, store/etcd or store/redis across hosts, store/memory in
+// tests) and acquires leases:
 //
 //	lk, err := tenure.New(store, tenure.WithOwnerID("indexer-1"))
 //	lease, err := lk.Acquire(ctx, "index-cleaner", 30*time.Second)
@@ -13,11 +14,12 @@
 //	work(lease.Context(), lease.Token())
 //
 // The client-side rules (docs/design.md) live here, once, for every store:
-// the local deadline is taken from the monotonic clock before the request is
-// sent (tSend + TTL·(1−ρ)), renewals run every TTL/3 and each is bounded by
-// the time left, a lease is lost exactly once and no later than its
-// deadline, and an operation whose outcome is unknown is resolved, never
-// guessed.
+// the local deadline is taken from a clock that counts suspended time before
+// the request is sent (tSend + TTL·(1−ρ)), renewals run every TTL/3 and each
+// is bounded by the time left, a lease is lost exactly once and no later
+// than its deadline, every acquire call is a grant of its own that no later
+// call adopts, and an operation whose outcome is unknown is resolved, never
+// guessed. The store contract is package driver.
 package tenure
 
 import (
@@ -25,156 +27,49 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
+	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/backoff"
 )
 
-// Defaults.
-const (
-	// DefaultDriftBound is ρ, the bound on how much faster the store's
-	// clock may run than the client's: a lease is trusted for TTL·(1−ρ)
-	// after the request that confirmed it was sent.
-	DefaultDriftBound = 0.01
-	// DefaultRetryBase is the upper bound of the first retry delay.
-	DefaultRetryBase = 50 * time.Millisecond
-	// DefaultRetryInterval is the largest delay between two attempts of a
-	// blocking Acquire (and between renewal retries): the "retry interval"
-	// of the liveness promise.
-	DefaultRetryInterval = time.Second
-	// DefaultMaxConcurrentRenewals bounds the store calls that background
-	// renewal makes at once for one Locker.
-	DefaultMaxConcurrentRenewals = 64
-	// DefaultReleaseTimeout bounds the release that Do and Close make.
-	DefaultReleaseTimeout = 10 * time.Second
-)
-
-// Option configures a Locker.
-type Option func(*config)
-
-type config struct {
-	ownerID       string
-	clock         clockwork.Clock
-	renewInterval time.Duration
-	retry         backoff.Policy
-	rho           float64
-	logger        *slog.Logger
-	onLost        func(*Lease, error)
-	maxRenewals   int
-	telemetry     telemetryConfig
-}
-
-// WithOwnerID sets the readable part of the owner (default DefaultOwnerID,
-// "HOST:PID"). A random nonce is always appended, so two Lockers given the
-// same id still exclude each other.
-func WithOwnerID(id string) Option { return func(c *config) { c.ownerID = id } }
-
-// WithClock sets the clock used for deadlines, renewal and backoff (default
-// the real clock, whose readings carry Go's monotonic clock). Tests pass a
-// clockwork.FakeClock.
-func WithClock(clock clockwork.Clock) Option { return func(c *config) { c.clock = clock } }
-
-// WithRenewInterval sets a fixed interval between renewals. Zero (the
-// default) renews every TTL/3. The interval must be shorter than
-// TTL·(1−ρ), or TryAcquire returns ErrInvalidTTL.
-func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
-
-// WithRetry sets the backoff of a blocking Acquire and of renewal retries:
-// delays drawn uniformly from [0, min(max, base·2^attempt)] (full jitter).
-// max is the retry interval (default 1 s); base defaults to 50 ms.
-func WithRetry(base, max time.Duration) Option {
-	return func(c *config) { c.retry = backoff.Policy{Base: base, Cap: max} }
-}
-
-// WithDriftBound sets ρ (default 0.01), the bound on how much faster the
-// store's clock may run than this process's: a lease is trusted for
-// TTL·(1−ρ) after the confirming request was sent. It must be in [0, 0.5).
-func WithDriftBound(rho float64) Option { return func(c *config) { c.rho = rho } }
-
-// WithLogger sets the structured logger. The default discards everything.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
-
-// WithOnLost sets a function called once, in its own goroutine, for every
-// lease of this Locker that is lost (not for leases released by their
-// holder), with the cause (which wraps ErrLeaseLost).
-func WithOnLost(f func(lease *Lease, cause error)) Option {
-	return func(c *config) { c.onLost = f }
-}
-
-// WithMaxConcurrentRenewals bounds the store calls that background renewal
-// makes at once (default 64). The Locker runs at most this many renewal
-// goroutines, whatever the number of leases it holds.
-func WithMaxConcurrentRenewals(n int) Option { return func(c *config) { c.maxRenewals = n } }
-
 // Locker acquires leases from a store on behalf of one owner. It is safe for
 // concurrent use. A Locker is not reentrant: while it holds (or is
 // acquiring) a resource, TryAcquire of the same resource returns a
-// *HeldError naming this Locker's own owner, and Acquire waits.
+// *HeldError naming this Locker's own grant, and Acquire waits.
 type Locker struct {
-	store  driver.Store
-	owner  string
-	clock  clockwork.Clock
-	cfg    config
-	log    *slog.Logger
-	runner *runner
-	sched  *scheduler
-	tel    *telemetry
+	store driver.Store
+	owner string
+	grant atomic.Uint64 // number of the last grant made
+	clock clock.Clock
+	cfg   config
+	log   *slog.Logger
+	renew *pool // background renewals
+	clean *pool // background clean-ups and releases
+	sched *scheduler
+	tel   *telemetry
 
-	mu     sync.Mutex
-	held   map[string]*Lease // nil value: an acquire or a clean-up is in flight
-	closed bool
-	probe  atomic.Bool // an acquire ended with its outcome unknown: read before writing
+	mu       sync.Mutex
+	held     map[string]*Lease // nil value: an acquire is in flight
+	live     int               // leases in held
+	closed   bool
+	closeCh  chan struct{} // closed by Close: wakes waiting Acquires
+	watching bool          // the suspend watch runs
+	probe    atomic.Bool   // an acquire ended with its outcome unknown: read before writing
 
-	// Clean-ups in flight (see background). A counter and a channel rather
-	// than a sync.WaitGroup: a lease can be lost, and start a clean-up,
-	// while Close is already waiting, and WaitGroup forbids an Add from
-	// zero concurrent with Wait.
-	bgMu   sync.Mutex
-	bgN    int
-	bgIdle chan struct{} // closed when bgN drops to 0; nil until Close asks
-}
-
-// background runs a clean-up (freeing a lost lease, or what an acquire with
-// an unknown outcome may have taken) on the runner; Close waits for them.
-func (lk *Locker) background(f func()) {
-	lk.bgMu.Lock()
-	lk.bgN++
-	lk.bgMu.Unlock()
-	lk.runner.submit(func() {
-		defer lk.backgroundDone()
-		f()
-	})
-}
-
-func (lk *Locker) backgroundDone() {
-	lk.bgMu.Lock()
-	defer lk.bgMu.Unlock()
-	lk.bgN--
-	if lk.bgN == 0 && lk.bgIdle != nil {
-		close(lk.bgIdle)
-		lk.bgIdle = nil
-	}
-}
-
-// backgroundIdle returns a channel closed once no clean-up is in flight.
-func (lk *Locker) backgroundIdle() <-chan struct{} {
-	lk.bgMu.Lock()
-	defer lk.bgMu.Unlock()
-	if lk.bgIdle == nil {
-		lk.bgIdle = make(chan struct{})
-		if lk.bgN == 0 {
-			close(lk.bgIdle)
-			ch := lk.bgIdle
-			lk.bgIdle = nil
-			return ch
-		}
-	}
-	return lk.bgIdle
+	// Acquires and clean-ups in flight, which Close waits for. A counter and
+	// a channel rather than a sync.WaitGroup: a lease can be lost, and start
+	// a clean-up, while Close is already waiting, and WaitGroup forbids an
+	// Add from zero concurrent with Wait.
+	opsMu   sync.Mutex
+	opsN    int
+	opsIdle chan struct{} // closed when opsN drops to 0; nil until Close asks
 }
 
 // New returns a Locker that keeps its leases in store. It returns an error
@@ -210,28 +105,46 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("tenure: max concurrent renewals %d is not positive", c.maxRenewals)
 	}
 	if c.clock == nil {
-		c.clock = clockwork.NewRealClock()
+		c.clock = clock.Real()
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	lk := &Locker{
-		store:  store,
-		owner:  owner,
-		clock:  c.clock,
-		cfg:    c,
-		log:    c.logger.With("owner", owner),
-		runner: &runner{max: c.maxRenewals},
-		held:   make(map[string]*Lease),
+		store:   store,
+		owner:   owner,
+		clock:   c.clock,
+		cfg:     c,
+		log:     c.logger.With("owner", owner),
+		renew:   newPool(c.maxRenewals, StuckCallAfter),
+		clean:   newPool(c.maxRenewals, StuckCallAfter),
+		held:    make(map[string]*Lease),
+		closeCh: make(chan struct{}),
 	}
-	lk.sched = &scheduler{clock: c.clock, submit: lk.runner.submit}
+	lk.sched = &scheduler{clock: c.clock, submit: lk.submitRenewals}
+	if _, ok := store.(driver.BatchRenewer); ok {
+		lk.sched.early = batchWindow
+	}
 	lk.tel = newTelemetry(c.telemetry)
 	return lk, nil
 }
 
-// Owner returns the full owner string (readable id, "#", nonce) that this
-// Locker writes to the store.
+// Owner returns this Locker's owner: its readable id, "#", and a random
+// nonce. Each grant it makes is kept in the store as Owner(), ".", and the
+// grant's number (Lease.Owner); Owns tells whether an owner string read from
+// the store is one of them.
 func (lk *Locker) Owner() string { return lk.owner }
+
+// Owns reports whether owner (as a store reports it, in a Record or a
+// *HeldError) names a grant of this Locker.
+func (lk *Locker) Owns(owner string) bool {
+	return len(owner) > len(lk.owner) && owner[len(lk.owner)] == '.' && strings.HasPrefix(owner, lk.owner)
+}
+
+// newGrant returns the owner string of a new grant.
+func (lk *Locker) newGrant() string {
+	return lk.owner + "." + strconv.FormatUint(lk.grant.Add(1), 10)
+}
 
 // Get returns the live lease on resource as the store sees it, or an error
 // wrapping ErrNotHeld.
@@ -269,9 +182,7 @@ func (lk *Locker) interval(ttl time.Duration) time.Duration {
 // than TTL·(1−ρ)). The error wraps ErrInvalidTTL. TryAcquire and Acquire make
 // the same check; election.New uses it to reject a configuration before
 // anything runs.
-func (lk *Locker) CheckTTL(ttl time.Duration) error { return lk.checkTTL(ttl) }
-
-func (lk *Locker) checkTTL(ttl time.Duration) error {
+func (lk *Locker) CheckTTL(ttl time.Duration) error {
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
@@ -286,15 +197,18 @@ func (lk *Locker) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// TryAcquire makes one attempt to acquire resource for ttl. On success the
+// TryAcquire makes one attempt to acquire resource for ttl: a new grant,
+// with an identity of its own that no later acquire adopts. On success the
 // lease is renewed in the background until it is released or lost. When
-// another owner holds the resource, the error is a *HeldError (errors.Is
-// ErrHeld) naming the holder. Bad input returns ErrInvalidResource or
-// ErrInvalidTTL before any I/O. When the store's answer is lost, TryAcquire
-// resolves the outcome by retrying (the store renews a lease its owner
+// another owner (or an earlier grant of this Locker that the store still
+// keeps) holds the resource, the error is a *HeldError (errors.Is ErrHeld)
+// naming the holder. Bad input returns ErrInvalidResource or ErrInvalidTTL
+// before any I/O. When the store's answer is lost, TryAcquire resolves the
+// outcome by retrying as the same grant (the store renews a lease its grant
 // already holds) until the lease's would-be deadline; if it stays unknown,
 // the error wraps ErrUnknownOutcome and whatever it may have taken is freed
-// in the background. Other store errors are wrapped with %w.
+// in the background. After Close it returns ErrClosed. Other store errors
+// are wrapped with %w.
 //
 // The lease's context derives from ctx's values but not from its
 // cancellation: cancelling ctx after TryAcquire returns does not end the
@@ -303,9 +217,13 @@ func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Dura
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
-	if err := lk.checkTTL(ttl); err != nil {
+	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	if !lk.track() {
+		return nil, ErrClosed
+	}
+	defer lk.untrack()
 	sctx, span := lk.tel.start(ctx, "tenure.acquire", resource)
 	lease, err := lk.tryAcquire(ctx, sctx, resource, ttl)
 	lk.tel.acquired(sctx, span, resource, lease, err)
@@ -318,6 +236,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 	if err := lk.reserve(resource); err != nil {
 		return nil, err
 	}
+	owner := lk.newGrant()
 	trust := lk.trust(ttl)
 	if lk.probe.Load() {
 		// An earlier acquire's answers were lost and never resolved: write
@@ -329,19 +248,30 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		case err != nil && !errors.Is(err, ErrNotHeld):
 			lk.unreserve(resource)
 			return nil, fmt.Errorf("tenure: acquire %q: not writing until the store answers (earlier answers were lost): %w", resource, err)
-		case err == nil && cur.Owner != lk.owner:
+		case err == nil:
 			lk.probe.Store(false)
 			lk.unreserve(resource)
 			return nil, &HeldError{Holder: cur}
 		}
 		lk.probe.Store(false)
 	}
+	if ctx.Err() != nil {
+		lk.unreserve(resource)
+		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, context.Cause(ctx))
+	}
 	tSend := lk.clock.Now()
 	cctx, cancel := lk.bounded(ctx, trust)
-	rec, err := lk.store.Acquire(cctx, resource, lk.owner, ttl)
+	rec, err := lk.store.Acquire(cctx, resource, owner, ttl)
+	interrupted := cctx.Err() != nil
 	cancel()
 	if err == nil {
-		return lk.grant(parent, resource, ttl, rec, tSend)
+		return lk.grantLease(parent, resource, owner, ttl, rec, tSend)
+	}
+	if interrupted && !definite(err) {
+		// The call ended with its context (the caller gave up, or the
+		// bound ran out) after the request may have been sent: whatever
+		// the driver says, the store may have applied it.
+		err = driver.UnknownOutcome(err)
 	}
 	if !errors.Is(err, ErrUnknownOutcome) {
 		lk.unreserve(resource)
@@ -351,15 +281,16 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		}
 		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, err)
 	}
-	return lk.resolveAcquire(parent, ctx, resource, ttl, tSend, err)
+	return lk.resolveAcquire(parent, ctx, resource, owner, ttl, tSend, err)
 }
 
 // resolveAcquire settles an acquire whose answer was lost (design rule 6):
-// retrying is safe because the store treats an acquire by the current owner
-// as a renewal of the same lease. If the first attempt was applied, its
-// lease lives at least until tSend+TTL, so any answer before tSend+TTL·(1−ρ)
-// that names another holder proves it was not.
-func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, ttl time.Duration, tSend time.Time, cause error) (*Lease, error) {
+// retrying as the same grant is safe because the store treats an acquire by
+// the owner string that holds the lease as a renewal of the same lease. If
+// the first attempt was applied, its lease lives at least until tSend+TTL,
+// so any answer before tSend+TTL·(1−ρ) that names another holder proves it
+// was not.
+func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner string, ttl time.Duration, tSend time.Time, cause error) (*Lease, error) {
 	until := tSend.Add(lk.trust(ttl))
 	lk.log.Warn("acquire outcome unknown; resolving", "resource", resource, "err", cause)
 	lk.tel.unknownOutcome(ctx, resource, "acquire")
@@ -384,7 +315,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, t
 			continue
 		}
 		var held *HeldError
-		if err == nil && cur.Owner != lk.owner {
+		if err == nil && cur.Owner != owner {
 			lk.log.Info("acquire outcome resolved: not granted", "resource", resource, "holder", cur.Owner)
 			lk.unreserve(resource)
 			return nil, &HeldError{Holder: cur}
@@ -394,11 +325,11 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, t
 			break
 		}
 		cctx, cancel = lk.bounded(ctx, until.Sub(now))
-		rec, err := lk.store.Acquire(cctx, resource, lk.owner, ttl)
+		rec, err := lk.store.Acquire(cctx, resource, owner, ttl)
 		cancel()
 		if err == nil {
 			lk.log.Info("acquire outcome resolved: granted", "resource", resource, "token", rec.Token)
-			return lk.grant(parent, resource, ttl, rec, now)
+			return lk.grantLease(parent, resource, owner, ttl, rec, now)
 		}
 		if errors.As(err, &held) {
 			lk.log.Info("acquire outcome resolved: not granted", "resource", resource, "holder", held.Holder.Owner)
@@ -415,44 +346,46 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource string, t
 	// orphan blocks others for a whole TTL, then report the outcome as unknown.
 	// Until a read succeeds again, later acquires probe before they write.
 	lk.probe.Store(true)
-	lk.background(func() { lk.cleanup(resource, ttl) })
+	lk.unreserve(resource)
+	lk.cleanup(resource, owner, ttl)
 	return nil, fmt.Errorf("tenure: acquire %q: %w", resource, driver.UnknownOutcome(lastErr))
 }
 
-// cleanup frees resource in the store if it is held by this Locker's owner,
-// then forgets the reservation. A lease that a lost or late request created
-// was applied no later than now, so the store expires it within ttl from
-// now: cleanup tries until then.
-func (lk *Locker) cleanup(resource string, ttl time.Duration) {
-	defer lk.unreserve(resource)
+// cleanup frees, in the background, the lease that this grant (owner) may
+// hold on resource: an acquire whose outcome stayed unknown, or one whose
+// answer came too late. The store applied it no later than now, so it
+// expires within ttl from now: cleanup tries until then.
+func (lk *Locker) cleanup(resource, owner string, ttl time.Duration) {
 	until := lk.clock.Now().Add(ttl)
-	for attempt := 0; ; attempt++ {
-		now := lk.clock.Now()
-		if !now.Before(until) {
-			return
-		}
-		ctx, cancel := lk.bounded(context.Background(), until.Sub(now))
-		rec, err := lk.store.Get(ctx, resource)
-		if err == nil && rec.Owner == lk.owner {
-			err = lk.store.Release(ctx, resource, lk.owner, rec.Token)
-			if err == nil {
-				lk.log.Info("freed a lease whose acquire outcome was unknown", "resource", resource, "token", rec.Token)
+	lk.background(until, func() {
+		for attempt := 0; ; attempt++ {
+			now := lk.clock.Now()
+			if !now.Before(until) {
+				return
+			}
+			ctx, cancel := lk.bounded(context.Background(), until.Sub(now))
+			rec, err := lk.store.Get(ctx, resource)
+			if err == nil && rec.Owner == owner {
+				err = lk.store.Release(ctx, resource, owner, rec.Token)
+				if err == nil {
+					lk.log.Info("freed a lease whose acquire outcome was unknown", "resource", resource, "token", rec.Token)
+				}
+			}
+			cancel()
+			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
+				return
+			}
+			if !lk.sleep(context.Background(), lk.cfg.retry.Delay(attempt), until) {
+				return
 			}
 		}
-		cancel()
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
-			return
-		}
-		if !lk.sleep(context.Background(), lk.cfg.retry.Delay(attempt), until) {
-			return
-		}
-	}
+	})
 }
 
-// grant turns a store's confirmation into a Lease trusted until
+// grantLease turns a store's confirmation into a Lease trusted until
 // tSend+TTL·(1−ρ).
-func (lk *Locker) grant(ctx context.Context, resource string, ttl time.Duration, rec Record, tSend time.Time) (*Lease, error) {
-	if rec.Owner != lk.owner || rec.Resource != resource {
+func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl time.Duration, rec Record, tSend time.Time) (*Lease, error) {
+	if rec.Owner != owner || rec.Resource != resource {
 		lk.unreserve(resource)
 		return nil, fmt.Errorf("tenure: acquire %q: the store answered with a lease of %q on %q", resource, rec.Owner, rec.Resource)
 	}
@@ -461,31 +394,68 @@ func (lk *Locker) grant(ctx context.Context, resource string, ttl time.Duration,
 	if !now.Before(deadline) {
 		// The answer came after the lease's deadline (a pause, a slow store):
 		// it may already belong to someone else. Free it and say so.
-		lk.background(func() { lk.cleanup(resource, ttl) })
+		lk.unreserve(resource)
+		lk.cleanup(resource, owner, ttl)
 		return nil, fmt.Errorf("tenure: acquire %q: %w: the store's answer arrived %v after the request, past the lease's deadline", resource, ErrLeaseLost, now.Sub(tSend))
 	}
-	l := newLease(lk, ctx, resource, ttl, rec.Token, tSend, deadline)
+	l := newLease(lk, ctx, resource, owner, ttl, rec.Token, tSend, deadline)
 	lk.mu.Lock()
 	closed := lk.closed
 	lk.held[resource] = l
+	lk.live++
+	if !lk.watching {
+		lk.startWatchLocked()
+	}
 	lk.mu.Unlock()
 	l.start(now)
+	if lk.cfg.watchRelease {
+		lk.watchRelease(l)
+	}
 	if closed {
 		// Close ran while this acquire was in flight: give the lease back.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
-		defer cancel()
-		_ = l.Release(rctx)
+		_ = l.Release(context.WithoutCancel(ctx))
 		return nil, ErrClosed
 	}
 	lk.log.Debug("lease granted", "resource", resource, "token", rec.Token, "ttl", ttl)
 	return l, nil
 }
 
+// watchRelease renews l at once whenever the store notifies that its
+// resource may have been released (WithReleaseWatch), so a lease freed by
+// someone else is lost within a round trip.
+func (lk *Locker) watchRelease(l *Lease) {
+	n, ok := lk.store.(driver.Notifier)
+	if !ok {
+		return
+	}
+	subscribe := n.Subscribe
+	if w, ok := lk.store.(driver.Watcher); ok {
+		subscribe = w.Watch
+	}
+	ch, stop, err := subscribe(l.opCtx, l.resource)
+	if err != nil {
+		lk.log.Warn("release notifications unavailable; the lease learns of a loss at its next renewal", "resource", l.resource, "err", err)
+		return
+	}
+	go func() {
+		defer stop()
+		for {
+			select {
+			case <-l.opCtx.Done():
+				return
+			case <-ch:
+				_ = l.renew(l.opCtx)
+			}
+		}
+	}()
+}
+
 // AcquireOption configures one blocking Acquire.
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
-	onWait func(holder *HeldError, waited time.Duration)
+	onWait      func(holder *HeldError, waited time.Duration)
+	onSlotsWait func(held *SlotsHeldError, waited time.Duration)
 }
 
 // OnWait sets a function that Acquire calls after each attempt that found
@@ -497,11 +467,12 @@ func OnWait(f func(holder *HeldError, waited time.Duration)) AcquireOption {
 
 // Acquire blocks until resource is granted for ttl or ctx ends. Between
 // attempts it waits with capped exponential backoff and full jitter (see
-// WithRetry), or less when the store notifies a release (Notifier). When ctx
-// ends first, the error wraps ctx's error and the last attempt's error
-// (a *HeldError when the resource was held). Bad input returns at once, and
-// so does a store error on the first attempt (an unreachable store fails
-// fast); store errors on later attempts are logged and retried.
+// WithRetry), or less when the store notifies a release (driver.Notifier).
+// When ctx ends first, the error wraps ctx's error and the last attempt's
+// error (a *HeldError when the resource was held). Bad input returns at
+// once, and so does a store error on the first attempt (an unreachable store
+// fails fast); store errors on later attempts are logged and retried. Close
+// ends the wait with ErrClosed.
 func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	var ac acquireConfig
 	for _, o := range opts {
@@ -510,7 +481,7 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
-	if err := lk.checkTTL(ttl); err != nil {
+	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
 	var notify <-chan struct{}
@@ -531,11 +502,13 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 		if err == nil {
 			return lease, nil
 		}
+		var remaining time.Duration // the holder's, when the store said
 		switch {
 		case errors.As(err, &held):
 			lastErr = err
+			remaining = held.Holder.Remaining
 			if ac.onWait != nil {
-				ac.onWait(held, lk.clock.Since(start))
+				ac.onWait(held, lk.clock.Now().Sub(start))
 			}
 		case attempt == 0 || !transient(err) || ctx.Err() != nil:
 			// The first attempt fails fast (an unreachable or misconfigured
@@ -546,10 +519,43 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			lastErr = err
 			lk.log.Warn("acquire attempt failed; retrying", "resource", resource, "err", err)
 		}
-		if err := lk.wait(ctx, lk.cfg.retry.Delay(attempt), notify); err != nil {
-			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Since(start).Round(time.Millisecond), err)
+		if err := lk.wait(ctx, lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		}
 	}
+}
+
+// notifiedPollEvery bounds, in retry intervals, how long a waiter that gets
+// release notifications sleeps without asking the store: a safety net for
+// a notification that never came.
+const notifiedPollEvery = 10
+
+// waitDelay returns how long a blocking acquire waits before its next
+// attempt. Without release notifications it polls with backoff (full
+// jitter, capped at the retry interval). With them, a release wakes it, so
+// it needs to look only when the holder's lease would expire (remaining, as
+// the store last reported it, plus a little jitter so that waiters do not
+// come in step), and at least every notifiedPollEvery retry intervals: a
+// hand-over then costs a few store calls whatever the number of waiters,
+// while a holder that dies is still replaced within its TTL and a retry
+// interval.
+func (lk *Locker) waitDelay(attempt int, notified bool, remaining time.Duration) time.Duration {
+	backoff := lk.cfg.retry.Delay(attempt)
+	if !notified || remaining <= 0 {
+		return backoff
+	}
+	jitter := time.Duration(rand.Int64N(int64(lk.cfg.retry.Base) + 1))
+	return min(remaining+jitter, notifiedPollEvery*lk.cfg.retry.Cap)
+}
+
+// definite reports whether a store error says for sure what happened: the
+// resource is held by another owner, or the input was refused before any
+// I/O.
+func definite(err error) bool {
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrLeaseLost) || !transient(err)
 }
 
 // transient reports whether an acquire error may go away by itself.
@@ -559,7 +565,7 @@ func transient(err error) bool {
 }
 
 // wait sleeps for d on the Locker's clock, or until notify fires, or until
-// ctx ends (then it returns ctx's cause).
+// ctx ends (then it returns ctx's cause), or until Close (ErrClosed).
 func (lk *Locker) wait(ctx context.Context, d time.Duration, notify <-chan struct{}) error {
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
@@ -567,12 +573,14 @@ func (lk *Locker) wait(ctx context.Context, d time.Duration, notify <-chan struc
 	t := lk.clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.Chan():
+	case <-t.C():
 		return nil
 	case <-notify:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
+	case <-lk.closeCh:
+		return ErrClosed
 	}
 }
 
@@ -585,25 +593,44 @@ func (lk *Locker) sleep(ctx context.Context, d time.Duration, until time.Time) b
 	if d <= 0 {
 		return lk.clock.Now().Before(until) && ctx.Err() == nil
 	}
-	return lk.wait(ctx, d, nil) == nil && lk.clock.Now().Before(until)
+	t := lk.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return lk.clock.Now().Before(until)
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Do acquires resource (blocking, like Acquire), runs fn with the lease's
-// context, and releases the lease. fn's context is cancelled when the lease
-// is lost or when ctx ends. Do returns fn's error; if the lease was
-// lost while fn ran, the result also wraps the loss cause (errors.Is
-// ErrLeaseLost), and a failed release is joined to it. fn must stop when its
-// context is cancelled.
-func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context) error) error {
+// context, and releases the lease on every exit of fn, a panic included
+// (the panic then goes on up the stack: field case C12). fn's context is
+// cancelled when the lease is lost or when ctx ends. Do returns fn's error;
+// if the lease was lost while fn ran, the result also wraps the loss cause
+// (errors.Is ErrLeaseLost), and a failed release is joined to it. fn must
+// stop when its context is cancelled.
+func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
 	lease, err := lk.Acquire(ctx, resource, ttl)
 	if err != nil {
 		return err
 	}
 	fctx, cancel := context.WithCancel(lease.Context())
 	stop := context.AfterFunc(ctx, cancel)
+	returned := false
+	defer func() {
+		stop()
+		cancel()
+		if returned {
+			return
+		}
+		// fn panicked: free the lease before the panic goes on.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer rcancel()
+		_ = lease.Release(rctx)
+	}()
 	fnErr := fn(fctx)
-	stop()
-	cancel()
+	returned = true
 	lostErr := lease.Err()
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
 	defer rcancel()
@@ -619,14 +646,20 @@ func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn
 	return fnErr
 }
 
-// Close releases every lease this Locker holds, waits for clean-ups in
+// Close makes later and waiting acquires return ErrClosed, releases every
+// lease this Locker holds (their contexts are cancelled before the store is
+// asked to free them), and waits for the acquires, releases and clean-ups in
 // flight (freeing leases that were lost or whose acquire outcome was
-// unknown), and makes later acquires return ErrClosed. ctx bounds the wait.
-// It does not close the store. The leases' contexts are cancelled before the
-// store is asked to free them.
+// unknown), so that nothing touches the store after it returns. ctx bounds
+// the wait; work still running then goes on in the background and is
+// reported in the error. It does not close the store. It is safe to call
+// more than once.
 func (lk *Locker) Close(ctx context.Context) error {
 	lk.mu.Lock()
-	lk.closed = true
+	if !lk.closed {
+		lk.closed = true
+		close(lk.closeCh)
+	}
 	var leases []*Lease
 	for _, l := range lk.held {
 		if l != nil {
@@ -634,18 +667,75 @@ func (lk *Locker) Close(ctx context.Context) error {
 		}
 	}
 	lk.mu.Unlock()
-	var errs []error
-	for _, l := range leases {
-		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(leases))
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+				errs[i] = err
+			}
+		}()
 	}
+	wg.Wait()
 	select {
-	case <-lk.backgroundIdle():
+	case <-lk.idle():
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("tenure: close: clean-ups still running: %w", context.Cause(ctx)))
+		errs = append(errs, fmt.Errorf("tenure: close: acquires or clean-ups still running: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
+}
+
+// track counts an acquire in flight; it reports false after Close.
+func (lk *Locker) track() bool {
+	lk.mu.Lock()
+	closed := lk.closed
+	lk.mu.Unlock()
+	if closed {
+		return false
+	}
+	lk.opsMu.Lock()
+	lk.opsN++
+	lk.opsMu.Unlock()
+	return true
+}
+
+func (lk *Locker) untrack() {
+	lk.opsMu.Lock()
+	defer lk.opsMu.Unlock()
+	lk.opsN--
+	if lk.opsN == 0 && lk.opsIdle != nil {
+		close(lk.opsIdle)
+		lk.opsIdle = nil
+	}
+}
+
+// idle returns a channel closed once no acquire or clean-up is in flight.
+func (lk *Locker) idle() <-chan struct{} {
+	lk.opsMu.Lock()
+	defer lk.opsMu.Unlock()
+	if lk.opsN == 0 {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	if lk.opsIdle == nil {
+		lk.opsIdle = make(chan struct{})
+	}
+	return lk.opsIdle
+}
+
+// background runs f (a clean-up or a release) on the clean-up pool, due by
+// until; Close waits for it.
+func (lk *Locker) background(until time.Time, f func()) {
+	lk.opsMu.Lock()
+	lk.opsN++
+	lk.opsMu.Unlock()
+	lk.clean.submit(until, func() {
+		defer lk.untrack()
+		f()
+	})
 }
 
 // reserve marks resource as being acquired by this Locker.
@@ -658,6 +748,7 @@ func (lk *Locker) reserve(resource string) error {
 	if l, ok := lk.held[resource]; ok {
 		rec := Record{Resource: resource, Owner: lk.owner}
 		if l != nil {
+			rec.Owner = l.owner
 			rec.Token = l.token
 			rec.TTL = l.ttl
 			rec.Remaining = max(0, l.Deadline().Sub(lk.clock.Now()))
@@ -670,7 +761,9 @@ func (lk *Locker) reserve(resource string) error {
 
 func (lk *Locker) unreserve(resource string) {
 	lk.mu.Lock()
-	delete(lk.held, resource)
+	if lk.held[resource] == nil {
+		delete(lk.held, resource)
+	}
 	lk.mu.Unlock()
 }
 
@@ -679,8 +772,140 @@ func (lk *Locker) forget(l *Lease) {
 	lk.mu.Lock()
 	if lk.held[l.resource] == l {
 		delete(lk.held, l.resource)
+		lk.live--
 	}
 	lk.mu.Unlock()
+}
+
+// Renewals in batches, for stores that renew many leases in one request.
+const (
+	// batchWindow: renewals due within this much of each other are sent
+	// together (a renewal sent this much early costs nothing).
+	batchWindow = 50 * time.Millisecond
+	// maxBatch bounds the leases of one batch.
+	maxBatch = 1000
+)
+
+// submitRenewals queues the renewals that came due: one job per lease, or
+// one per batch of up to maxBatch leases when the store is a
+// driver.BatchRenewer.
+func (lk *Locker) submitRenewals(due []*Lease) {
+	b, ok := lk.store.(driver.BatchRenewer)
+	if !ok || len(due) == 1 {
+		for _, l := range due {
+			lk.renew.submit(l.Deadline(), l.backgroundRenew)
+		}
+		return
+	}
+	for len(due) > 0 {
+		n := min(len(due), maxBatch)
+		chunk := due[:n:n]
+		due = due[n:]
+		first := chunk[0].Deadline()
+		for _, l := range chunk[1:] {
+			if d := l.Deadline(); d.Before(first) {
+				first = d
+			}
+		}
+		lk.renew.submit(first, func() { lk.renewBatch(b, chunk) })
+	}
+}
+
+// renewBatch renews leases in one store call and applies each answer as a
+// background renewal would.
+func (lk *Locker) renewBatch(b driver.BatchRenewer, leases []*Lease) {
+	now := lk.clock.Now()
+	reqs := make([]driver.Renewal, 0, len(leases))
+	live := make([]*Lease, 0, len(leases))
+	var bound time.Duration
+	for _, l := range leases {
+		l.mu.Lock()
+		held, left := l.state == stateHeld, l.deadline.Sub(now)
+		l.mu.Unlock()
+		switch {
+		case !held:
+		case left <= 0:
+			l.check()
+		default:
+			reqs = append(reqs, driver.Renewal{Resource: l.resource, Owner: l.owner, Token: l.token, TTL: l.ttl})
+			live = append(live, l)
+			bound = max(bound, left)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	// Bounded by the longest time left: an answer that comes after a
+	// lease's own deadline does not revive it (Lease.confirm).
+	ctx, cancel := lk.bounded(context.Background(), bound)
+	tSend := lk.clock.Now()
+	errs := b.RenewBatch(ctx, reqs)
+	cancel()
+	took := lk.clock.Now().Sub(tSend)
+	for i, l := range live {
+		err := errMissingAnswer
+		if i < len(errs) {
+			err = errs[i]
+		}
+		lk.tel.renewed(context.Background(), nil, l.resource, took, err)
+		l.afterBackground(l.settle(tSend, err))
+	}
+}
+
+var errMissingAnswer = errors.New("tenure: the store's batch renewal returned no answer for this lease")
+
+// suspendCheckEvery is how often a Locker that holds leases asks its clock
+// whether the machine was suspended (clock.Suspender).
+const suspendCheckEvery = 250 * time.Millisecond
+
+// startWatchLocked starts the suspend watch: Go's timers run on the
+// monotonic clock, which stops during a suspend, so after a resume the
+// watchdogs would fire late by the time suspended. The watch checks every
+// lease's deadline, and runs due renewals, as soon as the clock reports a
+// suspend. It runs while the Locker holds leases, and stops at the first
+// tick that finds none.
+func (lk *Locker) startWatchLocked() {
+	s, ok := lk.clock.(clock.Suspender)
+	if !ok {
+		return
+	}
+	lk.watching = true
+	last := s.Suspended()
+	go func() {
+		t := time.NewTicker(suspendCheckEvery)
+		defer t.Stop()
+		for range t.C {
+			lk.mu.Lock()
+			if lk.live == 0 {
+				lk.watching = false
+				lk.mu.Unlock()
+				return
+			}
+			lk.mu.Unlock()
+			if cur := s.Suspended(); cur != last {
+				last = cur
+				lk.log.Info("the machine was suspended; checking leases", "suspended", cur)
+				lk.checkAll()
+			}
+		}
+	}()
+}
+
+// checkAll ends every lease whose deadline has passed and runs the
+// renewals that are due.
+func (lk *Locker) checkAll() {
+	lk.mu.Lock()
+	leases := make([]*Lease, 0, lk.live)
+	for _, l := range lk.held {
+		if l != nil {
+			leases = append(leases, l)
+		}
+	}
+	lk.mu.Unlock()
+	for _, l := range leases {
+		l.check()
+	}
+	lk.sched.kick()
 }
 
 // bounded returns ctx limited to d. The limit is in real time even when the
@@ -691,39 +916,3 @@ func (lk *Locker) bounded(ctx context.Context, d time.Duration) (context.Context
 }
 
 var errCallBound = fmt.Errorf("tenure: store call ran out of lease time: %w", context.DeadlineExceeded)
-
-// runner runs functions on at most max goroutines, started on demand and
-// gone when there is no work: background renewals of any number of leases
-// use at most max goroutines.
-type runner struct {
-	mu      sync.Mutex
-	queue   []func()
-	running int
-	max     int
-}
-
-func (r *runner) submit(f func()) {
-	r.mu.Lock()
-	r.queue = append(r.queue, f)
-	if r.running < r.max {
-		r.running++
-		go r.work()
-	}
-	r.mu.Unlock()
-}
-
-func (r *runner) work() {
-	for {
-		r.mu.Lock()
-		if len(r.queue) == 0 {
-			r.running--
-			r.mu.Unlock()
-			return
-		}
-		f := r.queue[0]
-		r.queue[0] = nil
-		r.queue = r.queue[1:]
-		r.mu.Unlock()
-		f()
-	}
-}

@@ -3,8 +3,8 @@ package tenure_test
 import (
 	"testing"
 
-	"github.com/tenure-go/tenure/internal/bench"
 	"github.com/tenure-go/tenure/store/memory"
+	"github.com/tenure-go/tenure/store/storetest"
 )
 
 // BenchmarkCore measures the core (Locker and Lease) on the in-memory
@@ -14,5 +14,5 @@ import (
 func BenchmarkCore(b *testing.B) {
 	s := memory.New()
 	defer s.Close()
-	bench.GoBenchmarks(b, s, "bench", "", nil)
+	storetest.Benchmarks(b, s, "bench", "", nil)
 }

@@ -5,20 +5,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 )
 
 // scheduler runs each lease's next background renewal at its time, with one
 // timer for all the leases of a Locker (a min-heap of due times), so that
 // thousands of leases cost one timer and no goroutine while they wait. Due
-// renewals go to the Locker's bounded runner.
+// renewals go to the Locker's renewal pool.
 type scheduler struct {
-	clock  clockwork.Clock
-	submit func(func())
+	clock  clock.Clock
+	submit func([]*Lease)
+	// early pulls renewals due within this much after now into the same
+	// firing, so that a store that renews many leases in one request
+	// (driver.BatchRenewer) gets them together. Zero for other stores.
+	early time.Duration
 
 	mu    sync.Mutex
 	h     schedHeap
-	timer clockwork.Timer
+	timer clock.Timer
 	armed time.Time // when the timer fires; zero when it is not armed
 }
 
@@ -100,14 +104,18 @@ func (s *scheduler) armLocked() {
 func (s *scheduler) fire() {
 	s.mu.Lock()
 	s.armed = time.Time{}
-	now := s.clock.Now()
+	limit := s.clock.Now().Add(s.early)
 	var due []*Lease
-	for len(s.h) > 0 && !s.h[0].at.After(now) {
+	for len(s.h) > 0 && !s.h[0].at.After(limit) {
 		due = append(due, heap.Pop(&s.h).(*schedEntry).l)
 	}
 	s.armLocked()
 	s.mu.Unlock()
-	for _, l := range due {
-		s.submit(l.backgroundRenew)
+	if len(due) > 0 {
+		s.submit(due)
 	}
 }
+
+// kick runs every renewal that is due now, without waiting for the timer
+// (after a suspend, Go's timers fire late by the time suspended).
+func (s *scheduler) kick() { s.fire() }

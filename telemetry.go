@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -44,10 +45,13 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.telemetry.tracers = tp }
 }
 
-// telemetry holds a Locker's instruments. Instruments from a no-op provider
-// cost a method call each.
+// telemetry holds a Locker's instruments. With no provider configured (the
+// default, until an application installs global ones), it costs a few atomic
+// loads per operation and allocates nothing: spans are only started once a
+// tracer provider is set, and metric attributes are built once.
 type telemetry struct {
-	tracer       trace.Tracer
+	fixedTracer  trace.Tracer             // from WithTracerProvider; nil: the global provider
+	cached       atomic.Pointer[tracerOf] // the global provider's tracer, once one is set
 	acquisitions metric.Int64Counter
 	renewals     metric.Int64Counter
 	renewLatency metric.Float64Histogram
@@ -56,16 +60,52 @@ type telemetry struct {
 	unknown      metric.Int64Counter
 }
 
+type tracerOf struct {
+	tp     trace.TracerProvider
+	tracer trace.Tracer
+}
+
+// defaultTracerProvider is the global provider before anyone set one: a
+// delegating no-op.
+var defaultTracerProvider = otel.GetTracerProvider()
+
+// Metric options, built once.
+var (
+	outcomeOpts = func() map[string][]metric.AddOption {
+		m := map[string][]metric.AddOption{}
+		for _, o := range []string{"ok", "unknown", "held", "lost", "error", "granted", "renewed", "released"} {
+			m[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(o)))}
+		}
+		return m
+	}()
+	outcomeRecordOpts = func() map[string][]metric.RecordOption {
+		m := map[string][]metric.RecordOption{}
+		for _, o := range []string{"ok", "unknown", "held", "lost", "error", "renewed"} {
+			m[o] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(o)))}
+		}
+		return m
+	}()
+	lossOpts = map[string][]metric.AddOption{
+		reasonDeadline: {metric.WithAttributeSet(attribute.NewSet(AttrLossReason.String(reasonDeadline)))},
+		reasonNotOwner: {metric.WithAttributeSet(attribute.NewSet(AttrLossReason.String(reasonNotOwner)))},
+	}
+	operationOpts = map[string][]metric.AddOption{
+		"acquire": {metric.WithAttributeSet(attribute.NewSet(AttrOperation.String("acquire")))},
+		"renew":   {metric.WithAttributeSet(attribute.NewSet(AttrOperation.String("renew")))},
+		"release": {metric.WithAttributeSet(attribute.NewSet(AttrOperation.String("release")))},
+	}
+)
+
 func newTelemetry(c telemetryConfig) *telemetry {
-	mp, tp := c.meters, c.tracers
+	mp := c.meters
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
 	m := mp.Meter(ScopeName)
-	t := &telemetry{tracer: tp.Tracer(ScopeName)}
+	t := &telemetry{}
+	if c.tracers != nil {
+		t.fixedTracer = c.tracers.Tracer(ScopeName)
+	}
 	// Errors from instrument creation only concern invalid names, which are
 	// constants here; the returned instrument is a usable no-op then.
 	t.acquisitions, _ = m.Int64Counter("tenure.lease.acquisitions",
@@ -85,15 +125,39 @@ func newTelemetry(c telemetryConfig) *telemetry {
 		metric.WithDescription("Leases currently held and trusted."),
 		metric.WithUnit("{lease}"))
 	t.unknown, _ = m.Int64Counter("tenure.lease.unknown_outcomes",
-		metric.WithDescription("driver.Store operations whose answer was lost and had to be resolved, by operation."),
+		metric.WithDescription("Store operations whose answer was lost and had to be resolved, by operation."),
 		metric.WithUnit("{operation}"))
 	return t
 }
 
+// tracer returns the tracer to use now, or nil when no tracer provider is
+// configured (no span is started then).
+func (t *telemetry) tracer() trace.Tracer {
+	if t.fixedTracer != nil {
+		return t.fixedTracer
+	}
+	tp := otel.GetTracerProvider()
+	if tp == defaultTracerProvider {
+		return nil
+	}
+	if c := t.cached.Load(); c != nil && c.tp == tp {
+		return c.tracer
+	}
+	c := &tracerOf{tp: tp, tracer: tp.Tracer(ScopeName)}
+	t.cached.Store(c)
+	return c.tracer
+}
+
 type span = trace.Span
 
+// start starts a span, or returns ctx and a nil span when no tracer
+// provider is configured.
 func (t *telemetry) start(ctx context.Context, name, resource string) (context.Context, span) {
-	return t.tracer.Start(ctx, name, trace.WithAttributes(AttrResource.String(resource)))
+	tr := t.tracer()
+	if tr == nil {
+		return ctx, nil
+	}
+	return tr.Start(ctx, name, trace.WithAttributes(AttrResource.String(resource)))
 }
 
 func outcomeOf(err error) string {
@@ -111,6 +175,9 @@ func outcomeOf(err error) string {
 }
 
 func endSpan(s span, outcome string, err error) {
+	if s == nil {
+		return
+	}
 	s.SetAttributes(AttrOutcome.String(outcome))
 	if err != nil && outcome != "held" {
 		s.RecordError(err)
@@ -123,14 +190,16 @@ func (t *telemetry) acquired(ctx context.Context, s span, resource string, l *Le
 	outcome := outcomeOf(err)
 	if err == nil {
 		outcome = "granted"
-		s.SetAttributes(AttrToken.Int64(int64(l.token)))
+		if s != nil {
+			s.SetAttributes(AttrToken.Int64(int64(l.token)))
+		}
 	}
-	t.acquisitions.Add(ctx, 1, metric.WithAttributes(AttrOutcome.String(outcome)))
+	t.acquisitions.Add(ctx, 1, outcomeOpts[outcome]...)
 	endSpan(s, outcome, err)
 }
 
 func (t *telemetry) unknownOutcome(ctx context.Context, resource, op string) {
-	t.unknown.Add(ctx, 1, metric.WithAttributes(AttrOperation.String(op)))
+	t.unknown.Add(ctx, 1, operationOpts[op]...)
 }
 
 func (t *telemetry) leaseStarted(resource string) {
@@ -138,7 +207,7 @@ func (t *telemetry) leaseStarted(resource string) {
 }
 
 func (t *telemetry) leaseLost(resource, reason string) {
-	t.losses.Add(context.Background(), 1, metric.WithAttributes(AttrLossReason.String(reason)))
+	t.losses.Add(context.Background(), 1, lossOpts[reason]...)
 	t.held.Add(context.Background(), -1)
 }
 
@@ -151,9 +220,8 @@ func (t *telemetry) renewed(ctx context.Context, s span, resource string, d time
 	if err == nil {
 		outcome = "renewed"
 	}
-	attrs := metric.WithAttributes(AttrOutcome.String(outcome))
-	t.renewals.Add(ctx, 1, attrs)
-	t.renewLatency.Record(ctx, d.Seconds(), attrs)
+	t.renewals.Add(ctx, 1, outcomeOpts[outcome]...)
+	t.renewLatency.Record(ctx, d.Seconds(), outcomeRecordOpts[outcome]...)
 	if errors.Is(err, ErrUnknownOutcome) {
 		t.unknownOutcome(ctx, resource, "renew")
 	}

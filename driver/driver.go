@@ -99,8 +99,19 @@ type Notifier interface {
 	// Subscribe returns a channel that receives a value, coalesced and
 	// without blocking the sender, whenever resource may have become free,
 	// and a function that ends the subscription. A notification is only a
-	// hint: the waiter still acquires through Store.Acquire.
+	// hint: the waiter still acquires through Store.Acquire. A store that
+	// also implements Watcher may wake only one of its waiting subscribers
+	// per release (the one that has waited longest, as Hub does), so that a
+	// hand-over costs a few store calls whatever the number of waiters; a
+	// store without Watcher wakes them all.
 	Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error)
+}
+
+// Watcher is implemented by Notifier stores whose Subscribe wakes one waiter
+// per release. Watch subscribes to every release notification of resource,
+// as a holder does that watches its own lease (tenure.WithReleaseWatch).
+type Watcher interface {
+	Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error)
 }
 
 // TTLChecker is implemented by stores with limits on TTLs (a resolution, a
@@ -180,4 +191,26 @@ func ValidateRelease(resource, owner string) error {
 		return err
 	}
 	return ValidateOwner(owner)
+}
+
+// BatchRenewer is implemented by stores that can renew many leases in one
+// request (one transaction, one statement, one script). A Locker that holds
+// many leases then renews those that are due together in one call instead
+// of one call each; other stores are called once per lease.
+type BatchRenewer interface {
+	// RenewBatch renews each lease as Renew would, as one request where the
+	// store can, and returns one error per lease, in order: nil when it was
+	// renewed, an error wrapping ErrLeaseLost when that grant no longer
+	// holds it, and otherwise the failure (UnknownOutcome when the answer
+	// was lost, which may be the same error for every lease). The input is
+	// validated before any I/O, as in Renew.
+	RenewBatch(ctx context.Context, leases []Renewal) []error
+}
+
+// Renewal is one lease of a RenewBatch call: the arguments of Renew.
+type Renewal struct {
+	Resource string
+	Owner    string
+	Token    uint64
+	TTL      time.Duration
 }

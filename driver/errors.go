@@ -42,6 +42,18 @@ var (
 	// ErrNotHeld is returned by Store.Get when no live lease exists on the
 	// resource.
 	ErrNotHeld = errors.New("tenure: resource not held")
+
+	// ErrNoStore means that a store opened only to be inspected (a store
+	// package's inspection mode, store.Inspect) does not exist: no SQLite
+	// file, no leases table, no keyspace. Nothing was created. The message
+	// names what is missing.
+	ErrNoStore = errors.New("tenure: no such store")
+
+	// ErrNotStore means that what a store configuration names exists but is
+	// not a tenure store: a directory, a file that is not a SQLite database,
+	// an empty file, another application's table of the same name. Nothing
+	// was changed. The message says what was found.
+	ErrNotStore = errors.New("tenure: not a tenure store")
 )
 
 // HeldError reports that a resource is held by another owner. It matches
@@ -66,7 +78,7 @@ func (e *HeldError) Error() string {
 		// request ran (Cassandra gives up after two attempts).
 		return fmt.Sprintf("tenure: %q changed hands while the request ran (token %d); try again", e.Holder.Resource, e.Holder.Token)
 	}
-	s := fmt.Sprintf("tenure: %q is held by %s", e.Holder.Resource, e.Holder.Owner)
+	s := fmt.Sprintf("tenure: %q is held by %q", e.Holder.Resource, e.Holder.Owner)
 	if e.Holder.Token != 0 {
 		s += fmt.Sprintf(" (token %d", e.Holder.Token)
 	} else {
@@ -98,3 +110,15 @@ func (e *unknownOutcomeError) Error() string {
 }
 
 func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrUnknownOutcome, e.cause} }
+
+// NotHolder is the error a store's Renew or Release returns when the live
+// lease is not this grant's. It wraps ErrLeaseLost and, when holder is not
+// nil (the store knows who holds the resource now), a *HeldError naming
+// that holder, so that a caller can tell "taken by another owner" from
+// "gone" (tenure's LostError). Stores add their own context with %w.
+func NotHolder(holder *Record) error {
+	if holder == nil {
+		return fmt.Errorf("no live lease with this owner and token: %w", ErrLeaseLost)
+	}
+	return fmt.Errorf("no live lease with this owner and token: %w (%w)", ErrLeaseLost, &HeldError{Holder: *holder})
+}

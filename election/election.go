@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -73,15 +73,25 @@ type Config struct {
 	// term ends. It should return promptly after that.
 	OnStartedLeading func(ctx context.Context)
 	// OnStoppedLeading is called once at the end of each term, after the
-	// term's context was cancelled, in Run's goroutine.
+	// term's context was cancelled, in Run's goroutine. It must not block;
+	// it may call Resign, which then returns ErrResignInCallback without
+	// waiting.
 	OnStoppedLeading func()
 	// OnNewLeader is called in Run's goroutine when the candidate observes a
-	// different leader (including itself), with the leader's identity.
+	// different leader (including itself), with the leader's identity. It
+	// must not block; it may call Resign, which then returns
+	// ErrResignInCallback without waiting.
 	OnNewLeader func(identity string)
+
+	// ReleaseWatch makes the leader's lease watch its resource's release
+	// notifications (tenure.WithReleaseWatch), on stores that send them: a
+	// leadership freed or taken by someone else ends within a round trip of
+	// the notification instead of at the next renewal.
+	ReleaseWatch bool
 
 	// Clock, Logger, MeterProvider and TracerProvider are passed to the
 	// candidate's tenure.Locker; defaults as there.
-	Clock          clockwork.Clock
+	Clock          clock.Clock
 	Logger         *slog.Logger
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
@@ -92,7 +102,7 @@ type Config struct {
 type Candidate struct {
 	cfg   Config
 	lk    *tenure.Locker
-	clock clockwork.Clock
+	clock clock.Clock
 	log   *slog.Logger
 	tel   *electionTelemetry
 
@@ -102,11 +112,26 @@ type Candidate struct {
 	exited  chan struct{} // closed when the running Run returns
 	resign  chan struct{} // closed by Resign
 	leader  string        // last observed leader's identity
+	// inCallback is set while Run's goroutine runs OnStoppedLeading or
+	// OnNewLeader: Resign must not wait for Run then.
+	inCallback bool
 }
 
+// ErrResignInCallback is returned by Resign when Run's goroutine is running
+// OnStoppedLeading or OnNewLeader at the time, as when Resign is called from
+// one of them. The resignation took effect, but Resign cannot wait for Run
+// to return, since Run waits for the callback: once the callback returns,
+// Run ends a term in progress (cancelling its context, releasing its lease,
+// calling OnStoppedLeading) and returns nil.
+var ErrResignInCallback = errors.New("election: Resign called while Run runs OnStoppedLeading or OnNewLeader: the candidate resigns once the callback returns; Resign does not wait for Run")
+
 // New returns a candidate whose lease lives in store. It validates the
-// configuration and returns an error wrapping tenure.ErrInvalidResource,
-// tenure.ErrInvalidTTL or tenure.ErrInvalidOwner for bad input.
+// configuration without any I/O and returns an error wrapping
+// tenure.ErrInvalidResource, tenure.ErrInvalidTTL or tenure.ErrInvalidOwner,
+// with the reason, for every configuration that the Locker underneath would
+// reject once Run starts: among them a TTL the store cannot keep (below 1 s
+// on Cassandra, see driver.TTLChecker) and a RenewInterval (default TTL/3)
+// that is not shorter than TTL·(1−ρ), ρ = tenure.DefaultDriftBound.
 func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if err := driver.ValidateResource(cfg.Resource); err != nil {
 		return nil, err
@@ -124,7 +149,7 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 		return nil, errors.New("election: negative retry period or renew interval")
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
+		cfg.Clock = clock.Real()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -137,6 +162,9 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if cfg.Identity != "" {
 		opts = append(opts, tenure.WithOwnerID(cfg.Identity))
 	}
+	if cfg.ReleaseWatch {
+		opts = append(opts, tenure.WithReleaseWatch())
+	}
 	if cfg.MeterProvider != nil {
 		opts = append(opts, tenure.WithMeterProvider(cfg.MeterProvider))
 	}
@@ -147,8 +175,11 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.RenewInterval > 0 && cfg.RenewInterval >= cfg.TTL {
-		return nil, fmt.Errorf("%w: renew interval %v is not shorter than the TTL %v", tenure.ErrInvalidTTL, cfg.RenewInterval, cfg.TTL)
+	// The Locker makes this check at every TryAcquire; Run would return its
+	// error on the first attempt, so a configuration that fails it could
+	// never lead. Make it now, before anything runs.
+	if err := lk.CheckTTL(cfg.TTL); err != nil {
+		return nil, ttlError(cfg, err)
 	}
 	return &Candidate{
 		cfg:    cfg,
@@ -159,6 +190,35 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 		resign: make(chan struct{}),
 	}, nil
 }
+
+// ttlError explains why the Locker refused cfg's TTL.
+func ttlError(cfg Config, err error) error {
+	renew := cfg.RenewInterval
+	if renew == 0 {
+		renew = cfg.TTL / 3
+	}
+	trust := time.Duration(float64(cfg.TTL) * (1 - tenure.DefaultDriftBound))
+	switch {
+	case renew <= 0:
+		return fmt.Errorf("election: TTL %v is too short to be renewed (every TTL/3 = %v); the candidate could never lead: %w", cfg.TTL, renew, err)
+	case renew >= trust:
+		return fmt.Errorf("election: renew interval %v is not shorter than TTL·(1−ρ) = %v (TTL %v, ρ = %v), the time a lease is trusted after its renewal was sent: "+
+			"a leader would lose every lease before renewing it, so the Locker refuses such a TTL and the candidate could never lead: %w",
+			renew, trust, cfg.TTL, tenure.DefaultDriftBound, err)
+	}
+	return fmt.Errorf("election: TTL %v: %w", cfg.TTL, err)
+}
+
+// Close ends the candidate for good, for a program that is about to exit:
+// it closes the candidate's Locker (tenure.Locker.Close), which releases a
+// term's lease that is still held and waits, bounded by ctx, for the
+// acquires and clean-ups in flight. Among them is a campaign attempt that
+// ctx's end or Resign interrupted after it was sent: its outcome is
+// resolved and what it may have taken is freed, so a candidate that exits
+// does not hold the lease for a whole TTL. Call it after Run has returned;
+// Run returns tenure.ErrClosed afterwards. It is safe to call more than
+// once.
+func (c *Candidate) Close(ctx context.Context) error { return c.lk.Close(ctx) }
 
 // Identity returns the candidate's readable id.
 func (c *Candidate) Identity() string { return tenure.OwnerID(c.lk.Owner()) }
@@ -211,7 +271,7 @@ func (c *Candidate) Run(ctx context.Context) error {
 			// the lease now, and we learn who.
 			continue
 		case errors.As(err, &held):
-			if held.Holder.Owner != c.lk.Owner() { // not our own lease still being freed
+			if !c.lk.Owns(held.Holder.Owner) { // not our own earlier grant still being freed
 				c.observe(tenure.OwnerID(held.Holder.Owner))
 			}
 		case errors.Is(err, tenure.ErrInvalidTTL), errors.Is(err, tenure.ErrInvalidResource), errors.Is(err, tenure.ErrClosed):
@@ -240,7 +300,7 @@ func (c *Candidate) sleep(ctx context.Context, resign <-chan struct{}, d time.Du
 	t := c.clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.Chan():
+	case <-t.C():
 		return true
 	case <-ctx.Done():
 		return false
@@ -283,7 +343,7 @@ func (c *Candidate) lead(ctx context.Context, lease *tenure.Lease, resign <-chan
 	c.mu.Unlock()
 	c.tel.transition(false)
 	if f := c.cfg.OnStoppedLeading; f != nil {
-		f()
+		c.callback(f)
 	}
 	return leaving
 }
@@ -296,9 +356,23 @@ func (c *Candidate) observe(identity string) {
 	if changed {
 		c.log.Info("new leader observed", "leader", identity)
 		if f := c.cfg.OnNewLeader; f != nil {
-			f(identity)
+			c.callback(func() { f(identity) })
 		}
 	}
+}
+
+// callback runs f, a callback of Run's goroutine, marked so that Resign
+// called meanwhile does not wait for Run.
+func (c *Candidate) callback(f func()) {
+	c.mu.Lock()
+	c.inCallback = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inCallback = false
+		c.mu.Unlock()
+	}()
+	f()
 }
 
 // IsLeader reports whether the candidate leads now: it holds the lease and
@@ -333,8 +407,17 @@ func (c *Candidate) Leader(ctx context.Context) (string, error) {
 
 // Resign leaves the election: the current term, if any, ends (its context is
 // cancelled, then the lease is released so another candidate takes over
-// within one retry period) and Run returns nil. It waits until Run returned
-// or ctx ends. Resign is idempotent; to campaign again, make a new Candidate.
+// within one retry period) and Run returns nil. It waits until Run returned,
+// and returns nil then, or ctx's cause if ctx ends first. Resign is
+// idempotent and safe for concurrent use; to campaign again, make a new
+// Candidate.
+//
+// Resign may be called from any callback. OnStartedLeading runs in a
+// goroutine of its own, so Resign waits there as anywhere else. Called
+// while Run's goroutine runs OnStoppedLeading or OnNewLeader (from inside
+// them, typically), Resign does not wait, since Run cannot return before the
+// callback does: it returns ErrResignInCallback at once, and Run returns
+// nil once the callback has returned.
 func (c *Candidate) Resign(ctx context.Context) error {
 	c.mu.Lock()
 	select {
@@ -342,10 +425,13 @@ func (c *Candidate) Resign(ctx context.Context) error {
 	default:
 		close(c.resign)
 	}
-	running, exited := c.running, c.exited
+	running, exited, inCallback := c.running, c.exited, c.inCallback
 	c.mu.Unlock()
 	if !running {
 		return nil
+	}
+	if inCallback {
+		return ErrResignInCallback
 	}
 	select {
 	case <-exited:
@@ -370,7 +456,7 @@ func (c *Candidate) HealthHandler(tolerance time.Duration) http.Handler {
 			fmt.Fprintln(w, "ok: follower")
 			return
 		}
-		if over := c.clock.Since(l.Deadline()); over > tolerance {
+		if over := clock.Since(c.clock, l.Deadline()); over > tolerance {
 			http.Error(w, fmt.Sprintf("unhealthy: leader of %q is %v past its lease deadline without a confirmed renewal", c.cfg.Resource, over.Round(time.Millisecond)), http.StatusServiceUnavailable)
 			return
 		}

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/tenure-go/tenure/clock"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -124,11 +125,11 @@ func TestLeadAndLeave(t *testing.T) {
 // A leader whose renewals all fail stops leading no later than its
 // deadline, once, and campaigns on.
 func TestRenewalsFailStopsAtDeadline(t *testing.T) {
-	clock := clockwork.NewFakeClock()
-	mem := memory.New(memory.WithClock(clock))
+	fc := clock.NewFake()
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
 	f := storetest.NewFaulty(mem)
 	ev := newEvents()
-	c, err := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: clock}))
+	c, err := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: fc}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,11 +138,11 @@ func TestRenewalsFailStopsAtDeadline(t *testing.T) {
 	deadline := c.Lease().Deadline()
 	f.Set(storetest.OpRenew, storetest.Fail, 0)
 	f.Set(storetest.OpAcquire, storetest.Fail, 0)
-	clock.Advance(deadline.Sub(clock.Now()) - time.Millisecond)
+	fc.Advance(deadline.Sub(fc.Now()) - time.Millisecond)
 	if !c.IsLeader() {
 		t.Fatal("stopped leading before the deadline on transient errors")
 	}
-	clock.Advance(time.Millisecond)
+	fc.Advance(time.Millisecond)
 	if c.IsLeader() {
 		t.Fatal("still leader at the deadline")
 	}
@@ -149,7 +150,7 @@ func TestRenewalsFailStopsAtDeadline(t *testing.T) {
 		t.Fatal("term context live at the deadline")
 	}
 	recv(t, ev.stopped, "stopped leading")
-	clock.Advance(time.Minute)
+	fc.Advance(time.Minute)
 	none(t, ev.stopped, "second OnStoppedLeading for one term")
 }
 
@@ -190,11 +191,11 @@ func TestResignHandsOver(t *testing.T) {
 
 // The health check reports a candidate stuck in a term past its deadline.
 func TestHealthHandler(t *testing.T) {
-	fake := clockwork.NewFakeClock()
-	clock := &frozenTimers{fake}
-	mem := memory.New(memory.WithClock(fake))
+	fake := clock.NewFake()
+	fc := &frozenTimers{fake}
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fake})
 	ev := newEvents()
-	c, _ := election.New(mem, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: clock}))
+	c, _ := election.New(mem, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: fc}))
 	h := c.HealthHandler(time.Second)
 	get := func() (int, string) {
 		rec := httptest.NewRecorder()
@@ -221,13 +222,13 @@ func TestHealthHandler(t *testing.T) {
 }
 
 // frozenTimers is a clock whose AfterFunc timers never fire.
-type frozenTimers struct{ *clockwork.FakeClock }
+type frozenTimers struct{ *clock.Fake }
 
-func (c *frozenTimers) AfterFunc(time.Duration, func()) clockwork.Timer { return neverTimer{} }
+func (c *frozenTimers) AfterFunc(time.Duration, func()) clock.Timer { return neverTimer{} }
 
 type neverTimer struct{}
 
-func (neverTimer) Chan() <-chan time.Time     { return nil }
+func (neverTimer) C() <-chan time.Time        { return nil }
 func (neverTimer) Reset(d time.Duration) bool { return false }
 func (neverTimer) Stop() bool                 { return false }
 
@@ -401,5 +402,54 @@ func TestOneLeaderAtATime(t *testing.T) {
 				t.Fatalf("terms overlap: %+v and %+v", a, b)
 			}
 		}
+	}
+}
+
+// Close after Run frees what a campaign attempt interrupted in flight took:
+// the attempt was applied by the store after Run's context ended, and the
+// candidate's Locker resolves and frees it before Close returns.
+func TestCloseFreesAnInterruptedAttempt(t *testing.T) {
+	ctx := ctxT(t)
+	mem := memory.New()
+	faulty := storetest.NewFaulty(mem)
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	faulty.Set(storetest.OpAcquire, storetest.DropReply, 1) // applied, its answer lost
+	faulty.AfterCall(func(op string) {
+		if op == storetest.OpAcquire {
+			once.Do(func() {
+				close(entered)
+				<-proceed // Run's context ends before the outcome is resolved
+			})
+		}
+	})
+	faulty.OnCall(func(op string) {
+		if op == storetest.OpRelease {
+			time.Sleep(100 * time.Millisecond) // a store some way off
+		}
+	})
+	c, err := election.New(faulty, election.Config{Resource: "e", Identity: "a", TTL: time.Minute, RetryPeriod: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	campaign, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(campaign) }()
+	<-entered
+	stop()
+	close(proceed)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if rec, err := mem.Get(ctx, "e"); !errors.Is(err, tenure.ErrNotHeld) {
+		t.Fatalf("after Close the interrupted attempt's lease is held: %+v, %v", rec, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Run(rctx); !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("Run after Close: %v", err)
 	}
 }

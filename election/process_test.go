@@ -5,7 +5,7 @@ package election_test
 // Election tests with real processes. The candidates are this test binary
 // re-executed as a helper (selected by $TENURE_ELECTION_HELPER, see
 // helperMain): each runs an election.Candidate against a store URL opened
-// with internal/storeurl, and records, with times read from CLOCK_MONOTONIC
+// with package store, and records, with times read from CLOCK_MONOTONIC
 // (one clock for every process of the host), when it started and stopped
 // leading and every step of its work. A work step is stamped before the
 // term's context is checked, so a recorded stamp was taken while the term
@@ -38,7 +38,8 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
-	"github.com/tenure-go/tenure/internal/storeurl"
+	"github.com/tenure-go/tenure/store"
+	_ "github.com/tenure-go/tenure/store/all"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -49,23 +50,6 @@ func TestMain(m *testing.M) {
 		os.Exit(helperMain(os.Args[1:]))
 	}
 	os.Exit(m.Run())
-}
-
-func init() {
-	// The tenure command registers cassandra:// for storeurl; so do the
-	// tests and their helpers.
-	if !storeurl.Registered("cassandra") {
-		storeurl.Register("cassandra", func(ctx context.Context, raw string) (driver.Store, error) {
-			s, err := cassandra.OpenURL(ctx, raw)
-			if errors.Is(err, cassandra.ErrBadURL) {
-				return nil, storeurl.BadURL(err)
-			}
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
-		}, "cassandra://host[:port]/keyspace  a Cassandra cluster")
-	}
 }
 
 // mono reads CLOCK_MONOTONIC, which every process on the host shares.
@@ -115,7 +99,7 @@ func helperMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
-	store, err := storeurl.Open(octx, *storeURL)
+	store, err := store.Open(octx, *storeURL)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
@@ -254,7 +238,7 @@ type cluster struct {
 func newCluster(t *testing.T, storeURL string, ttl, retry time.Duration) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := storeurl.Open(ctx, storeURL)
+	s, err := store.Open(ctx, storeURL)
 	if err != nil {
 		t.Fatal(err)
 	}

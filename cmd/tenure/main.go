@@ -19,14 +19,18 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/internal/storeurl"
+	"github.com/tenure-go/tenure/store"
+	_ "github.com/tenure-go/tenure/store/all" // every store's URL scheme
 )
 
 // Exit codes. The 6x and 7x codes are those of sysexits.h.
@@ -34,10 +38,12 @@ const (
 	exitOK          = 0
 	exitFree        = 1   // status: not held; release: nothing released
 	exitUsage       = 64  // EX_USAGE: bad arguments or input
+	exitNoStore     = 66  // EX_NOINPUT: status, list, release: no tenure store there (nothing was created)
 	exitUnavailable = 69  // EX_UNAVAILABLE: the store cannot be opened or reached
 	exitSoftware    = 70  // EX_SOFTWARE: an internal error
+	exitIOErr       = 74  // EX_IOERR: tenure's own output could not be written (stdout closed or full)
 	exitNotAcquired = 75  // EX_TEMPFAIL: the lease is held by another owner
-	exitLost        = 79  // the lease was lost while the command ran
+	exitLost        = 79  // the lease was lost while the command ran (or before it could start)
 	exitCannotExec  = 126 // the command was found but cannot be executed
 	exitNotFound    = 127 // the command was not found
 	exitSignalBase  = 128 // 128+N: the command (or tenure, while waiting) was killed by signal N
@@ -54,6 +60,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == reaperArg {
 		os.Exit(reaperMain(os.Args[2:], os.Stdin, os.Stderr))
 	}
+	// A write to a closed pipe returns EPIPE instead of killing tenure with
+	// SIGPIPE (Go does that for stdout and stderr unless SIGPIPE is
+	// notified), so that it exits with exitIOErr in every subcommand. A
+	// notified signal is reset to its default in the commands tenure runs.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -77,14 +88,18 @@ func exitWith(code int) error { return &exitError{code: code} }
 // usage returns an exitError with code 64.
 func usage(format string, args ...any) error { return fail(exitUsage, format, args...) }
 
-// oneLine turns an error message into one line without a leading "tenure: "
-// (the library's errors start with it, and so will ours when printed).
+// oneLine turns an error message into one safe line without a leading
+// "tenure: " (the library's errors start with it, and so will ours when
+// printed): control characters and other non-printing characters are
+// escaped (see escapeText), so that nothing in a message (a name read from
+// the store, a driver's message) can move the cursor or change the
+// terminal, and a line longer than maxLine bytes is shortened.
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 	for strings.HasPrefix(s, "tenure: ") {
 		s = strings.TrimPrefix(s, "tenure: ")
 	}
-	return s
+	return shorten(escapeText(s), maxLine)
 }
 
 // errText is oneLine(err.Error()) with the "tenure: " inside wrapped and
@@ -114,16 +129,30 @@ func Main(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		a.errFile = f
 	}
 	root := a.newRoot()
+	out := &outWriter{w: stdout}
+	a.stdout = out
 	root.SetArgs(args)
 	root.SetIn(stdin)
-	root.SetOut(stdout)
+	root.SetOut(out)
 	root.SetErr(stderr)
 	err := root.Execute()
-	if err == nil {
-		return exitOK
-	}
 	var xe *exitError
-	if errors.As(err, &xe) {
+	isExit := errors.As(err, &xe)
+	if werr := out.Err(); werr != nil {
+		// What tenure printed did not reach its reader (a closed pipe, a
+		// full disk): say so, with one exit code in every subcommand. The
+		// command's own message, if any, is printed too; an error that is
+		// only the failed write is not repeated.
+		if isExit && xe.msg != "" {
+			fmt.Fprintf(stderr, "tenure: %s\n", oneLine(xe.msg))
+		}
+		fmt.Fprintf(stderr, "tenure: cannot write to standard output: %s\n", oneLine(werr.Error()))
+		return exitIOErr
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case isExit:
 		if xe.msg != "" {
 			fmt.Fprintf(stderr, "tenure: %s\n", oneLine(xe.msg))
 		}
@@ -133,6 +162,44 @@ func Main(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	// number of arguments.
 	fmt.Fprintf(stderr, "tenure: %s (see tenure --help)\n", oneLine(err.Error()))
 	return exitUsage
+}
+
+// outWriter is tenure's standard output. It keeps the first write error
+// (a pipe whose reader is gone, a full disk, an I/O error) for Main, which
+// then exits with exitIOErr, and writes nothing after it. (A standard
+// output that was closed before tenure started cannot be told apart from
+// /dev/null: the Go runtime opens /dev/null in its place at start-up.)
+type outWriter struct {
+	w   io.Writer
+	mu  sync.Mutex
+	err error
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // "write /dev/stdout: ..." names a path the user did not give
+		}
+		o.err = err
+	}
+	return n, err
+}
+
+// Err returns the first write error.
+func (o *outWriter) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
 }
 
 func (a *app) newRoot() *cobra.Command {
@@ -151,7 +218,14 @@ the name; the command finds it in $TENURE_TOKEN and can pass it to whatever
 it writes to, so that a writer that lost its lease is turned away.
 
 Leases live in a store named by a URL: --store, else $TENURE_STORE, else the
-SQLite file ` + storeurl.DefaultSQLitePathDoc + `.
+SQLite file ` + defaultSQLitePathDoc + `.
+
+Exit codes shared by every command: 64 bad arguments or input (nothing was
+written to the store); 66 no tenure store at the URL (status, list and
+release, which never create one); 69 the store cannot be opened or reached,
+or is not a tenure store; 74 tenure's own output could not be written (a
+pipe whose reader is gone, a full disk). Each command's help gives the
+others.
 
 Store URLs:
 ` + schemeHelp(),
@@ -179,7 +253,7 @@ Store URLs:
 	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
 
-	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newBenchCmd())
+	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd())
 	a.root = root
 	return root
 }
@@ -188,8 +262,8 @@ Store URLs:
 // description, indented and wrapped.
 func schemeHelp() string {
 	var b strings.Builder
-	for _, s := range storeurl.Schemes() {
-		form, desc, _ := strings.Cut(s.Doc, "  ")
+	for _, s := range store.Schemes() {
+		form, desc, _ := strings.Cut(s.Usage, "  ")
 		fmt.Fprintf(&b, "  %s\n", strings.TrimSpace(form))
 		line := "     "
 		for _, w := range strings.Fields(desc) {
@@ -228,7 +302,7 @@ func (a *app) setup(cmd *cobra.Command, args []string) error {
 			if at.Key == slog.TimeKey && len(groups) == 0 {
 				return slog.String(slog.TimeKey, at.Value.Time().Format("15:04:05.000"))
 			}
-			return at
+			return safeAttr(at)
 		},
 	})).With("prog", "tenure")
 	setDriverLoggers(a.log)
@@ -238,15 +312,33 @@ func (a *app) setup(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// safeAttr shortens a long log value, and escapes what is not printable in
+// an error's message (the text handler quotes strings that need it, with
+// escapes, but neither shortens them nor quotes an error's text).
+func safeAttr(at slog.Attr) slog.Attr {
+	v := at.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		if s := v.String(); len(s) > maxName {
+			return slog.String(at.Key, shorten(s, maxName))
+		}
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			return slog.String(at.Key, shorten(escapeText(err.Error()), maxLine))
+		}
+	}
+	return at
+}
+
 // storeURLOrDefault returns the store URL that --store, $TENURE_STORE or
-// the default names; the default's directory is created then.
+// the default names.
 func (a *app) storeURLOrDefault() (string, error) {
 	raw := a.storeURL
 	if raw == "" {
 		raw = os.Getenv(envStore)
 	}
 	if strings.TrimSpace(raw) == "" {
-		p, err := storeurl.DefaultSQLitePath()
+		p, err := defaultSQLitePath()
 		if err != nil {
 			return "", fail(exitUnavailable, "%s", errText(err))
 		}
@@ -255,28 +347,67 @@ func (a *app) storeURLOrDefault() (string, error) {
 	return raw, nil
 }
 
-// openStore opens the store that --store, $TENURE_STORE or the default
-// names. A bad URL is a usage error (64) and names the known schemes; a
-// store that cannot be opened is exit code 69.
-func (a *app) openStore(ctx context.Context) (driver.Store, error) {
+// parseStore checks the store URL that --store, $TENURE_STORE or the
+// default names, before any I/O. A bad URL is a usage error (64) and names
+// the known schemes.
+func (a *app) parseStore() (*store.URL, error) {
 	raw, err := a.storeURLOrDefault()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	s, err := storeurl.Open(ctx, raw)
+	u, err := store.Parse(raw)
 	if err != nil {
 		return nil, storeOpenErr(err)
 	}
-	a.log.Debug("store opened", "store", storeurl.Redact(raw))
+	return u, nil
+}
+
+// parseStoreForTTL is parseStore, then a check that the store can keep
+// ttl: a TTL outside the store's limits is a usage error (64) before any
+// I/O, so no file, table or connection is made for a command that cannot
+// run.
+func (a *app) parseStoreForTTL(cmd string, ttl time.Duration) (*store.URL, error) {
+	u, err := a.parseStore()
+	if err != nil {
+		return nil, err
+	}
+	if err := u.CheckTTL(ttl); err != nil {
+		return nil, usage("%s: --ttl %v: %s", cmd, ttl, errText(err))
+	}
+	return u, nil
+}
+
+// openStore opens the store of u, bounded by storeTimeout; a store that
+// cannot be opened is exit code 69. With inspect (status, list, release)
+// nothing is created (store.Inspect); otherwise the directory of the
+// default SQLite file is created first, with mode 0700.
+func (a *app) openStore(ctx context.Context, u *store.URL, inspect bool) (driver.Store, error) {
+	var opts []store.Option
+	if inspect {
+		opts = append(opts, store.Inspect())
+	} else if err := a.makeDefaultDir(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	s, err := u.Open(ctx, opts...)
+	if err != nil {
+		return nil, storeOpenErr(err)
+	}
+	a.log.Debug("store opened", "store", u.String())
 	return s, nil
 }
 
-// storeOpenErr maps an error of storeurl.Open or Init to an exit code.
+// storeOpenErr maps an error of store.Parse, Open or Init to an exit code:
+// a bad URL is 64, no store at all (status, list and release create none)
+// is 66, anything else 69.
 func storeOpenErr(err error) error {
-	if errors.Is(err, storeurl.ErrBadURL) {
+	switch {
+	case errors.Is(err, store.ErrBadURL):
 		return usage("%s", errText(err))
+	case errors.Is(err, store.ErrNoStore):
+		return fail(exitNoStore, "no tenure store: %s; nothing was created (tenure init creates a store)",
+			strings.TrimPrefix(errText(err), store.ErrUnavailable.Error()+": "))
 	}
 	return fail(exitUnavailable, "%s", errText(err))
 }
@@ -306,9 +437,10 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
-// describeHolder says who holds a lease, for messages.
+// describeHolder says who holds a lease, for messages. The names come from
+// the store: they are quoted.
 func describeHolder(rec tenure.Record) string {
-	s := fmt.Sprintf("%s is held by %s", quoteName(rec.Resource), rec.Owner)
+	s := fmt.Sprintf("%s is held by %s", quoteName(rec.Resource), quoteName(rec.Owner))
 	var parts []string
 	if rec.Token != 0 {
 		parts = append(parts, fmt.Sprintf("token %d", rec.Token))
@@ -320,6 +452,3 @@ func describeHolder(rec tenure.Record) string {
 	}
 	return s + " (" + strings.Join(parts, ", ") + ")"
 }
-
-// quoteName quotes a resource name for messages.
-func quoteName(s string) string { return fmt.Sprintf("%q", s) }

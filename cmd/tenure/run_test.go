@@ -212,9 +212,25 @@ func TestRunStoppedHolderLosesLease(t *testing.T) {
 		helper("-out", bOut, "-hold", "stdin"))
 	waitFor(t, 10*time.Second, "beta to wait", func() bool { return strings.Contains(b.stderr(), "resource is held; waiting") })
 
-	stopped := mono()
-	syscall.Kill(-a.pid(), syscall.SIGSTOP)
-	syscall.Kill(-ai.pid, syscall.SIGSTOP)
+	// Stop the holder, but not in the middle of a write to the store: a
+	// SQLite writer stopped inside its transaction keeps the database's write
+	// lock, and nobody could take the lease until it resumes.
+	var stopped int64
+	for try := 0; ; try++ {
+		stopped = mono()
+		syscall.Kill(-a.pid(), syscall.SIGSTOP)
+		syscall.Kill(-ai.pid, syscall.SIGSTOP)
+		waitFor(t, 10*time.Second, "alpha to stop", func() bool { return processState(a.pid()) == "T" })
+		if !holdsWriteLock(a.pid(), e.db) && !holdsWriteLock(a.pid(), e.db+"-shm") {
+			break
+		}
+		if try == 100 {
+			t.Fatalf("alpha always holds the store's write lock")
+		}
+		syscall.Kill(-a.pid(), syscall.SIGCONT)
+		syscall.Kill(-ai.pid, syscall.SIGCONT)
+		time.Sleep(20 * time.Millisecond)
+	}
 	var bStart event
 	waitFor(t, 15*time.Second, "beta's command to start", func() bool {
 		s := filter(readEvents(t, bOut), "start")
@@ -416,8 +432,12 @@ func TestRunExitCodes(t *testing.T) {
 	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
 		t.Fatalf("the store file exists after usage errors only (%v)", err)
 	}
-	if code, stdout, _ := e.run("list", "--json"); code != 0 || strings.TrimSpace(stdout) != "[]" {
-		t.Fatalf("list after usage errors: exit %d, %s", code, stdout)
+	// Inspection creates nothing either: list names the missing file.
+	if code, stdout, stderr := e.run("list", "--json"); code == 0 || !strings.Contains(stderr, e.db) || !strings.Contains(stderr, "does not exist") {
+		t.Fatalf("list of a missing store: exit %d, %s%s; want an error naming %s", code, stdout, stderr, e.db)
+	}
+	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
+		t.Fatalf("list created the store file (%v)", err)
 	}
 
 	// An unknown scheme is a usage error that names the known schemes.
@@ -463,7 +483,9 @@ func TestRunExitCodes(t *testing.T) {
 		t.Fatalf("unreachable store: took %v", d)
 	}
 
-	// A command that cannot be run: 127 or 126, and the lease is released.
+	// A command that cannot be run: 127 or 126 (found before the lease is
+	// acquired: see TestCommandLookedUpFirst), and the lease is free.
+	e.init()
 	notExec := e.path("not-executable")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -693,4 +715,72 @@ func TestRunReleaseFailureWarns(t *testing.T) {
 	if took > ttl+5*time.Second {
 		t.Fatalf("the failed release took %v", took)
 	}
+}
+
+// Every limit and every URL rule is checked before anything is opened,
+// created or connected, the same way in every scheme: a TTL the store
+// cannot keep, a port outside 1..65535 and an unknown parameter are usage
+// errors (64), never a store file or a connection attempt (69); secrets in
+// the URL's query are not shown.
+func TestLimitsCheckedBeforeIO(t *testing.T) {
+	e := newEnv(t)
+	cmd := []string{"true"}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		shows string
+	}{
+		{"sqlite ttl above the maximum", []string{"run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"sqlite elect ttl above the maximum", []string{"elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"etcd ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"etcd elect ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "elect", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"etcd hold below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--hold-at-least", "500ms", "job", "--", cmd[0]}, "minimum"},
+		{"cassandra ttl below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"cassandra hold below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--hold-at-least", "900ms", "job", "--", cmd[0]}, "minimum"},
+		{"cassandra ttl above the maximum", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"etcd elect ttl above the maximum", []string{"--store", "etcd://127.0.0.1:1", "elect", "--ttl", "2560000h", "job", "--", cmd[0]}, "maximum"},
+		{"sqlite hold above the maximum", []string{"run", "--hold-at-least", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"redis elect ttl above the maximum", []string{"--store", "redis://127.0.0.1:1", "elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"postgres elect ttl above the maximum", []string{"--store", "postgres://u:s3cret@127.0.0.1:1/db", "elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"redis ttl above the maximum", []string{"--store", "redis://127.0.0.1:1", "run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"redis port out of range", []string{"--store", "redis://127.0.0.1:99999", "list"}, "65535"},
+		{"etcd port out of range", []string{"--store", "etcd://127.0.0.1:70000", "list"}, "65535"},
+		{"postgres port out of range", []string{"--store", "postgres://u@127.0.0.1:70000/db", "list"}, "65535"},
+		{"postgres unknown parameter", []string{"--store", "postgres://u:pw-s3cret@127.0.0.1:1/db?frobnicate=1&password=pw-s3cret", "list"}, "frobnicate"},
+		{"redis unknown parameter", []string{"--store", "redis://127.0.0.1:1?frobnicate=1", "list"}, "frobnicate"},
+	} {
+		start := time.Now()
+		code, _, stderr := e.run(c.args)
+		if code != exitUsage || !strings.Contains(stderr, c.shows) || strings.Contains(stderr, "s3cret") {
+			t.Errorf("%s: exit %d, want %d saying %q without secrets:\n%s", c.name, code, exitUsage, c.shows, stderr)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: took %v", c.name, d)
+		}
+	}
+	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
+		t.Fatalf("the SQLite file exists after limit errors only (%v)", err)
+	}
+}
+
+// holdsWriteLock reports whether process pid holds an exclusive POSIX lock
+// on the file path (a SQLite writer in its transaction), from /proc/locks.
+func holdsWriteLock(pid int, path string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return false
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	ino := ":" + strconv.FormatUint(st.Ino, 10)
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		// 1: POSIX  ADVISORY  WRITE 31014 fe:00:9994449 120 120
+		if len(f) >= 6 && f[1] == "POSIX" && f[3] == "WRITE" && f[4] == strconv.Itoa(pid) && strings.HasSuffix(f[5], ino) {
+			return true
+		}
+	}
+	return false
 }

@@ -18,11 +18,12 @@ import (
 
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/netfault"
-	"github.com/tenure-go/tenure/internal/storeurl"
+	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/store/postgres"
 	"github.com/tenure-go/tenure/store/redis"
+	"github.com/tenure-go/tenure/store/sqlite"
 )
 
 // Fault kinds.
@@ -67,26 +68,21 @@ func (e *storeEnv) close() {
 // setupStore prepares the store named by raw: the schema, and for network
 // stores a fault proxy in front of every node.
 func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
-	u, err := url.Parse(raw)
+	su, err := store.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("harness: store URL: %w", err)
+		return nil, fmt.Errorf("harness: %w", err)
 	}
-	env := &storeEnv{scheme: u.Scheme, workerURL: raw}
-	switch u.Scheme {
-	case "sqlite":
+	env := &storeEnv{scheme: su.Scheme(), workerURL: raw}
+	switch cfg := su.Config().(type) {
+	case *sqlite.Config:
 		env.profile = SQLiteProfile
-		p, err := storeurl.SQLitePath(u)
-		if err != nil {
-			return nil, err
-		}
+		p := cfg.Path
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return nil, err
 		}
-		s, err := storeurl.Open(ctx, raw) // creates the file and schema
-		if err != nil {
+		if err := su.Init(ctx); err != nil { // creates the file and schema
 			return nil, err
 		}
-		s.Close()
 		env.sqlitePth = p
 		env.faults = []string{FaultPause, FaultKill, FaultStuckWriter}
 		db, err := sql.Open("sqlite", "file:"+p+"?_busy_timeout=30000&_txlock=immediate")
@@ -95,12 +91,8 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 		}
 		env.db = db
 		return env, nil
-	case "cassandra":
+	case *cassandra.Config:
 		env.profile = CassandraProfile
-		cfg, err := cassandra.ParseURL(raw)
-		if err != nil {
-			return nil, err
-		}
 		port := cfg.Port
 		if port == 0 {
 			port = 9042
@@ -131,11 +123,10 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 			}
 		}
 		env.translate = strings.Join(pairs, ",")
-		cfg.CreateSchema = true
 		// A cluster that has just started may still reset connections
 		// while it settles: try the schema a few times.
 		for try := 1; ; try++ {
-			err = cassandra.Init(ctx, cfg)
+			err = su.Init(ctx)
 			if err == nil {
 				break
 			}
@@ -149,9 +140,13 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultCASTimeout)
 		}
 		return env, nil
-	case "postgres", "postgresql", "etcd", "redis":
+	case *postgres.Config, *etcd.Config, *redis.Config:
 		// One server: one proxy in front of it, and the workers' URL
 		// points at the proxy.
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("harness: store URL: %w", err)
+		}
 		env.profile, _ = ProfileFor(u.Scheme)
 		if strings.Contains(u.Host, ",") {
 			return nil, fmt.Errorf("harness: %s: the harness drives one server (one host in the URL)", u.Scheme)
@@ -167,23 +162,14 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 		wu := *u
 		wu.Host = p.Addr()
 		env.workerURL = wu.String()
-		if u.Scheme == "postgres" || u.Scheme == "postgresql" {
-			ps, err := postgres.OpenURL(ctx, raw)
-			if err != nil {
-				env.close()
-				return nil, err
-			}
-			err = ps.Init(ctx)
-			ps.Close()
-			if err != nil {
-				env.close()
-				return nil, err
-			}
+		if err := su.Init(ctx); err != nil { // PostgreSQL's table; a check that the others answer
+			env.close()
+			return nil, err
 		}
 		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole}
 		return env, nil
 	}
-	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, etcd:// and redis:// stores", u.Scheme)
+	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, etcd:// and redis:// stores", su.Scheme())
 }
 
 // openWorkerStore opens the store for a worker. For Cassandra, translate
@@ -191,21 +177,13 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 // orchestrator's fault proxy: the contact points are the proxies, and the
 // node addresses the cluster announces are translated to them.
 func openWorkerStore(ctx context.Context, raw, translate string) (driver.Store, error) {
-	if translate == "" {
-		scheme, _, _ := strings.Cut(raw, ":")
-		switch scheme {
-		case "postgres", "postgresql":
-			return postgres.OpenURL(ctx, raw)
-		case "etcd":
-			return etcd.OpenURL(ctx, raw)
-		case "redis":
-			return redis.OpenURL(ctx, raw)
-		}
-		return storeurl.Open(ctx, raw)
-	}
-	cfg, err := cassandra.ParseURL(raw)
+	su, err := store.Parse(raw)
 	if err != nil {
 		return nil, err
+	}
+	cfg, ok := su.Config().(*cassandra.Config)
+	if translate == "" || !ok {
+		return su.Open(ctx)
 	}
 	m := map[string]string{}
 	var hosts []string
@@ -233,11 +211,7 @@ func openWorkerStore(ctx context.Context, raw, translate string) (driver.Store, 
 			return net.ParseIP(h), pn
 		})
 	}
-	s, err := cassandra.Open(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return su.Open(ctx)
 }
 
 var errNoFault = errors.New("harness: fault does not apply")

@@ -173,8 +173,8 @@ func LeaseRoundTrip(ctx context.Context, t testing.TB, lk *tenure.Locker, r stri
 		t.Fatal(err)
 	}
 	rec, err := lk.Get(ctx, r)
-	if err != nil || rec.Owner != lk.Owner() || rec.Token != l.Token() {
-		t.Fatalf("Get = %+v, %v; want owner %s token %d", rec, err, lk.Owner(), l.Token())
+	if err != nil || rec.Owner != l.Owner() || rec.Token != l.Token() {
+		t.Fatalf("Get = %+v, %v; want owner %s token %d", rec, err, l.Owner(), l.Token())
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/tenure-go/tenure/internal/bench"
 	"github.com/tenure-go/tenure/store/cassandra"
+	"github.com/tenure-go/tenure/store/storetest"
 )
 
 // The Cassandra benchmarks need a real server (TENURE_CASSANDRA, see
@@ -34,7 +34,7 @@ func observedStore(b *testing.B, mode cassandra.Mode) (*cassandra.Store, func() 
 // BenchmarkCassandra: tenure's store and Locker (native mode).
 func BenchmarkCassandra(b *testing.B) {
 	s, lwts := observedStore(b, cassandra.ModeNative)
-	bench.GoBenchmarks(b, s, resource(b, "bench"), "LWT", lwts)
+	storetest.Benchmarks(b, s, resource(b, "bench"), "LWT", lwts)
 }
 
 // BenchmarkJaegerProtocol: a client issuing Jaeger's statements: Acquire of

@@ -6,14 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Mode selects the table layout and statements a Store uses.
@@ -376,9 +376,8 @@ func validateHost(h string) error {
 		host, port = h[:i], h[i+1:]
 	}
 	if port != "" || strings.HasSuffix(h, ":") {
-		p, err := strconv.Atoi(port)
-		if err != nil || p < 1 || p > 65535 {
-			return fmt.Errorf("%w: host %q: port %q is not in 1..65535", ErrBadConfig, h, port)
+		if _, err := driver.ParsePort(port); err != nil {
+			return fmt.Errorf("%w: host %q: %w", ErrBadConfig, h, err)
 		}
 	}
 	if net.ParseIP(host) == nil && !hostRE.MatchString(host) {
@@ -392,24 +391,9 @@ func (r resolved) tlsConfig() (*tls.Config, error) {
 	if !r.TLS {
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if r.CAFile != "" {
-		pem, err := os.ReadFile(r.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: CA file: %w", ErrBadConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrBadConfig, r.CAFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if r.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(r.CertFile, r.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: client certificate: %w", ErrBadConfig, err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
+	cfg, err := driver.LoadTLS(r.CAFile, r.CertFile, r.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	if r.SkipHostVerification {
 		// Verify the chain ourselves, without the host name: Go's

@@ -11,6 +11,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -220,13 +221,19 @@ func TestOpenChecksSchema(t *testing.T) {
 	cfg.Keyspace = runKeyspace
 	cfg.Table = "not_created_" + randHex(3)
 	_, err := cassandra.Open(ctx, cfg)
-	if err == nil || !strings.Contains(err.Error(), "Init") {
-		t.Fatalf("Open without the table: %v; want an error that says to run Init", err)
+	if err == nil || !strings.Contains(err.Error(), "Init") || !errors.Is(err, driver.ErrNoStore) {
+		t.Fatalf("Open without the table: %v; want driver.ErrNoStore and an error that says to run Init", err)
 	}
-	// A table of the other mode lacks the columns.
+	missingKS := cfg
+	missingKS.Keyspace = "not_created_" + randHex(3)
+	if _, err := cassandra.Open(ctx, missingKS); !errors.Is(err, driver.ErrNoStore) {
+		t.Fatalf("Open without the keyspace: %v; want driver.ErrNoStore", err)
+	}
+	// A table of the other mode lacks the columns: it is not this mode's
+	// store.
 	cfg.Table = cassandra.DefaultJaegerTable
-	if _, err := cassandra.Open(ctx, cfg); err == nil || !strings.Contains(err.Error(), "lacks the columns") {
-		t.Fatalf("Open on a Jaeger table in native mode: %v", err)
+	if _, err := cassandra.Open(ctx, cfg); err == nil || !strings.Contains(err.Error(), "lacks the columns") || !errors.Is(err, driver.ErrNotStore) {
+		t.Fatalf("Open on a Jaeger table in native mode: %v; want driver.ErrNotStore", err)
 	}
 	cfg.Table = "created_" + randHex(3)
 	cfg.CreateSchema = true

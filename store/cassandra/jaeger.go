@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,14 +33,22 @@ const DefaultJaegerTTL = 60 * time.Second
 //   - Renewing a lease this lock holds is one lightweight transaction (a
 //     conditional UPDATE); Jaeger spends two (INSERT IF NOT EXISTS, then
 //     UPDATE).
-//   - A renewal that finds the lease gone reports the loss: Acquire returns
-//     false and an error wrapping driver.ErrLeaseLost (test it with
-//     errors.Is). Jaeger's lock would silently insert a new lease when the
-//     old one had expired, hiding that another owner may have held the
-//     resource in between. The next Acquire starts a new lease.
+//   - A renewal that finds the lease gone (expired, or taken by another
+//     owner) is logged at level Warn with the detail (see
+//     WithJaegerLockLogger); Jaeger's lock says nothing. The call then
+//     answers as Jaeger's lock does: false and a nil error when another
+//     owner holds the resource, true when it was free and this lock took it
+//     again, as a new lease (with a new fencing token on a ModeNative
+//     store). An error here would be wrong for Jaeger's participant, which
+//     keeps its last answer when Acquire fails: a deposed leader would go on
+//     leading until its next refresh.
 //   - The owner is the readable id plus a random nonce (tenure.NewOwner), so
 //     two processes configured with the same id (identical containers)
-//     still exclude each other.
+//     still exclude each other; and each grant (an Acquire that was not a
+//     renewal) writes an owner string of its own, Owner() + "." + N, so a
+//     late request of an earlier grant never acts on a later one. Jaeger's
+//     lock writes one owner string for all its grants, so a request of a
+//     grant it gave up can still renew or free the next one.
 //   - A lost answer is resolved (see Store), and an outcome that stays
 //     unknown is an error wrapping driver.ErrUnknownOutcome, never a guess.
 //
@@ -51,20 +60,48 @@ type JaegerLock struct {
 	store   *Store
 	owner   string
 	timeout time.Duration
+	log     *slog.Logger
 
-	mu   sync.Mutex
-	held map[string]*jaegerHeld
+	mu      sync.Mutex
+	grants  uint64                 // grants made so far
+	held    map[string]*jaegerHeld // leases this lock holds
+	pending map[string]string      // owner string of an acquire whose outcome is unknown: the retry reuses it
 }
 
 type jaegerHeld struct {
+	owner string // this grant's owner string
 	token uint64
 	ttl   time.Duration
+}
+
+// newGrantLocked returns the owner string of a new grant.
+func (l *JaegerLock) newGrantLocked() string {
+	l.grants++
+	return fmt.Sprintf("%s.%d", l.owner, l.grants)
+}
+
+// owns reports whether owner names a grant of this lock.
+func (l *JaegerLock) owns(owner string) bool {
+	return len(owner) > len(l.owner)+1 && owner[:len(l.owner)] == l.owner && owner[len(l.owner)] == '.'
+}
+
+// JaegerLockOption configures a JaegerLock.
+type JaegerLockOption func(*JaegerLock)
+
+// WithJaegerLockLogger sets the logger that receives the detail of a lost
+// lease (default slog.Default()).
+func WithJaegerLockLogger(l *slog.Logger) JaegerLockOption {
+	return func(j *JaegerLock) {
+		if l != nil {
+			j.log = l
+		}
+	}
 }
 
 // NewJaegerLock returns a lock on store for the owner id (tenure.NewOwner
 // appends a random nonce; an empty id means tenure.DefaultOwnerID()). It
 // returns an error wrapping driver.ErrInvalidOwner for a bad id.
-func NewJaegerLock(store *Store, ownerID string) (*JaegerLock, error) {
+func NewJaegerLock(store *Store, ownerID string, opts ...JaegerLockOption) (*JaegerLock, error) {
 	if store == nil {
 		return nil, errors.New("cassandra store: nil store")
 	}
@@ -76,10 +113,16 @@ func NewJaegerLock(store *Store, ownerID string) (*JaegerLock, error) {
 		return nil, err
 	}
 	// A store call makes at most four queries, each bounded by Timeout.
-	return &JaegerLock{store: store, owner: owner, timeout: 4 * store.cfg.Timeout, held: map[string]*jaegerHeld{}}, nil
+	l := &JaegerLock{store: store, owner: owner, timeout: 4 * store.cfg.Timeout, log: slog.Default(),
+		held: map[string]*jaegerHeld{}, pending: map[string]string{}}
+	for _, o := range opts {
+		o(l)
+	}
+	return l, nil
 }
 
-// Owner returns the owner string written to the store.
+// Owner returns this lock's owner: the readable id, "#", and a random
+// nonce. Each grant is written to the store as Owner() + "." + N.
 func (l *JaegerLock) Owner() string { return l.owner }
 
 // Token returns the fencing token of the lease this lock holds on resource,
@@ -95,14 +138,21 @@ func (l *JaegerLock) Token(resource string) (uint64, bool) {
 }
 
 // Acquire acquires resource for ttl, or renews it when this lock already
-// holds it. It returns true when this lock holds the lease (granted or
-// renewed); false and a nil error when another owner holds it; false and an
-// error wrapping driver.ErrLeaseLost when a lease this lock held was lost
-// (expired or taken) since the last call; and false with another error
+// holds it. Its answers are those of Jaeger's lock: true and a nil error
+// when this lock holds the lease (granted, or renewed); false and a nil
+// error when another owner holds it; false and an error
 // (driver.ErrInvalidTTL, ErrInvalidResource, ErrUnknownOutcome, or the
 // driver's) when it could not tell, in which case acquired is meaningless,
-// as in Jaeger's interface. Each call is bounded by four times the store's
-// Timeout.
+// as in Jaeger's interface.
+//
+// When a lease this lock held was lost since the last call (it expired, or
+// another owner took it), the loss is logged at level Warn, with the
+// store's detail, and the call goes on as a fresh attempt: false and a nil
+// error when another owner holds the resource, so that a caller such as
+// Jaeger's participant steps down at once; true when the resource was free
+// and this lock took it again, as a new lease (on a ModeNative store with a
+// new fencing token: see Token). Each store call is bounded by four times
+// the store's Timeout; a call that finds its lease lost makes two.
 func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 	if ttl == 0 {
 		ttl = DefaultJaegerTTL
@@ -113,32 +163,60 @@ func (l *JaegerLock) Acquire(resource string, ttl time.Duration) (bool, error) {
 	if _, err := StoreTTL(ttl); err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	defer cancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var lost *jaegerHeld // the lease found lost, if any
+	var lostErr error
 	if h, ok := l.held[resource]; ok {
-		err := l.store.Renew(ctx, resource, l.owner, h.token, ttl)
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		err := l.store.Renew(ctx, resource, h.owner, h.token, ttl)
+		cancel()
 		switch {
 		case err == nil:
 			h.ttl = ttl
 			return true, nil
 		case errors.Is(err, driver.ErrLeaseLost):
 			delete(l.held, resource)
-			return false, fmt.Errorf("cassandra jaeger lock: %q: %w", resource, err)
+			lost, lostErr = h, err
 		default:
 			return false, fmt.Errorf("cassandra jaeger lock: renew %q: %w", resource, err)
 		}
 	}
-	rec, err := l.store.Acquire(ctx, resource, l.owner, ttl)
+	// A new grant, unless the last attempt's outcome is unknown: its retry
+	// must be the same grant, so that the store renews what it may have
+	// granted.
+	owner, retry := l.pending[resource]
+	if !retry {
+		owner = l.newGrantLocked()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	rec, err := l.store.Acquire(ctx, resource, owner, ttl)
+	if errors.Is(err, driver.ErrUnknownOutcome) {
+		l.pending[resource] = owner
+	} else {
+		delete(l.pending, resource)
+	}
 	if err != nil {
 		var held *driver.HeldError
 		if errors.As(err, &held) {
+			if lost != nil {
+				l.log.Warn("cassandra jaeger lock: lease lost: another owner holds the resource",
+					"resource", resource, "token", lost.token, "holder", held.Holder.Owner, "detail", lostErr)
+			}
 			return false, nil
+		}
+		if lost != nil {
+			l.log.Warn("cassandra jaeger lock: lease lost; a fresh attempt failed",
+				"resource", resource, "token", lost.token, "detail", lostErr, "err", err)
 		}
 		return false, fmt.Errorf("cassandra jaeger lock: acquire %q: %w", resource, err)
 	}
-	l.held[resource] = &jaegerHeld{token: rec.Token, ttl: ttl}
+	if lost != nil {
+		l.log.Warn("cassandra jaeger lock: lease lost, and acquired again as a new lease",
+			"resource", resource, "token", lost.token, "new_token", rec.Token, "detail", lostErr)
+	}
+	l.held[resource] = &jaegerHeld{owner: owner, token: rec.Token, ttl: ttl}
 	return true, nil
 }
 
@@ -157,26 +235,29 @@ func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 	defer cancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	token := uint64(0)
+	var owner string
+	var token uint64
 	if h, ok := l.held[resource]; ok {
-		token = h.token
-	} else if l.store.Mode() == ModeNative {
+		owner, token = h.owner, h.token
+	} else {
 		// Not held as far as this lock knows (for example after an unknown
-		// outcome): free it only if the store says it is ours.
+		// outcome): free it only if the store says a grant of ours holds it.
 		rec, err := l.store.Get(ctx, resource)
 		switch {
 		case errors.Is(err, driver.ErrNotHeld):
+			delete(l.pending, resource)
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: not held: %w", resource, driver.ErrLeaseLost)
 		case err != nil:
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: %w", resource, err)
-		case rec.Owner != l.owner:
+		case !l.owns(rec.Owner):
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: held by %s: %w", resource, rec.Owner, driver.ErrLeaseLost)
 		}
-		token = rec.Token
+		owner, token = rec.Owner, rec.Token
 	}
+	delete(l.pending, resource)
 	unknown := false
 	for attempt := 0; attempt < 2; attempt++ {
-		err := l.store.Release(ctx, resource, l.owner, token)
+		err := l.store.Release(ctx, resource, owner, token)
 		switch {
 		case err == nil:
 			delete(l.held, resource)

@@ -1,10 +1,15 @@
 package cassandra_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,6 +262,41 @@ func TestJaegerLockDifferences(t *testing.T) {
 		}
 	})
 
+	// Each grant writes an owner string of its own: a request of an earlier
+	// grant delivered late (here its release) never frees a later one, in
+	// Jaeger mode too, where no fencing token tells them apart. Jaeger's lock
+	// writes one owner string for every grant, so there it would.
+	t.Run("LateRequestOfAnEarlierGrant", func(t *testing.T) {
+		jl, _ := cassandra.NewJaegerLock(js, "a")
+		r := resource(t, "r")
+		ctx := testCtx(t)
+		if ok, err := jl.Acquire(r, 10*time.Second); !ok || err != nil {
+			t.Fatalf("Acquire: %v %v", ok, err)
+		}
+		first, err := js.Get(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := jl.Forfeit(r); !ok || err != nil {
+			t.Fatalf("Forfeit: %v %v", ok, err)
+		}
+		if ok, err := jl.Acquire(r, 10*time.Second); !ok || err != nil {
+			t.Fatalf("second Acquire: %v %v", ok, err)
+		}
+		// The first grant's release, delivered now.
+		if err := js.Release(ctx, r, first.Owner, first.Token); !errors.Is(err, tenure.ErrLeaseLost) {
+			t.Fatalf("late release of the first grant: %v; want ErrLeaseLost", err)
+		}
+		second, err := js.Get(ctx, r)
+		if err != nil || second.Owner == first.Owner || !strings.HasPrefix(second.Owner, jl.Owner()+".") {
+			t.Fatalf("after the late release: %+v, %v; want the second grant of %s", second, err, jl.Owner())
+		}
+		if ok, err := jl.Acquire(r, 10*time.Second); !ok || err != nil {
+			t.Fatalf("renewal of the second grant: %v %v", ok, err)
+		}
+		jl.Forfeit(r)
+	})
+
 	t.Run("ZeroTTLIsJaegersDefault", func(t *testing.T) {
 		jl, _ := cassandra.NewJaegerLock(js, "a")
 		r := resource(t, "r")
@@ -290,8 +330,9 @@ func TestJaegerLockDifferences(t *testing.T) {
 		jl.Forfeit(r)
 	})
 
-	t.Run("LossIsReported", func(t *testing.T) {
-		jl, _ := cassandra.NewJaegerLock(js, "a")
+	t.Run("LossIsLoggedAndAnsweredAsJaegersLock", func(t *testing.T) {
+		var logs syncBuffer
+		jl, _ := cassandra.NewJaegerLock(js, "a", cassandra.WithJaegerLockLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		r := resource(t, "r")
 		if ok, err := jl.Acquire(r, time.Second); !ok || err != nil {
 			t.Fatalf("Acquire: %v %v", ok, err)
@@ -299,18 +340,59 @@ func TestJaegerLockDifferences(t *testing.T) {
 		// The lease expires (store TTL 2 s) and another owner takes it.
 		jc := newJaegerClient(js.Session(), "jaeger")
 		waitUntil(t, 5*time.Second, func() bool { ok, _ := jc.Acquire(r, 10*time.Second); return ok })
-		ok, err := jl.Acquire(r, time.Second)
-		if ok || !errors.Is(err, tenure.ErrLeaseLost) {
-			t.Fatalf("renewal after the lease was taken: %v, %v; want false and ErrLeaseLost", ok, err)
+		// Jaeger's lock answers false, nil here (its insert finds another
+		// owner); so does the adapter, and it logs the loss.
+		if ok, err := jl.Acquire(r, time.Second); ok || err != nil {
+			t.Fatalf("renewal after the lease was taken: %v, %v; want false, nil (held by another)", ok, err)
 		}
-		// The next call is a fresh attempt: held by the Jaeger client.
+		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "lease lost") || !strings.Contains(l, "jaeger") {
+			t.Fatalf("the loss is not logged with its holder: %q", l)
+		}
+		// The next call is a plain attempt: held by the Jaeger client, and
+		// nothing more to log.
+		n := strings.Count(logs.String(), "lease lost")
 		if ok, err := jl.Acquire(r, time.Second); ok || err != nil {
 			t.Fatalf("fresh attempt: %v, %v; want false, nil (held)", ok, err)
+		}
+		if m := strings.Count(logs.String(), "lease lost"); m != n {
+			t.Fatalf("a plain refused attempt logged a loss")
 		}
 		if ok, err := jl.Forfeit(r); ok || !errors.Is(err, tenure.ErrLeaseLost) {
 			t.Fatalf("Forfeit of a lease it does not hold: %v, %v; want ErrLeaseLost", ok, err)
 		}
 		jc.Forfeit(r)
+	})
+
+	t.Run("ExpiredLeaseIsTakenAgainAsJaegersLockDoes", func(t *testing.T) {
+		ns, _ := stores(t)
+		for name, st := range map[string]*cassandra.Store{"native": ns, "jaeger": js} {
+			var logs syncBuffer
+			jl, _ := cassandra.NewJaegerLock(st, "a", cassandra.WithJaegerLockLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			r := resource(t, "r")
+			if ok, err := jl.Acquire(r, time.Second); !ok || err != nil {
+				t.Fatalf("%s: Acquire: %v %v", name, ok, err)
+			}
+			tok1, _ := jl.Token(r)
+			// The lease expires in the store (store TTL 2 s) while nobody
+			// takes it; Jaeger's lock inserts again and answers true.
+			waitUntil(t, 5*time.Second, func() bool {
+				_, err := st.Get(context.Background(), r)
+				return errors.Is(err, tenure.ErrNotHeld)
+			})
+			if ok, err := jl.Acquire(r, time.Second); !ok || err != nil {
+				t.Fatalf("%s: renewal after the lease expired: %v, %v; want true, nil (taken again)", name, ok, err)
+			}
+			tok2, _ := jl.Token(r)
+			if name == "native" && tok2 <= tok1 {
+				t.Fatalf("tokens %d then %d: the new lease needs a new token", tok1, tok2)
+			}
+			if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "acquired again") {
+				t.Fatalf("%s: the loss is not logged: %q", name, l)
+			}
+			if ok, err := jl.Forfeit(r); !ok || err != nil {
+				t.Fatalf("%s: Forfeit: %v %v", name, ok, err)
+			}
+		}
 	})
 
 	t.Run("SameIDExcludes", func(t *testing.T) {
@@ -354,5 +436,224 @@ func waitUntil(t *testing.T, limit time.Duration, f func() bool) {
 			t.Fatalf("condition not met within %v", limit)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use, for logs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// jaegerLockInterface has the method set of Jaeger's lock interface
+// (jaegertracing/jaeger, internal/distributedlock/interface.go, Lock).
+type jaegerLockInterface interface {
+	Acquire(resource string, ttl time.Duration) (acquired bool, err error)
+	Forfeit(resource string) (forfeited bool, err error)
+}
+
+// JaegerLock, and this file's stand-in for Jaeger's own Cassandra lock,
+// satisfy Jaeger's lock interface.
+var (
+	_ jaegerLockInterface = (*cassandra.JaegerLock)(nil)
+	_ jaegerLockInterface = (*jaegerClient)(nil)
+)
+
+// jaegerLoop is a participant loop shaped like Jaeger's
+// DistributedElectionParticipant (internal/leaderelection): each attempt
+// calls Acquire with the follower interval as the TTL; a nil error sets
+// IsLeader to the answer, an error leaves it as it was; the next attempt
+// comes after the leader interval while leading and after the follower
+// interval otherwise. Stopping it forfeits the lock when leading, as
+// Jaeger's Close does since its 2026 fix.
+type jaegerLoop struct {
+	lock             jaegerLockInterface
+	resource         string
+	leader, follower time.Duration
+
+	isLeader atomic.Bool
+	attempts chan attempt // every attempt's outcome, in order
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+type attempt struct {
+	end      time.Time // when IsLeader took the attempt's outcome
+	acquired bool
+	err      error
+	leader   bool // IsLeader after the attempt
+}
+
+func startJaegerLoop(lock jaegerLockInterface, resource string, leader, follower time.Duration) *jaegerLoop {
+	j := &jaegerLoop{lock: lock, resource: resource, leader: leader, follower: follower,
+		attempts: make(chan attempt, 1000), stop: make(chan struct{}), done: make(chan struct{})}
+	go j.run()
+	return j
+}
+
+func (j *jaegerLoop) run() {
+	defer close(j.done)
+	for {
+		acquired, err := j.lock.Acquire(j.resource, j.follower)
+		if err == nil {
+			j.isLeader.Store(acquired)
+		}
+		leading := j.isLeader.Load()
+		j.attempts <- attempt{end: time.Now(), acquired: acquired, err: err, leader: leading}
+		next := j.follower
+		if leading {
+			next = j.leader
+		}
+		t := time.NewTimer(next)
+		select {
+		case <-t.C:
+		case <-j.stop:
+			t.Stop()
+			return
+		}
+	}
+}
+
+func (j *jaegerLoop) close() {
+	close(j.stop)
+	<-j.done
+	if j.isLeader.Swap(false) {
+		j.lock.Forfeit(j.resource)
+	}
+}
+
+// next returns the loop's next attempt.
+func (j *jaegerLoop) next(t *testing.T) attempt {
+	t.Helper()
+	select {
+	case a := <-j.attempts:
+		return a
+	case <-time.After(4 * j.follower):
+		t.Fatalf("no attempt within %v", 4*j.follower)
+	}
+	panic("unreachable")
+}
+
+// TestJaegerParticipantStepsDownAtNextTick: a loop shaped like Jaeger's
+// participant, over tenure's JaegerLock, steps down at its first attempt
+// after another owner took the lock, as over Jaeger's own lock. Before,
+// JaegerLock answered that attempt with (false, ErrLeaseLost); Jaeger's loop
+// keeps IsLeader on an error, so it stepped down one leader interval later.
+//
+// Each round waits for one of the leader's renewals, then, right after it,
+// frees the leader's lease as an operator would (a conditional delete
+// naming the leader) and has another owner take it. The step-down time runs
+// from the moment the other owner's grant was confirmed to the moment the
+// loop's IsLeader turned false.
+func TestJaegerParticipantStepsDownAtNextTick(t *testing.T) {
+	native, js := stores(t)
+	const leaderEvery, followerEvery = time.Second, 2 * time.Second
+	const rounds = 3
+	type variant struct {
+		name  string
+		store *cassandra.Store // for the other owner's grant
+		// lock returns the participant's lock and a function that frees
+		// its lease as an operator would.
+		lock func(t *testing.T, r string, logs *syncBuffer) (jaegerLockInterface, func() error)
+	}
+	tenureLock := func(st *cassandra.Store) func(t *testing.T, r string, logs *syncBuffer) (jaegerLockInterface, func() error) {
+		return func(t *testing.T, r string, logs *syncBuffer) (jaegerLockInterface, func() error) {
+			jl, err := cassandra.NewJaegerLock(st, "collector-1", cassandra.WithJaegerLockLogger(slog.New(slog.NewTextHandler(logs, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return jl, func() error {
+				// An operator frees whatever grant holds it.
+				rec, err := st.Get(context.Background(), r)
+				if err != nil {
+					return err
+				}
+				return st.Release(context.Background(), r, rec.Owner, rec.Token)
+			}
+		}
+	}
+	for _, v := range []variant{
+		{"JaegerLock on a Jaeger-mode store", js, tenureLock(js)},
+		{"JaegerLock on a native store", native, tenureLock(native)},
+		{"Jaeger's own statements", js, func(t *testing.T, r string, _ *syncBuffer) (jaegerLockInterface, func() error) {
+			id := "jaeger-collector-" + randHex(4)
+			return newJaegerClient(js.Session(), id), func() error {
+				_, err := newJaegerClient(js.Session(), id).Forfeit(r)
+				return err
+			}
+		}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			r := resource(t, "sampling")
+			var logs syncBuffer
+			lock, free := v.lock(t, r, &logs)
+			other, err := cassandra.NewJaegerLock(v.store, "collector-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			loop := startJaegerLoop(lock, r, leaderEvery, followerEvery)
+			defer loop.close()
+			var figures []time.Duration
+			for round := 0; len(figures) < rounds; round++ {
+				if round >= 2*rounds {
+					t.Fatalf("only %d of %d rounds had a clean takeover", len(figures), rounds)
+				}
+				// Wait for a renewal, then take the lock right after it.
+				for a := loop.next(t); !(a.leader && a.acquired); a = loop.next(t) {
+				}
+				if err := free(); err != nil {
+					t.Fatalf("freeing the leader's lease: %v", err)
+				}
+				ok, err := other.Acquire(r, followerEvery)
+				taken := time.Now()
+				if err != nil || !ok {
+					t.Logf("round %d: the other owner did not get the lock (%v, %v); again", round, ok, err)
+					continue
+				}
+				a := loop.next(t)
+				if a.end.Before(taken) {
+					t.Fatalf("round %d: an attempt ended during the takeover", round)
+				}
+				if a.leader {
+					// Two attempts: what Jaeger's loop did over the old
+					// adapter, which answered (false, ErrLeaseLost).
+					b := loop.next(t)
+					t.Fatalf("round %d: still leader after the first attempt after the takeover (answered %v, %v); stepped down at attempt 2 (%v, %v) after %v",
+						round, a.acquired, a.err, b.acquired, b.err, b.end.Sub(taken))
+				}
+				if a.err != nil {
+					t.Fatalf("round %d: the attempt failed: %v", round, a.err)
+				}
+				took := a.end.Sub(taken)
+				if took >= 2*leaderEvery {
+					t.Fatalf("round %d: stepped down %v after the takeover; want within 2 ticks (%v)", round, took, 2*leaderEvery)
+				}
+				figures = append(figures, took)
+				if ok, err := other.Forfeit(r); !ok || err != nil {
+					t.Fatalf("round %d: the other owner's forfeit: %v %v", round, ok, err)
+				}
+				// The loop, following, takes the lock again at its next
+				// attempt, one follower interval later.
+				for a := loop.next(t); !a.leader; a = loop.next(t) {
+				}
+			}
+			t.Logf("%s: leader interval %v, follower interval (TTL) %v: stepped down at the first attempt after the takeover, %v after it", v.name, leaderEvery, followerEvery, figures)
+			if _, ok := lock.(*cassandra.JaegerLock); ok && strings.Count(logs.String(), "lease lost") < rounds {
+				t.Fatalf("the losses are not logged: %q", logs.String())
+			}
+		})
 	}
 }

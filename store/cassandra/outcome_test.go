@@ -378,7 +378,7 @@ func TestUnknownOutcomeLostReply(t *testing.T) {
 			t.Fatalf("TryAcquire whose reply was lost: %v", err)
 		}
 		row := serialRow(t, direct.Session(), table, r)
-		if row.owner != lk.Owner() || uint64(row.token) != l.Token() {
+		if row.owner != l.Owner() || uint64(row.token) != l.Token() {
 			t.Fatalf("lease token %d; serial read %+v", l.Token(), row)
 		}
 		if err := l.Release(ctx); err != nil {
@@ -420,8 +420,8 @@ func TestUnknownOutcomeLostReplyJaeger(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Locker TryAcquire whose first reply was lost: %v", err)
 	}
-	if o, _ := serialJaegerOwner(t, direct.Session(), cassandra.DefaultJaegerTable, r2); o != lk.Owner() {
-		t.Fatalf("serial read: owner %q; want %q", o, lk.Owner())
+	if o, _ := serialJaegerOwner(t, direct.Session(), cassandra.DefaultJaegerTable, r2); o != l.Owner() {
+		t.Fatalf("serial read: owner %q; want %q", o, l.Owner())
 	}
 	p.arm(dropNextReply)
 	if err := l.Release(ctx); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -184,8 +185,14 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	}
 	var inv *gocql.RequestErrInvalid
 	if errors.As(err, &inv) {
-		return fmt.Errorf("cassandra store: table %s.%s is missing or lacks the columns of %s mode (create it with cassandra.Init, `tenure init`, or the CQL of cassandra.Schema): %w",
-			s.cfg.keyspace, s.cfg.table, s.cfg.Mode, err)
+		// Missing (ErrNoStore), or there but not the mode's table
+		// (ErrNotStore)? The schema metadata tells.
+		kind := driver.ErrNotStore
+		if ks, merr := s.session.KeyspaceMetadata(s.cfg.keyspace); errors.Is(merr, gocql.ErrKeyspaceDoesNotExist) || (merr == nil && ks.Tables[s.cfg.table] == nil) {
+			kind = driver.ErrNoStore
+		}
+		return fmt.Errorf("cassandra store: table %s.%s is missing or lacks the columns of %s mode (create it with cassandra.Init, `tenure init`, or the CQL of cassandra.Schema): %w: %w",
+			s.cfg.keyspace, s.cfg.table, s.cfg.Mode, kind, err)
 	}
 	return fmt.Errorf("cassandra store: check table %s.%s: %w", s.cfg.keyspace, s.cfg.table, err)
 }
@@ -593,7 +600,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	if s.cfg.Mode == ModeJaeger {
 		return s.acquireJaeger(ctx, resource, owner, ttl, secs)
 	}
-	g := grant{s: s, resource: resource, owner: owner, ttl: ttl, secs: secs, ttlMs: ttlMillis(ttl), wid: newWriteID()}
+	g := grant{s: s, resource: resource, owner: owner, ttl: ttl, secs: secs, ttlMs: driver.Milliseconds(ttl), wid: newWriteID()}
 	var res attempt
 	if last, ok := s.cache.get(resource); ok {
 		res = g.free(ctx, last)
@@ -755,7 +762,7 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return lostf("renew", resource, "no lease has token %d", token)
 	}
 	wid := newWriteID()
-	applied, cur, err := s.casQuery(ctx, s.st.renew, secs, owner, ttlMillis(ttl), wid, resource, owner, int64(token))
+	applied, cur, err := s.casQuery(ctx, s.st.renew, secs, owner, driver.Milliseconds(ttl), wid, resource, owner, int64(token))
 	if err != nil {
 		cur, rerr := s.resolve(ctx, "renew", resource, err)
 		switch {

@@ -1,7 +1,6 @@
 package cassandra
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/tenure-go/tenure/driver"
@@ -53,23 +52,24 @@ const cassandraMaxTTL = 630_720_000
 // It returns an error wrapping driver.ErrInvalidTTL for ttl below MinTTL or
 // above MaxTTL. A TTL of 0 is never returned.
 func StoreTTL(ttl time.Duration) (int, error) {
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := ttls.CheckTTL(ttl); err != nil {
 		return 0, err
-	}
-	if ttl < MinTTL {
-		return 0, fmt.Errorf("%w: %v is below the Cassandra store's minimum of %v (Cassandra TTLs are whole seconds, and TTL 0 means never expires)", driver.ErrInvalidTTL, ttl, MinTTL)
-	}
-	if ttl > MaxTTL {
-		return 0, fmt.Errorf("%w: %v is above the Cassandra store's maximum of %v", driver.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	secs := (ttl + time.Second - 1) / time.Second
 	return int(secs) + 1, nil
 }
 
-// ttlMillis is ttl rounded up to whole milliseconds, as kept in ttl_ms.
-func ttlMillis(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
-}
+// ttls is the range of TTLs the store keeps: MinTTL to MaxTTL.
+var ttls = driver.TTLRange{Min: MinTTL, Max: MaxTTL,
+	Why: "Cassandra TTLs are whole seconds, and TTL 0 means never expires"}
+
+// CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
+// store opened with c cannot keep (see StoreTTL), without I/O.
+func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
+
+// CheckTTL implements driver.TTLChecker, so a Locker rejects a TTL this
+// store cannot keep (see StoreTTL) before any I/O.
+func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // remaining converts Cassandra's TTL(owner), in whole seconds, to a lower
 // bound of the time left: a cell whose TTL() reads n expires within

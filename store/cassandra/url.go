@@ -10,7 +10,23 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/store"
 )
+
+func init() {
+	store.Register(store.Driver[Config, *Store]{
+		Schemes: []string{"cassandra"},
+		Usage: "cassandra://[user:password@]host1[,host2][:port]/keyspace[?param=value&...]  a Cassandra cluster " +
+			"(parameters: " + strings.Join(URLParams, ", ") + "; replication is for tenure init)",
+		Parse:    parseChecked,
+		Open:     Open,
+		Inspect:  func(c *Config) { c.CreateSchema = false },
+		Init:     Init,
+		CheckTTL: Config.CheckTTL,
+	})
+}
 
 // ErrBadURL is wrapped (together with ErrBadConfig) by every error that
 // ParseURL returns: the URL is malformed or names something that cannot
@@ -204,6 +220,25 @@ func ParseURL(raw string) (Config, error) {
 	return c, nil
 }
 
+// parseChecked is ParseURL, then a check that the certificate files the URL
+// names can be read: the registry's parse, so that store.Parse finds a bad
+// CA file before anything connects (ParseURL itself reads no file, for
+// `tenure schema`).
+func parseChecked(raw string) (Config, error) {
+	c, err := ParseURL(raw)
+	if err != nil {
+		return c, err
+	}
+	r, err := c.resolve()
+	if err == nil {
+		_, err = r.tlsConfig()
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrBadURL, err)
+	}
+	return c, nil
+}
+
 // splitHosts parses "h1,h2:port", "[::1],[::2]:port" or "h1".
 func splitHosts(authority string) ([]string, int, error) {
 	if authority == "" {
@@ -230,9 +265,9 @@ func splitHosts(authority string) ([]string, int, error) {
 		hasPort = true
 	}
 	if hasPort {
-		p, err := strconv.Atoi(portPart)
-		if err != nil || p < 1 || p > 65535 {
-			return nil, 0, fmt.Errorf("port %q is not in 1..65535", portPart)
+		p, err := driver.ParsePort(portPart)
+		if err != nil {
+			return nil, 0, err
 		}
 		port = p
 		parts[len(parts)-1] = hostPart
@@ -284,9 +319,5 @@ func parseReplication(v string) (Replication, error) {
 // OpenURL parses raw with ParseURL and opens the store (see Open). Errors
 // wrap ErrBadURL for a bad URL; otherwise they are Open's.
 func OpenURL(ctx context.Context, raw string) (*Store, error) {
-	cfg, err := ParseURL(raw)
-	if err != nil {
-		return nil, err
-	}
-	return Open(ctx, cfg)
+	return driver.OpenURL(ctx, raw, ParseURL, Open)
 }

@@ -51,23 +51,20 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/tenure-go/tenure/driver"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/tenure-go/tenure/driver"
 )
 
 // Defaults.
@@ -81,6 +78,18 @@ const (
 // MaxTTL is the longest TTL the store accepts: etcd's limit of 9,000,000,000
 // seconds.
 const MaxTTL = 9_000_000_000 * time.Second
+
+// ttls is the range of TTLs the store keeps: whole seconds from 1 s to
+// MaxTTL (others are rounded up).
+var ttls = driver.TTLRange{Min: time.Second, Max: MaxTTL, Why: "etcd's TTLs are whole seconds"}
+
+// CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
+// store opened with c cannot keep (below 1 s or above MaxTTL), without I/O.
+func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
+
+// CheckTTL implements driver.TTLChecker, so a Locker rejects a TTL this
+// store cannot keep before any I/O.
+func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // Config configures a Store.
 type Config struct {
@@ -101,125 +110,10 @@ type Store struct {
 	prefix string
 }
 
-// ParseURL turns a store URL into a Config, without I/O:
-//
-//	etcd://[user:password@]host:port[,host:port...][?option=value...]
-//
-// Options: tls=true (TLS with the system's CAs), ca=FILE (PEM CAs; implies
-// TLS), cert=FILE and key=FILE (client certificate; imply TLS),
-// username=NAME and password=SECRET (instead of the user info),
-// dial_timeout=DURATION (default 5s), prefix=KEYPREFIX. The error describes
-// a malformed URL.
-func ParseURL(raw string) (Config, error) {
-	rest, ok := strings.CutPrefix(raw, "etcd://")
-	if !ok {
-		return Config{}, errors.New("etcd store: URL must start with etcd://")
-	}
-	hosts, query, _ := strings.Cut(rest, "?")
-	if i := strings.IndexAny(hosts, "/#"); i >= 0 {
-		if strings.Trim(hosts[i:], "/") != "" {
-			return Config{}, fmt.Errorf("etcd store: unexpected path %q in URL (the key prefix is the prefix option)", hosts[i:])
-		}
-		hosts = hosts[:i]
-	}
-	var cfg Config
-	if at := strings.LastIndex(hosts, "@"); at >= 0 {
-		ui, err := url.Parse("x://" + hosts[:at+1] + "h")
-		if err != nil || ui.User == nil {
-			return Config{}, errors.New("etcd store: bad user info in URL")
-		}
-		cfg.Client.Username = ui.User.Username()
-		cfg.Client.Password, _ = ui.User.Password()
-		hosts = hosts[at+1:]
-	}
-	for _, h := range strings.Split(hosts, ",") {
-		if h == "" {
-			continue
-		}
-		hu, err := url.Parse("x://" + h)
-		if err != nil || hu.Hostname() == "" || hu.Port() == "" || hu.Host != h {
-			return Config{}, fmt.Errorf("etcd store: bad endpoint %q: want host:port", h)
-		}
-		cfg.Client.Endpoints = append(cfg.Client.Endpoints, h)
-	}
-	if len(cfg.Client.Endpoints) == 0 {
-		return Config{}, errors.New("etcd store: no endpoints in URL; write etcd://host:2379[,host:2379...]")
-	}
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return Config{}, fmt.Errorf("etcd store: bad URL query: %w", err)
-	}
-	var useTLS bool
-	var ca, cert, key string
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "tls":
-			if useTLS, err = strconv.ParseBool(v); err != nil {
-				return Config{}, fmt.Errorf("etcd store: tls=%q is not a boolean", v)
-			}
-		case "ca":
-			ca = v
-		case "cert":
-			cert = v
-		case "key":
-			key = v
-		case "username":
-			cfg.Client.Username = v
-		case "password":
-			cfg.Client.Password = v
-		case "dial_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return Config{}, fmt.Errorf("etcd store: dial_timeout=%q is not a positive duration such as 5s", v)
-			}
-			cfg.Client.DialTimeout = d
-		case "prefix":
-			cfg.Prefix = v
-		default:
-			return Config{}, fmt.Errorf("etcd store: unknown URL option %q (known: tls, ca, cert, key, username, password, dial_timeout, prefix)", k)
-		}
-	}
-	if useTLS || ca != "" || cert != "" || key != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return Config{}, fmt.Errorf("etcd store: ca: %w", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return Config{}, fmt.Errorf("etcd store: ca: no PEM certificates in %s", ca)
-			}
-		}
-		if (cert == "") != (key == "") {
-			return Config{}, errors.New("etcd store: cert and key go together")
-		}
-		if cert != "" {
-			pair, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return Config{}, fmt.Errorf("etcd store: client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{pair}
-		}
-		cfg.Client.TLS = tc
-	}
-	return cfg, nil
-}
-
-// OpenURL opens a Store from an etcd:// URL (see ParseURL and New).
-func OpenURL(ctx context.Context, raw string) (*Store, error) {
-	cfg, err := ParseURL(raw)
-	if err != nil {
-		return nil, err
-	}
-	return New(ctx, cfg)
-}
-
-// New connects to etcd and checks that the cluster answers a linearizable
+// Open connects to etcd and checks that the cluster answers a linearizable
 // read, within the dial timeout (and ctx). Bad configuration returns an
 // error before any I/O.
-func New(ctx context.Context, cfg Config) (*Store, error) {
+func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Client.Endpoints) == 0 {
 		return nil, errors.New("etcd store: no endpoints")
 	}
@@ -326,14 +220,8 @@ func (s *Store) key(resource string) string { return s.prefix + resource }
 
 // seconds returns ttl in whole seconds, rounded up, or ErrInvalidTTL.
 func seconds(ttl time.Duration) (int64, error) {
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := ttls.CheckTTL(ttl); err != nil {
 		return 0, err
-	}
-	if ttl < time.Second {
-		return 0, fmt.Errorf("%w: %v is below etcd's resolution of 1s (TTLs are whole seconds)", driver.ErrInvalidTTL, ttl)
-	}
-	if ttl > MaxTTL {
-		return 0, fmt.Errorf("%w: %v is above etcd's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	return int64((ttl + time.Second - 1) / time.Second), nil
 }

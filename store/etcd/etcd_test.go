@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/netfault"
+	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -20,12 +19,7 @@ import (
 // url returns $TENURE_ETCD as an etcd:// URL (scripts/etcd prints a bare
 // host:port), or skips the test.
 func url(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("TENURE_ETCD")
-	if u == "" {
-		tb.Skip(`TENURE_ETCD is not set: these tests need a real etcd; ` +
-			`start one with "scripts/etcd start" and run eval "$(scripts/etcd env)"`)
-	}
+	u := testserver.Env(tb, "TENURE_ETCD", "etcd")
 	if !strings.HasPrefix(u, "etcd://") {
 		u = "etcd://" + u
 	}
@@ -34,22 +28,7 @@ func url(tb testing.TB) string {
 
 // open returns a store on $TENURE_ETCD, closed at the end of the test.
 func open(tb testing.TB, mod ...func(*etcd.Config)) *etcd.Store {
-	tb.Helper()
-	cfg, err := etcd.ParseURL(url(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := etcd.New(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
+	return testserver.Open(tb, url(tb), etcd.ParseURL, etcd.Open, mod...)
 }
 
 var cfg = storetest.Config{
@@ -68,18 +47,6 @@ func TestConformance(t *testing.T) {
 	url(t) // skip once, not in every subtest
 	storetest.Run(t, cfg)
 }
-
-func TestCaseC01CleanShutdown(t *testing.T)     { storetest.CaseC01CleanShutdown(t, cfg) }
-func TestCaseC02UnknownOutcome(t *testing.T)    { storetest.CaseC02UnknownOutcome(t, cfg) }
-func TestCaseC03SubSecondTTL(t *testing.T)      { storetest.CaseC03SubSecondTTL(t, cfg) }
-func TestCaseC04RenewalsFail(t *testing.T)      { storetest.CaseC04RenewalsFail(t, cfg) }
-func TestCaseC05BlackHole(t *testing.T)         { storetest.CaseC05BlackHole(t, cfg) }
-func TestCaseC06cPauseBeforeWrite(t *testing.T) { storetest.CaseC06cPauseBeforeWrite(t, cfg) }
-func TestCaseC07PartitionedHolderFencing(t *testing.T) {
-	storetest.CaseC07PartitionedHolderFencing(t, cfg)
-}
-func TestCaseC08LateRenewal(t *testing.T) { storetest.CaseC08LateRenewal(t, cfg) }
-func TestCaseC10SameOwnerID(t *testing.T) { storetest.CaseC10SameOwnerID(t, cfg) }
 
 // proxied returns a store whose connections go through a netfault proxy.
 func proxied(t *testing.T) (*etcd.Store, *netfault.Proxy) {
@@ -105,88 +72,23 @@ func proxied(t *testing.T) (*etcd.Store, *netfault.Proxy) {
 // nobody else is granted it, the holder renews through a new connection, and
 // after its release a waiter is granted at once.
 func TestCaseC09ConnectionReset(t *testing.T) {
-	ctx := ctxT(t)
 	admin := open(t)
-	hs, proxy := proxied(t)
-	r := resource(t)
-	a := locker(t, hs)
-	b := locker(t, admin, tenure.WithRetry(time.Hour, time.Hour))
-	la, err := a.TryAcquire(ctx, r, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy.Reset()
-	if rec, err := admin.Get(ctx, r); err != nil || rec.Owner != a.Owner() || rec.Token != la.Token() {
-		t.Fatalf("after the holder's connection was reset: Get = %+v, %v", rec, err)
-	}
-	if _, err := b.TryAcquire(ctx, r, 10*time.Second); !errors.Is(err, tenure.ErrHeld) {
-		t.Fatalf("B: %v; want ErrHeld", err)
-	}
-	var renewErr error
-	for i := 0; i < 5; i++ { // the first call may meet the broken connection
-		if renewErr = la.Renew(ctx); renewErr == nil {
-			break
-		}
-		if errors.Is(renewErr, tenure.ErrLeaseLost) {
-			t.Fatalf("renewal after the reset: %v", renewErr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if renewErr != nil {
-		t.Fatalf("renewal through a new connection: %v", renewErr)
-	}
-	got := make(chan *tenure.Lease, 1)
-	waiting := make(chan struct{})
-	go func() {
-		var once sync.Once
-		l, err := b.Acquire(ctx, r, 10*time.Second, tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(func() { close(waiting) }) }))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	<-waiting
-	released := time.Now()
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case lb := <-got:
-		if lb == nil {
-			t.FailNow()
-		}
-		t.Logf("B granted %v after A's release", time.Since(released))
-		if lb.Token() <= la.Token() {
-			t.Fatalf("B's token %d <= A's %d", lb.Token(), la.Token())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("B not granted within 10 s of A's release")
-	}
-}
-
-// TestWakeOnRelease: a waiting Acquire whose backoff is an hour is granted
-// within a moment of the release, by the watch.
-func TestWakeOnRelease(t *testing.T) {
-	s := open(t)
-	d := wakeOnce(t, s, s, resource(t))
-	if d > 2*time.Second {
-		t.Fatalf("waiter granted %v after the release", d)
-	}
-	t.Logf("granted %v after the release", d)
+	holder, proxy := proxied(t)
+	testserver.ConnectionsKilled(t, admin, holder, admin, 10*time.Second, proxy.Reset, 5, false)
 }
 
 // TestWakeOnExpiry: the watch also sees the key deleted when its holder's
 // etcd lease expires.
 func TestWakeOnExpiry(t *testing.T) {
 	s := open(t)
-	ctx := ctxT(t)
-	r := resource(t)
+	ctx := testserver.Ctx(t)
+	r := testserver.Resource(t)
 	other, _ := tenure.NewOwner("gone")
 	start := time.Now()
 	if _, err := s.Acquire(ctx, r, other, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	b := locker(t, s, tenure.WithRetry(time.Hour, time.Hour))
+	b := testserver.Locker(t, s, tenure.WithRetry(time.Hour, time.Hour))
 	lb, err := b.Acquire(ctx, r, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -208,9 +110,9 @@ func TestExpiryTiming(t *testing.T) {
 		t.Skip("takes about 10 s")
 	}
 	s := open(t)
-	ctx := ctxT(t)
+	ctx := testserver.Ctx(t)
 	for _, ttl := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} {
-		r := resource(t) + "/" + ttl.String()
+		r := testserver.Resource(t) + "/" + ttl.String()
 		owner, _ := tenure.NewOwner("timing")
 		tSend := time.Now()
 		if _, err := s.Acquire(ctx, r, owner, ttl); err != nil {
@@ -241,10 +143,10 @@ func TestExpiryTiming(t *testing.T) {
 // (a proxy drops server-to-client bytes): the store reports an unknown
 // outcome, never "released" or "lost", and the release was applied.
 func TestLostReplyIsUnknownOutcome(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := testserver.Ctx(t)
 	direct := open(t)
 	s, proxy := proxied(t)
-	r := resource(t)
+	r := testserver.Resource(t)
 	owner, _ := tenure.NewOwner("lost-reply")
 	rec, err := s.Acquire(ctx, r, owner, time.Minute)
 	if err != nil {
@@ -277,27 +179,8 @@ func TestUnreachableFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := netfault.Start(base.Client.Endpoints[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	proxy.SetMode(netfault.Blackhole)
-	for name, u := range map[string]string{
-		"refused":    "etcd://127.0.0.1:1?dial_timeout=1s",
-		"black hole": "etcd://" + proxy.Addr() + "?dial_timeout=1s",
-	} {
-		start := time.Now()
-		s, err := etcd.OpenURL(context.Background(), u)
-		if err == nil {
-			s.Close()
-			t.Fatalf("%s: New succeeded", name)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("%s: New took %v", name, d)
-		}
-		t.Logf("%s: %v", name, err)
-	}
+	testserver.FailsFast(t, base.Client.Endpoints[0],
+		func(addr string) string { return "etcd://" + addr + "?dial_timeout=1s" }, etcd.OpenURL)
 }
 
 func TestParseURL(t *testing.T) {
@@ -327,8 +210,8 @@ func TestParseURL(t *testing.T) {
 // granted with moves the key to a new etcd lease, keeping the token.
 func TestRenewWithLongerTTL(t *testing.T) {
 	s := open(t)
-	ctx := ctxT(t)
-	r := resource(t)
+	ctx := testserver.Ctx(t)
+	r := testserver.Resource(t)
 	owner, _ := tenure.NewOwner("longer")
 	rec, err := s.Acquire(ctx, r, owner, 2*time.Second)
 	if err != nil {
@@ -356,34 +239,11 @@ func TestRenewWithLongerTTL(t *testing.T) {
 // token is greater.
 func TestServerRestart(t *testing.T) {
 	url(t)
-	script := serverScript(t, "etcd")
-	ctx := ctxT(t)
-	s := open(t)
-	r := resource(t)
-	a, b := locker(t, s), locker(t, s)
-	la, err := a.TryAcquire(ctx, r, 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, script, "restart")
-	var renewErr error
-	for i := 0; i < 20; i++ {
-		if renewErr = la.Renew(ctx); renewErr == nil || errors.Is(renewErr, tenure.ErrLeaseLost) {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if renewErr != nil {
-		t.Fatalf("A's renewal after the restart: %v", renewErr)
-	}
-	if _, err := b.TryAcquire(ctx, r, 20*time.Second); !errors.Is(err, tenure.ErrHeld) {
-		t.Fatalf("B after the restart: %v; want ErrHeld", err)
-	}
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.TryAcquire(ctx, r, 20*time.Second)
-	if err != nil || lb.Token() <= la.Token() {
-		t.Fatalf("B after A's release: %v (A's token %d)", err, la.Token())
-	}
+	script := testserver.ServerScript(t, "etcd")
+	ctx := testserver.Ctx(t)
+	testserver.SurvivesRestart(ctx, t, open(t), 20*time.Second, func() { testserver.Run(t, script, "restart") }, 20)
+}
+
+func BenchmarkWakeOnRelease(b *testing.B) {
+	testserver.BenchWakeOnRelease(b, func(tb testing.TB) driver.Store { return open(tb) })
 }

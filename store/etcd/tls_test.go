@@ -105,8 +105,8 @@ func leaseRoundTrip(t *testing.T, s *etcd.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	lk := locker(t, s)
-	r := resource(t)
+	lk := testserver.Locker(t, s)
+	r := testserver.Resource(t)
 	testserver.LeaseRoundTrip(ctx, t, lk, r)
 }
 
@@ -136,7 +136,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wakeOnce(t, s, s2, resource(t))
+		testserver.WakeOnce(t, s, s2, testserver.Resource(t))
 	})
 
 	t.Run("username and password options", func(t *testing.T) {

@@ -17,20 +17,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/tenure-go/tenure/clock"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/store"
 )
 
 // Store is an in-memory driver.Store. It is safe for concurrent use.
 type Store struct {
-	clock clockwork.Clock
+	clock clock.Clock
 
-	mu     sync.Mutex
-	leases map[string]*lease
-	tokens map[string]uint64 // last token granted per resource; never goes back
-	subs   map[string]map[chan struct{}]struct{}
-	closed bool
+	mu      sync.Mutex
+	leases  map[string]*lease
+	tokens  map[string]uint64 // last token granted per resource; never goes back
+	hub     driver.Hub        // release notifications; always listening
+	closed  bool
+	batches int
 }
 
 type lease struct {
@@ -40,24 +42,62 @@ type lease struct {
 	expires time.Time
 }
 
-// Option configures a Store.
-type Option func(*Store)
+// Config configures a Store.
+type Config struct {
+	// Clock is the clock on which leases expire (default: the real clock).
+	// Tests give a fake one, so that they need no sleeps.
+	Clock clock.Clock
+}
 
-// WithClock sets the clock on which leases expire (default: the real clock).
-func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clock = c } }
+// CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that is
+// not positive; the store keeps any positive TTL.
+func (c Config) CheckTTL(ttl time.Duration) error { return driver.ValidateTTL(ttl) }
 
-// New returns an empty store.
-func New(opts ...Option) *Store {
+// Open returns an empty store. It never fails; the error is there for the
+// shape every store package has.
+func Open(_ context.Context, cfg Config) (*Store, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
 	s := &Store{
-		clock:  clockwork.NewRealClock(),
+		clock:  cfg.Clock,
 		leases: make(map[string]*lease),
 		tokens: make(map[string]uint64),
-		subs:   make(map[string]map[chan struct{}]struct{}),
 	}
-	for _, o := range opts {
-		o(s)
-	}
+	s.hub.SetListening(true, nil)
+	return s, nil
+}
+
+// New returns an empty store on the real clock: Open with a zero Config.
+func New() *Store {
+	s, _ := Open(context.Background(), Config{})
 	return s
+}
+
+// OpenURL returns an empty store for the URL "memory:" (see ParseURL).
+func OpenURL(ctx context.Context, raw string) (*Store, error) {
+	return driver.OpenURL(ctx, raw, ParseURL, Open)
+}
+
+// ParseURL accepts "memory:" (also "memory://"), which names a new, empty
+// store of its own each time it is opened: nothing is shared between two
+// opens. It takes no parameters.
+func ParseURL(raw string) (Config, error) {
+	scheme, rest, ok := strings.Cut(raw, ":")
+	if !ok || !strings.EqualFold(scheme, "memory") || (rest != "" && rest != "//") {
+		return Config{}, fmt.Errorf("memory store: want memory:, got %q", raw)
+	}
+	return Config{}, nil
+}
+
+func init() {
+	store.Register(store.Driver[Config, *Store]{
+		Schemes:  []string{"memory"},
+		Usage:    "memory:  a new, empty store in this process only, for tests and examples (nothing is shared or kept)",
+		Parse:    ParseURL,
+		Open:     Open,
+		CheckTTL: Config.CheckTTL,
+	})
 }
 
 var errClosed = errors.New("memory store: closed")
@@ -77,6 +117,16 @@ func (s *Store) live(resource string, now time.Time) *lease {
 
 func record(resource string, l *lease, now time.Time) driver.Record {
 	return driver.Record{Resource: resource, Owner: l.owner, Token: l.token, TTL: l.ttl, Remaining: l.expires.Sub(now)}
+}
+
+// notHolder is the error of a renewal or release whose grant does not hold
+// resource; l is the live lease, if any.
+func notHolder(resource string, l *lease, now time.Time) error {
+	if l == nil {
+		return driver.NotHolder(nil)
+	}
+	rec := record(resource, l, now)
+	return driver.NotHolder(&rec)
 }
 
 // Acquire implements driver.Store.
@@ -122,10 +172,53 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	now := s.clock.Now()
 	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: renew %q: %w", resource, driver.ErrLeaseLost)
+		return fmt.Errorf("memory store: renew %q: %w", resource, notHolder(resource, l, now))
 	}
 	l.ttl, l.expires = ttl, now.Add(ttl)
 	return nil
+}
+
+// RenewBatch implements driver.BatchRenewer: every renewal under one lock,
+// as a store that renews many leases in one request would.
+func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	errs := make([]error, len(leases))
+	for i, r := range leases {
+		errs[i] = driver.ValidateAcquire(r.Resource, r.Owner, r.TTL)
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	now := s.clock.Now()
+	for i, r := range leases {
+		switch {
+		case errs[i] != nil:
+		case s.closed:
+			errs[i] = errClosed
+		default:
+			l := s.live(r.Resource, now)
+			if l == nil || l.owner != r.Owner || l.token != r.Token {
+				errs[i] = fmt.Errorf("memory store: renew %q: %w", r.Resource, notHolder(r.Resource, l, now))
+				continue
+			}
+			l.ttl, l.expires = r.TTL, now.Add(r.TTL)
+		}
+	}
+	return errs
+}
+
+// Batches returns how many RenewBatch calls the store answered.
+func (s *Store) Batches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches
 }
 
 // Release implements driver.Store.
@@ -141,17 +234,13 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	if s.closed {
 		return errClosed
 	}
-	l := s.live(resource, s.clock.Now())
+	now := s.clock.Now()
+	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: release %q: %w", resource, driver.ErrLeaseLost)
+		return fmt.Errorf("memory store: release %q: %w", resource, notHolder(resource, l, now))
 	}
 	delete(s.leases, resource)
-	for ch := range s.subs[resource] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	s.hub.Wake(resource)
 	return nil
 }
 
@@ -194,30 +283,16 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 	return out, nil
 }
 
-// Subscribe implements driver.Notifier: the channel receives a value when a
-// lease on resource is released.
+// Subscribe implements driver.Notifier: a release of resource wakes the
+// subscriber that has waited longest (driver.Hub).
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	if err := driver.ValidateResource(resource); err != nil {
-		return nil, nil, err
-	}
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.subs[resource] == nil {
-		s.subs[resource] = make(map[chan struct{}]struct{})
-	}
-	s.subs[resource][ch] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			delete(s.subs[resource], ch)
-			if len(s.subs[resource]) == 0 {
-				delete(s.subs, resource)
-			}
-			s.mu.Unlock()
-		})
-	}, nil
+	return s.hub.Subscribe(ctx, resource, 0)
+}
+
+// Watch implements driver.Watcher: every release of resource wakes the
+// watcher.
+func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.hub.Watch(ctx, resource, 0)
 }
 
 // Close makes later operations fail. It is idempotent.

@@ -207,15 +207,19 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if err := s.Init(ctx); err != nil {
+		cfg, err := postgres.ParseURL(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := postgres.Init(ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
 		var ssl bool
 		if err := s.Pool().QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil || !ssl {
 			t.Fatalf("pg_stat_ssl.ssl = %v, %v; want true", ssl, err)
 		}
-		lk := locker(t, s)
-		r := resource(t)
+		lk := testserver.Locker(t, s)
+		r := testserver.Resource(t)
 		testserver.LeaseRoundTrip(ctx, t, lk, r)
 		// The LISTEN connection (outside the pool) uses TLS and the
 		// password too.
@@ -223,7 +227,7 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wakeOnce(t, s, s2, r)
+		testserver.WakeOnce(t, s, s2, r)
 	})
 
 	t.Run("wrong password", func(t *testing.T) {

@@ -72,20 +72,16 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -98,9 +94,12 @@ const (
 	DefaultDialTimeout = 5 * time.Second
 )
 
-// MaxTTL is the longest TTL the store accepts (about 292 years; PX takes
+// MaxTTL is the longest TTL the store accepts (about 146 years; PX takes
 // int64 milliseconds).
-const MaxTTL = time.Duration(1<<62) / time.Millisecond * time.Millisecond
+const MaxTTL = driver.MaxMillisecondTTL
+
+// ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
+var ttls = driver.MillisecondTTLs
 
 // ErrEvictionPolicy means that the server's maxmemory-policy may delete
 // lease keys or token counters (anything but noeviction).
@@ -123,7 +122,20 @@ type Config struct {
 	// noeviction (see ErrEvictionPolicy). When the server does not allow
 	// CONFIG GET, the check is skipped anyway.
 	AllowEviction bool
+
+	// Hooks are added to the client (go-redis's AddHook) before it sends
+	// anything: to count or trace commands.
+	Hooks []redis.Hook
 }
+
+// CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
+// store opened with c cannot keep (below 1 ms or above MaxTTL), without
+// I/O.
+func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
+
+// CheckTTL implements driver.TTLChecker, so a Locker rejects a TTL this
+// store cannot keep before any I/O.
+func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // Store is a driver.Store and driver.Notifier on one Redis server. It is
 // safe for concurrent use.
@@ -133,104 +145,15 @@ type Store struct {
 	channel string
 	expired string // keyspace event channel of expired keys
 
-	lis     *listener
-	lisOnce sync.Once
-	closed  atomic.Bool
+	hub    driver.Hub // release notifications; Listen is listen
+	closed atomic.Bool
 }
 
-// ParseURL turns a store URL into a Config, without I/O:
-//
-//	redis://[user:password@]host:port[/db][?option=value...]
-//	rediss://...      TLS
-//
-// Options are go-redis's (dial_timeout, read_timeout, write_timeout,
-// pool_size, skip_verify, ...) plus tenure's own: prefix (the key prefix),
-// ca (a PEM file of CAs to verify the server with), cert and key (a client
-// certificate for mutual TLS), allow_eviction=true. The error describes a
-// malformed URL.
-func ParseURL(raw string) (Config, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
-	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return Config{}, fmt.Errorf("redis store: URL scheme %q, want redis:// or rediss://", u.Scheme)
-	}
-	q := u.Query()
-	var cfg Config
-	take := func(k string) string {
-		v := q.Get(k)
-		q.Del(k)
-		return v
-	}
-	cfg.Prefix = take("prefix")
-	ca, cert, key := take("ca"), take("cert"), take("key")
-	if v := take("allow_eviction"); v != "" {
-		if cfg.AllowEviction, err = strconv.ParseBool(v); err != nil {
-			return Config{}, fmt.Errorf("redis store: allow_eviction=%q is not a boolean", v)
-		}
-	}
-	u.RawQuery = q.Encode()
-	opts, err := redis.ParseURL(u.String())
-	if err != nil {
-		return Config{}, fmt.Errorf("redis store: bad URL %s: %w", u.Redacted(), err)
-	}
-	if ca != "" || cert != "" || key != "" {
-		if opts.TLSConfig == nil {
-			return Config{}, errors.New("redis store: ca, cert and key need a rediss:// URL")
-		}
-		if err := loadTLS(opts.TLSConfig, ca, cert, key); err != nil {
-			return Config{}, err
-		}
-	}
-	cfg.Options = opts
-	return cfg, nil
-}
-
-func loadTLS(c *tls.Config, ca, cert, key string) error {
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return fmt.Errorf("redis store: ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("redis store: ca: no PEM certificates in %s", ca)
-		}
-		c.RootCAs = pool
-	}
-	if (cert == "") != (key == "") {
-		return errors.New("redis store: cert and key go together")
-	}
-	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return fmt.Errorf("redis store: client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return nil
-}
-
-// OpenURL opens a Store from a redis:// or rediss:// URL (see ParseURL and
-// New).
-func OpenURL(ctx context.Context, raw string) (*Store, error) {
-	cfg, err := ParseURL(raw)
-	if err != nil {
-		return nil, err
-	}
-	return New(ctx, cfg)
-}
-
-// New connects to the server and checks that it answers (PING, bounded by
+// Open connects to the server and checks that it answers (PING, bounded by
 // the dial and read timeouts and ctx) and that its eviction policy cannot
 // delete leases (see ErrEvictionPolicy). Bad configuration returns an error
 // before any I/O.
-func New(ctx context.Context, cfg Config) (*Store, error) {
+func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Options == nil {
 		return nil, errors.New("redis store: no options")
 	}
@@ -247,12 +170,16 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.DialTimeout = DefaultDialTimeout
 	}
 	rdb := redis.NewClient(&o)
+	for _, h := range cfg.Hooks {
+		rdb.AddHook(h)
+	}
 	s := &Store{
 		rdb:     rdb,
 		prefix:  cfg.Prefix,
 		channel: cfg.Prefix + "released",
 		expired: fmt.Sprintf("__keyevent@%d__:expired", o.DB),
 	}
+	s.hub.Listen = s.listen
 	bound := o.DialTimeout + 3*time.Second
 	if o.ReadTimeout > 0 {
 		bound = o.DialTimeout + o.ReadTimeout
@@ -282,10 +209,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.lisOnce.Do(func() {})
-	if l := s.lis; l != nil {
-		l.stop()
-	}
+	s.hub.Close()
 	return s.rdb.Close()
 }
 
@@ -359,25 +283,6 @@ end
 return out`)
 )
 
-func validateTTL(ttl time.Duration) error {
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", driver.ErrInvalidTTL, ttl)
-	}
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: %v is above the store's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
-	}
-	return nil
-}
-
-// ttlMillis rounds ttl up to whole milliseconds, so the store never keeps a
-// lease shorter than asked.
-func ttlMillis(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
-}
-
 // writeErr classifies the error of a write script: an error reply from
 // Redis (the script did not run, or failed before writing), a failed dial
 // or a pool timeout is definite; any other (a connection that broke, a read
@@ -433,13 +338,10 @@ func record(resource string, f []string) (driver.Record, error) {
 // any I/O. It returns a *driver.HeldError naming the holder, with the time
 // left on the server's clock, when another owner holds the resource.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
-	if err := validateTTL(ttl); err != nil {
-		return driver.Record{}, err
-	}
-	msTTL := ttlMillis(ttl)
+	msTTL := driver.Milliseconds(ttl)
 	v, err := acquireScript.Run(ctx, s.rdb,
 		[]string{s.leaseKey(resource), s.tokenKey(resource), s.indexKey()}, owner, msTTL, resource).Result()
 	if err != nil {
@@ -472,14 +374,11 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 // wrapping driver.ErrLeaseLost and changes nothing (an expired lease is
 // never re-created).
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
-		return err
-	}
-	if err := validateTTL(ttl); err != nil {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
 	n, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
-		owner, strconv.FormatUint(token, 10), ttlMillis(ttl)).Int64()
+		owner, strconv.FormatUint(token, 10), driver.Milliseconds(ttl)).Int64()
 	if err != nil {
 		return writeErr("renew", resource, err)
 	}

@@ -6,46 +6,23 @@ import (
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/netfault"
+	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
 	"github.com/tenure-go/tenure/store/storetest"
 )
 
 // addr returns $TENURE_REDIS or skips the test.
-func addr(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("TENURE_REDIS")
-	if u == "" {
-		tb.Skip(`TENURE_REDIS is not set: these tests need a real Redis server; ` +
-			`start one with "scripts/redis start" and run eval "$(scripts/redis env)"`)
-	}
-	return u
-}
+func addr(tb testing.TB) string { return testserver.Env(tb, "TENURE_REDIS", "redis") }
 
 // open returns a store on $TENURE_REDIS, closed at the end of the test.
 func open(tb testing.TB, mod ...func(*tredis.Config)) *tredis.Store {
-	tb.Helper()
-	cfg, err := tredis.ParseURL(addr(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := tredis.New(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
+	return testserver.Open(tb, addr(tb), tredis.ParseURL, tredis.Open, mod...)
 }
 
 func clientName(name string) func(*tredis.Config) {
@@ -67,23 +44,11 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, cfg)
 }
 
-func TestCaseC01CleanShutdown(t *testing.T)     { storetest.CaseC01CleanShutdown(t, cfg) }
-func TestCaseC02UnknownOutcome(t *testing.T)    { storetest.CaseC02UnknownOutcome(t, cfg) }
-func TestCaseC03SubSecondTTL(t *testing.T)      { storetest.CaseC03SubSecondTTL(t, cfg) }
-func TestCaseC04RenewalsFail(t *testing.T)      { storetest.CaseC04RenewalsFail(t, cfg) }
-func TestCaseC05BlackHole(t *testing.T)         { storetest.CaseC05BlackHole(t, cfg) }
-func TestCaseC06cPauseBeforeWrite(t *testing.T) { storetest.CaseC06cPauseBeforeWrite(t, cfg) }
-func TestCaseC07PartitionedHolderFencing(t *testing.T) {
-	storetest.CaseC07PartitionedHolderFencing(t, cfg)
-}
-func TestCaseC08LateRenewal(t *testing.T) { storetest.CaseC08LateRenewal(t, cfg) }
-func TestCaseC10SameOwnerID(t *testing.T) { storetest.CaseC10SameOwnerID(t, cfg) }
-
 // killClients kills, with CLIENT KILL ID, every connection named name (and
 // of type typ, when not empty), and returns how many.
 func killClients(t *testing.T, admin *tredis.Store, name, typ string) int {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := testserver.Ctx(t)
 	list, err := admin.Client().ClientList(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -113,88 +78,21 @@ func killClients(t *testing.T, admin *tredis.Store, name, typ string) int {
 // holder renews through a new connection, and after its release a waiter is
 // granted at once.
 func TestCaseC09ConnectionKilled(t *testing.T) {
-	ctx := ctxT(t)
 	admin := open(t)
-	hs := open(t, clientName("tenure-c09-holder"))
-	ws := open(t, clientName("tenure-c09-waiter"))
-	r := resource(t)
-	a := locker(t, hs)
-	b := locker(t, ws, tenure.WithRetry(time.Hour, time.Hour))
-	la, err := a.TryAcquire(ctx, r, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := killClients(t, admin, "tenure-c09-holder", ""); n == 0 {
-		t.Fatal("no connection of the holder found")
-	}
-	if rec, err := admin.Get(ctx, r); err != nil || rec.Owner != a.Owner() || rec.Token != la.Token() {
-		t.Fatalf("after the holder's connections were killed: Get = %+v, %v", rec, err)
-	}
-	if _, err := b.TryAcquire(ctx, r, 30*time.Second); !errors.Is(err, tenure.ErrHeld) {
-		t.Fatalf("B: %v; want ErrHeld", err)
-	}
-	// The first call on a killed pooled connection may fail (transient, not
-	// ErrLeaseLost); the Locker retries, so does this test.
-	var renewErr error
-	for i := 0; i < 3; i++ {
-		if renewErr = la.Renew(ctx); renewErr == nil {
-			break
+	holder := open(t, clientName("tenure-c09-holder"))
+	waiter := open(t, clientName("tenure-c09-waiter"))
+	testserver.ConnectionsKilled(t, admin, holder, waiter, 30*time.Second, func() {
+		if n := killClients(t, admin, "tenure-c09-holder", ""); n == 0 {
+			t.Fatal("no connection of the holder found")
 		}
-		if errors.Is(renewErr, tenure.ErrLeaseLost) {
-			t.Fatalf("renewal after the connection was killed: %v", renewErr)
-		}
-	}
-	if renewErr != nil {
-		t.Fatalf("renewal through a new connection: %v", renewErr)
-	}
-	if err := la.Err(); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *tenure.Lease, 1)
-	waiting := make(chan struct{})
-	go func() {
-		var once sync.Once
-		l, err := b.Acquire(ctx, r, 30*time.Second, tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(func() { close(waiting) }) }))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	<-waiting
-	released := time.Now()
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case lb := <-got:
-		if lb == nil {
-			t.FailNow()
-		}
-		t.Logf("B granted %v after A's release", time.Since(released))
-		if lb.Token() <= la.Token() {
-			t.Fatalf("B's token %d <= A's %d", lb.Token(), la.Token())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("B not granted within 10 s of A's release")
-	}
-}
-
-// TestWakeOnRelease: a waiting Acquire whose backoff is an hour is granted
-// within a moment of the release, by the published message.
-func TestWakeOnRelease(t *testing.T) {
-	s := open(t)
-	d := wakeOnce(t, s, s, resource(t))
-	if d > 2*time.Second {
-		t.Fatalf("waiter granted %v after the release", d)
-	}
-	t.Logf("granted %v after the release", d)
+	}, 3, false)
 }
 
 // TestWakeOnExpiry: with expired-key events enabled on the server, a waiter
 // is woken when the holder's lease expires.
 func TestWakeOnExpiry(t *testing.T) {
 	s := open(t)
-	ctx := ctxT(t)
+	ctx := testserver.Ctx(t)
 	c := s.Client()
 	old, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
 	if err != nil {
@@ -204,12 +102,12 @@ func TestWakeOnExpiry(t *testing.T) {
 		t.Skipf("CONFIG SET: %v", err)
 	}
 	defer c.ConfigSet(context.Background(), "notify-keyspace-events", old["notify-keyspace-events"])
-	r := resource(t)
+	r := testserver.Resource(t)
 	other, _ := tenure.NewOwner("gone")
 	if _, err := s.Acquire(ctx, r, other, 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	b := locker(t, s, tenure.WithRetry(time.Hour, time.Hour))
+	b := testserver.Locker(t, s, tenure.WithRetry(time.Hour, time.Hour))
 	start := time.Now()
 	lb, err := b.Acquire(ctx, r, 30*time.Second)
 	if err != nil {
@@ -230,7 +128,7 @@ func TestWakeOnExpiry(t *testing.T) {
 func TestNotificationsSurviveListenerLoss(t *testing.T) {
 	admin := open(t)
 	s := open(t, clientName("tenure-listener-test"))
-	ctx := ctxT(t)
+	ctx := testserver.Ctx(t)
 	ch, stop, err := s.Subscribe(ctx, "warm-up")
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +142,7 @@ func TestNotificationsSurviveListenerLoss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no wake-up after the pub/sub connection was re-established")
 	}
-	if d := wakeOnce(t, s, s, resource(t)); d > 2*time.Second {
+	if d := testserver.WakeOnce(t, s, s, testserver.Resource(t)); d > 2*time.Second {
 		t.Fatalf("waiter granted %v after the release", d)
 	}
 }
@@ -275,54 +173,12 @@ func proxied(t *testing.T) (*tredis.Store, *netfault.Proxy) {
 // never "not acquired", and the write was applied. A black hole ends calls
 // with their context; an unreachable server fails fast.
 func TestLostReplyIsUnknownOutcome(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := testserver.Ctx(t)
 	direct := open(t)
 	s, proxy := proxied(t)
-	r := resource(t)
-	owner, _ := tenure.NewOwner("lost-reply")
-	// Load the scripts first: a lost reply to EVALSHA's NOSCRIPT would
-	// leave nothing applied.
-	warmUp := func() {
-		t.Helper()
-		proxy.SetMode(netfault.Pass)
-		warm, err := s.Acquire(ctx, r+"/warm", owner, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Release(ctx, r+"/warm", owner, warm.Token); err != nil {
-			t.Fatal(err)
-		}
-		proxy.SetMode(netfault.DropReplies)
-	}
-	warmUp()
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err := s.Acquire(cctx, r, owner, time.Minute)
-	cancel()
-	if !errors.Is(err, tenure.ErrUnknownOutcome) {
-		t.Fatalf("Acquire whose reply was lost: %v; want ErrUnknownOutcome", err)
-	}
-	rec, err := direct.Get(ctx, r)
-	if err != nil || rec.Owner != owner {
-		t.Fatalf("the lost acquire was applied, but Get = %+v, %v", rec, err)
-	}
-	warmUp() // the lost reply closed the connection
-	cctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
-	err = s.Release(cctx, r, owner, rec.Token)
-	cancel()
-	if !errors.Is(err, tenure.ErrUnknownOutcome) {
-		t.Fatalf("Release whose reply was lost: %v; want ErrUnknownOutcome", err)
-	}
-	if _, err := direct.Get(ctx, r); !errors.Is(err, tenure.ErrNotHeld) {
-		t.Fatalf("the lost release was applied, but Get = %v", err)
-	}
-	proxy.SetMode(netfault.Blackhole)
-	cctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
-	start := time.Now()
-	_, err = s.Acquire(cctx, r, owner, time.Minute)
-	cancel()
-	if err == nil || time.Since(start) > 3*time.Second {
-		t.Fatalf("Acquire into a black hole: %v after %v", err, time.Since(start))
-	}
+	// The warm-up loads the scripts first: a lost reply to EVALSHA's
+	// NOSCRIPT would leave nothing applied.
+	testserver.LostReplies(ctx, t, s, direct, proxy, 300*time.Millisecond, 3*time.Second)
 }
 
 // TestUnreachableFailsFast: New against a refused port or a black hole
@@ -332,27 +188,9 @@ func TestUnreachableFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := netfault.Start(base.Options.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	proxy.SetMode(netfault.Blackhole)
-	for name, url := range map[string]string{
-		"refused":    "redis://127.0.0.1:1/0?dial_timeout=1s",
-		"black hole": "redis://" + proxy.Addr() + "/0?dial_timeout=1s&read_timeout=1s",
-	} {
-		start := time.Now()
-		s, err := tredis.OpenURL(context.Background(), url)
-		if err == nil {
-			s.Close()
-			t.Fatalf("%s: New succeeded", name)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("%s: New took %v", name, d)
-		}
-		t.Logf("%s: %v", name, err)
-	}
+	testserver.FailsFast(t, base.Options.Addr,
+		func(addr string) string { return "redis://" + addr + "/0?dial_timeout=1s&read_timeout=1s" },
+		tredis.OpenURL)
 }
 
 func TestParseURL(t *testing.T) {
@@ -377,7 +215,7 @@ func TestParseURL(t *testing.T) {
 // unless the caller accepts the risk.
 func TestEvictionPolicyRefused(t *testing.T) {
 	admin := open(t)
-	ctx := ctxT(t)
+	ctx := testserver.Ctx(t)
 	old, err := admin.Client().ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
 		t.Skipf("CONFIG GET: %v", err)
@@ -387,14 +225,14 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	}
 	defer admin.Client().ConfigSet(context.Background(), "maxmemory-policy", old["maxmemory-policy"])
 	cfg, _ := tredis.ParseURL(addr(t))
-	if s, err := tredis.New(ctx, cfg); !errors.Is(err, tredis.ErrEvictionPolicy) {
+	if s, err := tredis.Open(ctx, cfg); !errors.Is(err, tredis.ErrEvictionPolicy) {
 		if s != nil {
 			s.Close()
 		}
 		t.Fatalf("New on an allkeys-lru server: %v; want ErrEvictionPolicy", err)
 	}
 	cfg.AllowEviction = true
-	s, err := tredis.New(ctx, cfg)
+	s, err := tredis.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,25 +248,25 @@ func TestEvictionPolicyRefused(t *testing.T) {
 // owner is refused, and the next token is greater.
 func TestServerRestart(t *testing.T) {
 	addr(t)
-	script := serverScript(t, "redis")
-	ctx := ctxT(t)
+	script := testserver.ServerScript(t, "redis")
+	ctx := testserver.Ctx(t)
 	defer func() {
 		// Leave the server as scripts/redis starts it.
 		os.Unsetenv("TENURE_REDIS_OPTS")
-		run(t, script, "restart")
+		testserver.Run(t, script, "restart")
 	}()
 
 	t.Run("NoPersistence", func(t *testing.T) {
 		t.Setenv("TENURE_REDIS_OPTS", "")
-		run(t, script, "restart")
+		testserver.Run(t, script, "restart")
 		s := open(t)
-		r := resource(t)
-		a, b := locker(t, s), locker(t, s)
+		r := testserver.Resource(t)
+		a, b := testserver.Locker(t, s), testserver.Locker(t, s)
 		la, err := a.TryAcquire(ctx, r, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, script, "restart")
+		testserver.Run(t, script, "restart")
 		var renewErr error
 		for i := 0; i < 3; i++ { // the first call may meet the dead connection
 			if renewErr = la.Renew(ctx); errors.Is(renewErr, tenure.ErrLeaseLost) {
@@ -447,33 +285,11 @@ func TestServerRestart(t *testing.T) {
 
 	t.Run("AppendFsyncAlways", func(t *testing.T) {
 		t.Setenv("TENURE_REDIS_OPTS", "--appendonly yes --appendfsync always")
-		run(t, script, "restart")
-		s := open(t)
-		r := resource(t)
-		a, b := locker(t, s), locker(t, s)
-		la, err := a.TryAcquire(ctx, r, 30*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, script, "restart")
-		var renewErr error
-		for i := 0; i < 3; i++ {
-			if renewErr = la.Renew(ctx); renewErr == nil || errors.Is(renewErr, tenure.ErrLeaseLost) {
-				break
-			}
-		}
-		if renewErr != nil {
-			t.Fatalf("renewal after a crash with appendfsync always: %v", renewErr)
-		}
-		if _, err := b.TryAcquire(ctx, r, 30*time.Second); !errors.Is(err, tenure.ErrHeld) {
-			t.Fatalf("B after the crash: %v; want ErrHeld", err)
-		}
-		if err := la.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		lb, err := b.TryAcquire(ctx, r, 30*time.Second)
-		if err != nil || lb.Token() <= la.Token() {
-			t.Fatalf("B after A's release: %v (A's token %d)", err, la.Token())
-		}
+		testserver.Run(t, script, "restart")
+		testserver.SurvivesRestart(ctx, t, open(t), 30*time.Second, func() { testserver.Run(t, script, "restart") }, 3)
 	})
+}
+
+func BenchmarkWakeOnRelease(b *testing.B) {
+	testserver.BenchWakeOnRelease(b, func(tb testing.TB) driver.Store { return open(tb) })
 }

@@ -69,15 +69,15 @@ func TestTLSAndPasswordRealServer(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		lk := locker(t, s)
-		r := resource(t)
+		lk := testserver.Locker(t, s)
+		r := testserver.Resource(t)
 		testserver.LeaseRoundTrip(ctx, t, lk, r)
 		// The notification listener's own connection authenticates too.
 		s2, err := openURL(good)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wakeOnce(t, s, s2, r)
+		testserver.WakeOnce(t, s, s2, r)
 	})
 
 	t.Run("wrong password", func(t *testing.T) {
@@ -145,8 +145,8 @@ func TestMutualTLSRealServer(t *testing.T) {
 		t.Fatalf("with a client certificate: %v", err)
 	}
 	defer s.Close()
-	lk := locker(t, s)
-	l, err := lk.TryAcquire(ctx, resource(t), 10*time.Second)
+	lk := testserver.Locker(t, s)
+	l, err := lk.TryAcquire(ctx, testserver.Resource(t), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

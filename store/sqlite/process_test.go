@@ -26,8 +26,11 @@ import (
 // TestMain lets the test binary act as a contending process: with
 // TENURE_SQLITE_CONTENDER set, it runs contend instead of the tests.
 func TestMain(m *testing.M) {
+	if path := os.Getenv(readOnlyEnv); path != "" {
+		os.Exit(readOnlyMain(path, os.Stdout))
+	}
 	if path := os.Getenv("TENURE_SQLITE_OPEN"); path != "" {
-		s, err := sqlite.Open(context.Background(), path)
+		s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -64,7 +67,7 @@ func contend() error {
 	rounds, _ := strconv.Atoi(os.Getenv("ROUNDS"))
 	crashAt, _ := strconv.Atoi(os.Getenv("CRASH_AT"))
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, path)
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
 	if err != nil {
 		return err
 	}
@@ -114,7 +117,7 @@ func TestProcessesShareOneFile(t *testing.T) {
 	}
 	dir := t.TempDir()
 	db, logPath := filepath.Join(dir, "leases.db"), filepath.Join(dir, "holds.log")
-	if s, err := sqlite.Open(context.Background(), db); err != nil {
+	if s, err := sqlite.Open(context.Background(), sqlite.Config{Path: db}); err != nil {
 		t.Fatal(err)
 	} else {
 		s.Close()
@@ -192,7 +195,7 @@ func TestTokensSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	s2 := reopen(t, path)
+	s2 := reopen(t, sqlite.Config{Path: path})
 	rec2, err := s2.Acquire(ctx, "r", owner, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +229,8 @@ func TestCaseC06ClockJumps(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	_, path := open(t)
-	holder := reopen(t, path, sqlite.WithClock(clock.read), sqlite.WithWallClock(func() time.Time { return time.Now().Add(time.Hour) }))
-	ahead := reopen(t, path, sqlite.WithClock(clock.read), sqlite.WithWallClock(func() time.Time { return time.Now().Add(3 * time.Minute) }))
+	holder := reopen(t, sqlite.Config{Path: path, Clock: clock.read, WallClock: func() time.Time { return time.Now().Add(time.Hour) }})
+	ahead := reopen(t, sqlite.Config{Path: path, Clock: clock.read, WallClock: func() time.Time { return time.Now().Add(3 * time.Minute) }})
 	a, _ := tenure.NewOwner("a")
 	b, _ := tenure.NewOwner("b")
 	rec, err := holder.Acquire(ctx, "r", a, 5*time.Second)
@@ -284,8 +287,8 @@ func TestCaseC06cPauseInsideTransaction(t *testing.T) {
 		return e, now, err
 	}
 	_, path := open(t)
-	a := reopen(t, path, sqlite.WithClock(pausing))
-	b := reopen(t, path, sqlite.WithClock(clock.read), sqlite.WithBusyTimeout(30*time.Second))
+	a := reopen(t, sqlite.Config{Path: path, Clock: pausing})
+	b := reopen(t, sqlite.Config{Path: path, Clock: clock.read, BusyTimeout: 30 * time.Second})
 	ownerA, _ := tenure.NewOwner("a")
 	ownerB, _ := tenure.NewOwner("b")
 	pauseNext.Store(true)
@@ -326,7 +329,7 @@ func TestCaseC06cPauseInsideTransaction(t *testing.T) {
 func TestLockedDatabaseFailsInBoundedTime(t *testing.T) {
 	ctx := context.Background()
 	_, path := open(t)
-	s := reopen(t, path, sqlite.WithBusyTimeout(200*time.Millisecond))
+	s := reopen(t, sqlite.Config{Path: path, BusyTimeout: 200 * time.Millisecond})
 	raw, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
@@ -358,13 +361,13 @@ func TestLockedDatabaseFailsInBoundedTime(t *testing.T) {
 
 func TestOpenBadPath(t *testing.T) {
 	for _, p := range []string{"", "/nonexistent-dir/x.db", "a?b.db"} {
-		if s, err := sqlite.Open(context.Background(), p); err == nil {
+		if s, err := sqlite.Open(context.Background(), sqlite.Config{Path: p}); err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded", p)
 		}
 	}
 	dir := t.TempDir()
-	if s, err := sqlite.Open(context.Background(), dir); err == nil {
+	if s, err := sqlite.Open(context.Background(), sqlite.Config{Path: dir}); err == nil {
 		s.Close()
 		t.Errorf("Open of a directory succeeded")
 	}

@@ -22,55 +22,99 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/tenure-go/tenure/driver"
 	sqlitedriver "modernc.org/sqlite" // also registers the "sqlite" driver
+
+	"github.com/tenure-go/tenure/driver"
 )
 
 // DefaultBusyTimeout is how long a write waits for another process's
 // transaction to finish before it fails with "database is locked".
 const DefaultBusyTimeout = 5 * time.Second
 
-// MaxTTL is the longest TTL the store accepts (about 292 years: expiries are
+// MaxTTL is the longest TTL the store accepts (about 146 years: expiries are
 // int64 milliseconds).
-const MaxTTL = time.Duration(1<<62) / time.Millisecond * time.Millisecond
+const MaxTTL = driver.MaxMillisecondTTL
+
+// ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
+var ttls = driver.MillisecondTTLs
 
 // Clock returns the current time on a clock shared by every process of the
 // host, with an epoch that changes when that clock restarts (the boot id).
 type Clock func() (epoch string, now time.Duration, err error)
 
+// Config configures a Store. Only Path is required.
+type Config struct {
+	// Path is the database file, as written: every character is part of the
+	// name ('%' too); '?' and '#' are not supported. Its directory must
+	// exist.
+	Path string
+
+	// BusyTimeout is how long a write waits for the database lock that
+	// another process's transaction holds (default DefaultBusyTimeout).
+	// Negative is an error.
+	BusyTimeout time.Duration
+
+	// MustExist opens an existing store only, to inspect it or free leases
+	// in it: Open creates no file, no directory and no table, and changes
+	// nothing in the file. A missing file is an error wrapping
+	// driver.ErrNoStore; a directory, an empty file, a file that is not a
+	// SQLite database or one without tenure's table is an error wrapping
+	// driver.ErrNotStore. A file the user may read but not write is opened
+	// read-only: Get and List work, and writes return an error that says so.
+	MustExist bool
+
+	// Clock replaces the host clock (tests). Default: CLOCK_BOOTTIME, with
+	// the kernel's boot id as epoch.
+	Clock Clock
+
+	// WallClock replaces the wall clock, which the store uses only to record
+	// when a lease was granted, for display; never to decide expiry (tests).
+	WallClock func() time.Time
+}
+
+// CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
+// store opened with c cannot keep (below 1 ms or above MaxTTL), without
+// I/O.
+func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
+
+// check validates c and fills in its defaults, without I/O.
+func (c Config) check() (Config, error) {
+	switch {
+	case c.Path == "":
+		return c, errors.New("sqlite store: empty path")
+	case strings.ContainsAny(c.Path, "?#"):
+		return c, fmt.Errorf("sqlite store: path %q: '?' and '#' are not supported in file names", c.Path)
+	case c.BusyTimeout < 0:
+		return c, fmt.Errorf("sqlite store: negative busy timeout %v", c.BusyTimeout)
+	}
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = DefaultBusyTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = hostClock
+	}
+	if c.WallClock == nil {
+		c.WallClock = time.Now
+	}
+	return c, nil
+}
+
 // Store is a driver.Store on a SQLite file. It is safe for concurrent use by
 // many goroutines and many processes.
 type Store struct {
-	db    *sql.DB
-	path  string
-	clock Clock
-	wall  func() time.Time
+	db       *sql.DB
+	path     string
+	clock    Clock
+	wall     func() time.Time
+	readOnly bool
 }
-
-// Option configures a Store.
-type Option func(*options)
-
-type options struct {
-	busyTimeout time.Duration
-	clock       Clock
-	wall        func() time.Time
-}
-
-// WithBusyTimeout sets how long a write waits for the database lock (default
-// 5 s).
-func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
-
-// WithClock replaces the host clock (tests).
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
-
-// WithWallClock replaces the wall clock, which the store uses only to record
-// when a lease was granted, for display; never to decide expiry (tests).
-func WithWallClock(f func() time.Time) Option { return func(o *options) { o.wall = f } }
 
 const schema = `
 CREATE TABLE IF NOT EXISTS tenure_leases (
@@ -83,23 +127,25 @@ CREATE TABLE IF NOT EXISTS tenure_leases (
 	granted_at TEXT               -- wall-clock time of the grant, for display only
 ) WITHOUT ROWID;`
 
-// Open opens (creating if needed) the database file at path and its schema.
-// The directory must exist. A path that cannot be opened or written returns
-// an error within the busy timeout.
-func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	o := options{busyTimeout: DefaultBusyTimeout, clock: hostClock, wall: time.Now}
-	for _, f := range opts {
-		f(&o)
+// columns are the columns of tenure_leases, in order.
+var columns = []string{"resource", "owner", "token", "ttl_ms", "epoch", "expires_ms", "granted_at"}
+
+// Open opens the database file cfg.Path. Unless cfg.MustExist is set, it
+// creates the file and its table when they do not exist (the directory must
+// exist). A path that cannot be opened or written returns an error within
+// the busy timeout; what is there but is not a tenure store (a directory, a
+// file that is not a SQLite database, another application's table of the
+// same name) returns an error wrapping driver.ErrNotStore. See
+// Config.MustExist for opening without creating anything.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg, err := cfg.check()
+	if err != nil {
+		return nil, err
 	}
-	if path == "" {
-		return nil, errors.New("sqlite store: empty path")
+	if cfg.MustExist {
+		return openExisting(ctx, cfg)
 	}
-	if strings.ContainsAny(path, "?#") {
-		return nil, fmt.Errorf("sqlite store: path %q: '?' and '#' are not supported in file names", path)
-	}
-	if o.busyTimeout < 0 {
-		return nil, fmt.Errorf("sqlite store: negative busy timeout %v", o.busyTimeout)
-	}
+	path := cfg.Path
 	if dir := filepath.Dir(path); dir != "" {
 		if st, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("sqlite store: %w", err)
@@ -107,68 +153,190 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("sqlite store: %s is not a directory", dir)
 		}
 	}
-	dsn := fmt.Sprintf("file:%s?_busy_timeout=%d&_journal_mode=WAL&_synchronous=FULL&_txlock=immediate",
-		path, o.busyTimeout.Milliseconds())
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return nil, notStore(path, "is a directory")
 	}
-	s := &Store{db: db, path: path, clock: o.clock, wall: o.wall}
+	s, err := newStore(cfg, "_journal_mode=WAL", false)
+	if err != nil {
+		return nil, err
+	}
 	// Processes that open a new file at the same moment can see SQLITE_BUSY
 	// while one of them switches it to WAL or creates the table; SQLite does
 	// not call the busy handler there, so retry until the busy timeout.
-	limit := time.Now().Add(o.busyTimeout)
+	limit := time.Now().Add(cfg.BusyTimeout)
 	for attempt := 0; ; attempt++ {
-		_, err = db.ExecContext(ctx, schema)
+		_, err = s.db.ExecContext(ctx, schema)
 		if err == nil {
-			return s, nil
+			break
 		}
 		if !isBusy(err) || time.Now().After(limit) || ctx.Err() != nil {
-			db.Close()
+			s.db.Close()
+			if code(err) == sqliteNotADB {
+				return nil, notStore(path, "is not a SQLite database")
+			}
 			return nil, fmt.Errorf("sqlite store: create schema in %s: %w", path, err)
 		}
 		time.Sleep(time.Duration(1+attempt%20) * time.Millisecond)
 	}
+	if err := s.checkSchema(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenURL opens the store that a sqlite: URL names (see ParseURL and Open).
+func OpenURL(ctx context.Context, raw string) (*Store, error) {
+	return driver.OpenURL(ctx, raw, ParseURL, Open)
+}
+
+// Init creates the database file and its table if they do not exist, as
+// Open does, and closes it: for programs that prepare a store before its
+// users run.
+func Init(ctx context.Context, cfg Config) error {
+	cfg.MustExist = false
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+// openExisting opens cfg.Path without creating or changing anything, read
+// only when the user may not write the file.
+func openExisting(ctx context.Context, cfg Config) (*Store, error) {
+	path := cfg.Path
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("sqlite store: %s does not exist: %w", path, driver.ErrNoStore)
+	case err != nil:
+		return nil, fmt.Errorf("sqlite store: %w", err)
+	case st.IsDir():
+		return nil, notStore(path, "is a directory")
+	case !st.Mode().IsRegular():
+		return nil, notStore(path, "is not a regular file")
+	case st.Size() == 0:
+		return nil, notStore(path, "is an empty file")
+	}
+	readOnly := false
+	if f, err := os.OpenFile(path, os.O_RDWR, 0); err != nil {
+		if !errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("sqlite store: %w", err)
+		}
+		readOnly = true
+	} else {
+		f.Close()
+	}
+	// mode=rw never creates the file; mode=ro never writes it. No journal
+	// mode is set: an existing tenure file is in WAL mode already, and
+	// another file must not be changed.
+	mode := "mode=rw"
+	if readOnly {
+		mode = "mode=ro"
+	}
+	s, err := newStore(cfg, mode, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	err = s.checkSchema(ctx)
+	if c := code(err); readOnly && (c == sqliteCantOpen || c == sqliteReadOnly) {
+		// A read-only WAL database that no process has open (so without its
+		// -shm file) in a directory the user may not write: SQLite can read
+		// it only as immutable, which is right while nobody writes it.
+		s.db.Close()
+		if s, err = newStore(cfg, "mode=ro&immutable=1", true); err != nil {
+			return nil, err
+		}
+		err = s.checkSchema(ctx)
+	}
+	if err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore opens a database handle on cfg.Path with the DSN parameters
+// params, without I/O (database/sql connects on first use).
+func newStore(cfg Config, params string, readOnly bool) (*Store, error) {
+	// SQLite reads the file name of a file: URI percent-decoded, so a '%' in
+	// the name is written %25.
+	dsn := fmt.Sprintf("file:%s?%s&_busy_timeout=%d&_synchronous=FULL&_txlock=immediate",
+		strings.ReplaceAll(cfg.Path, "%", "%25"), params, cfg.BusyTimeout.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
+	}
+	return &Store{db: db, path: cfg.Path, clock: cfg.Clock, wall: cfg.WallClock, readOnly: readOnly}, nil
+}
+
+// checkSchema checks that the file holds tenure's table with its columns.
+func (s *Store) checkSchema(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT name FROM pragma_table_info('tenure_leases') ORDER BY cid`)
+	if err != nil {
+		if code(err) == sqliteNotADB {
+			return notStore(s.path, "is not a SQLite database")
+		}
+		return fmt.Errorf("sqlite store: read the schema of %s: %w", s.path, err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("sqlite store: read the schema of %s: %w", s.path, err)
+		}
+		got = append(got, name)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite store: read the schema of %s: %w", s.path, err)
+	}
+	switch {
+	case len(got) == 0:
+		return notStore(s.path, "is a SQLite database without tenure's table tenure_leases")
+	case !slices.Equal(got, columns):
+		return notStore(s.path, fmt.Sprintf("has a table tenure_leases that is not tenure's (columns %s)", strings.Join(got, ", ")))
+	}
+	return nil
+}
+
+// notStore says that path is not a tenure store.
+func notStore(path, what string) error {
+	return fmt.Errorf("sqlite store: %s %s: %w", path, what, driver.ErrNotStore)
+}
+
+// SQLite result codes.
+const (
+	sqliteReadOnly = 8
+	sqliteCantOpen = 14
+	sqliteNotADB   = 26
+)
+
+// code returns the primary SQLite result code of err, or 0.
+func code(err error) int {
+	var e *sqlitedriver.Error
+	if errors.As(err, &e) {
+		return e.Code() & 0xff
+	}
+	return 0
 }
 
 // isBusy reports whether err is SQLITE_BUSY or SQLITE_LOCKED (with any
 // extended code).
 func isBusy(err error) bool {
-	var e *sqlitedriver.Error
-	if errors.As(err, &e) {
-		code := e.Code() & 0xff
-		return code == 5 || code == 6
-	}
-	return false
+	c := code(err)
+	return c == 5 || c == 6
 }
 
 // CheckTTL implements driver.TTLChecker: TTLs from 1 ms to MaxTTL.
-func (s *Store) CheckTTL(ttl time.Duration) error { return validateTTL(ttl) }
+func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
 // Close closes the database. It does not release leases.
 func (s *Store) Close() error { return s.db.Close() }
-
-func validateTTL(ttl time.Duration) error {
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v is below the store's resolution of 1ms", driver.ErrInvalidTTL, ttl)
-	}
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: %v is above the store's maximum %v", driver.ErrInvalidTTL, ttl, MaxTTL)
-	}
-	return nil
-}
-
-// ttlMillis rounds ttl up to whole milliseconds, so the store never keeps a
-// lease shorter than asked.
-func ttlMillis(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
-}
 
 type row struct {
 	owner   sql.NullString
@@ -208,7 +376,7 @@ func scanRow(sc interface{ Scan(...any) error }) (row, error) {
 func (s *Store) write(ctx context.Context, f func(tx *sql.Tx, epoch string, nowMs int64) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqlite store: begin: %w", err)
+		return s.writeErr("begin", err)
 	}
 	epoch, now, err := s.clock()
 	if err != nil {
@@ -217,6 +385,9 @@ func (s *Store) write(ctx context.Context, f func(tx *sql.Tx, epoch string, nowM
 	}
 	if err := f(tx, epoch, now.Milliseconds()); err != nil {
 		tx.Rollback()
+		if code(err) == sqliteReadOnly {
+			return s.writeErr("write", err)
+		}
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -225,15 +396,20 @@ func (s *Store) write(ctx context.Context, f func(tx *sql.Tx, epoch string, nowM
 	return nil
 }
 
+// writeErr describes an error of a write; a read-only database says so.
+func (s *Store) writeErr(op string, err error) error {
+	if s.readOnly || code(err) == sqliteReadOnly {
+		return fmt.Errorf("sqlite store: %s is read-only for this user; leases can be read but not changed: %w", s.path, err)
+	}
+	return fmt.Errorf("sqlite store: %s: %w", op, err)
+}
+
 // Acquire implements driver.Store.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
-	if err := validateTTL(ttl); err != nil {
-		return driver.Record{}, err
-	}
-	ms := ttlMillis(ttl)
+	ms := driver.Milliseconds(ttl)
 	var rec driver.Record
 	err := s.write(ctx, func(tx *sql.Tx, epoch string, now int64) error {
 		r, err := scanRow(tx.QueryRowContext(ctx, selectRow, resource))
@@ -269,13 +445,10 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 
 // Renew implements driver.Store.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
-	if err := validateTTL(ttl); err != nil {
-		return err
-	}
-	ms := ttlMillis(ttl)
+	ms := driver.Milliseconds(ttl)
 	return s.write(ctx, func(tx *sql.Tx, epoch string, now int64) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tenure_leases SET ttl_ms = ?, expires_ms = ?
 			WHERE resource = ? AND owner = ? AND token = ? AND epoch = ? AND expires_ms > ?`,

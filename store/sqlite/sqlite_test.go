@@ -13,10 +13,10 @@ import (
 // open returns a store on a file in a fresh temporary directory, and a
 // function that opens another handle on the same file (as another process
 // would).
-func open(t *testing.T, opts ...sqlite.Option) (*sqlite.Store, string) {
+func open(t *testing.T) (*sqlite.Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "leases.db")
-	s, err := sqlite.Open(context.Background(), path, opts...)
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,9 +24,9 @@ func open(t *testing.T, opts ...sqlite.Option) (*sqlite.Store, string) {
 	return s, path
 }
 
-func reopen(t *testing.T, path string, opts ...sqlite.Option) *sqlite.Store {
+func reopen(t *testing.T, cfg sqlite.Config) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), path, opts...)
+	s, err := sqlite.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,18 +48,6 @@ func TestConformance(t *testing.T) { storetest.Run(t, cfg) }
 func TestConformanceTwoHandles(t *testing.T) {
 	storetest.Run(t, storetest.Config{New: func(t *testing.T) driver.Store {
 		s, path := open(t)
-		return &alternating{stores: []driver.Store{s, reopen(t, path)}}
+		return &alternating{stores: []driver.Store{s, reopen(t, sqlite.Config{Path: path})}}
 	}})
 }
-
-func TestCaseC01CleanShutdown(t *testing.T)     { storetest.CaseC01CleanShutdown(t, cfg) }
-func TestCaseC02UnknownOutcome(t *testing.T)    { storetest.CaseC02UnknownOutcome(t, cfg) }
-func TestCaseC03SubSecondTTL(t *testing.T)      { storetest.CaseC03SubSecondTTL(t, cfg) }
-func TestCaseC04RenewalsFail(t *testing.T)      { storetest.CaseC04RenewalsFail(t, cfg) }
-func TestCaseC05BlackHole(t *testing.T)         { storetest.CaseC05BlackHole(t, cfg) }
-func TestCaseC06cPauseBeforeWrite(t *testing.T) { storetest.CaseC06cPauseBeforeWrite(t, cfg) }
-func TestCaseC07PartitionedHolderFencing(t *testing.T) {
-	storetest.CaseC07PartitionedHolderFencing(t, cfg)
-}
-func TestCaseC08LateRenewal(t *testing.T) { storetest.CaseC08LateRenewal(t, cfg) }
-func TestCaseC10SameOwnerID(t *testing.T) { storetest.CaseC10SameOwnerID(t, cfg) }

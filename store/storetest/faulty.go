@@ -31,6 +31,11 @@ const (
 	// DropRequest loses the request: nothing is applied and the caller sees
 	// an unknown outcome.
 	DropRequest
+	// Late holds the request back: the caller sees an unknown outcome at
+	// once (it gave up waiting), and the store applies the request only
+	// when DeliverLate is called: a request delivered after its sender gave
+	// up, which a linearizable store may do.
+	Late
 )
 
 // Operation names for Faulty.Set.
@@ -57,6 +62,8 @@ type Faulty struct {
 	after  func(op string)
 	calls  map[string]int
 	hung   int
+	late   []func()
+	only   func(op, resource string) bool
 }
 
 // NewFaulty wraps s.
@@ -70,6 +77,27 @@ func (f *Faulty) Set(op string, fault Fault, n int) {
 	defer f.mu.Unlock()
 	f.faults[op] = fault
 	f.counts[op] = n
+}
+
+// Only limits faults to the calls for which match returns true (nil: all
+// calls); the others pass.
+func (f *Faulty) Only(match func(op, resource string) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.only = match
+}
+
+// DeliverLate applies, in order, every request that a Late fault held back,
+// and returns how many there were. Their answers are lost.
+func (f *Faulty) DeliverLate() int {
+	f.mu.Lock()
+	late := f.late
+	f.late = nil
+	f.mu.Unlock()
+	for _, call := range late {
+		call()
+	}
+	return len(late)
 }
 
 // Heal makes every operation pass again.
@@ -103,12 +131,14 @@ func (f *Faulty) Calls(op string) int {
 	return f.calls[op]
 }
 
-func (f *Faulty) fault(op string) Fault {
+func (f *Faulty) fault(op, resource string) Fault {
 	f.mu.Lock()
 	f.calls[op]++
 	hook := f.hook
 	fault := f.faults[op]
-	if fault != Pass && f.counts[op] > 0 {
+	if fault != Pass && f.only != nil && !f.only(op, resource) {
+		fault = Pass
+	} else if fault != Pass && f.counts[op] > 0 {
 		f.counts[op]--
 		if f.counts[op] == 0 {
 			f.faults[op] = Pass
@@ -128,7 +158,7 @@ func (f *Faulty) Hung() int {
 	return f.hung
 }
 
-func apply[T any](ctx context.Context, f *Faulty, op string, call func() (T, error)) (T, error) {
+func apply[T any](ctx context.Context, f *Faulty, op, resource string, call func(ctx context.Context) (T, error)) (T, error) {
 	defer func() {
 		f.mu.Lock()
 		after := f.after
@@ -138,7 +168,7 @@ func apply[T any](ctx context.Context, f *Faulty, op string, call func() (T, err
 		}
 	}()
 	var zero T
-	switch f.fault(op) {
+	switch f.fault(op, resource) {
 	case Fail:
 		return zero, ErrInjected
 	case Hang:
@@ -153,20 +183,27 @@ func apply[T any](ctx context.Context, f *Faulty, op string, call func() (T, err
 	case DropRequest:
 		return zero, driver.UnknownOutcome(errors.New("storetest: request lost"))
 	case DropReply:
-		_, _ = call() // applied (or refused) by the store; the answer, whatever it was, is lost
+		_, _ = call(ctx) // applied (or refused) by the store; the answer, whatever it was, is lost
 		return zero, driver.UnknownOutcome(errors.New("storetest: reply lost"))
+	case Late:
+		f.mu.Lock()
+		f.late = append(f.late, func() { _, _ = call(context.Background()) })
+		f.mu.Unlock()
+		return zero, driver.UnknownOutcome(errors.New("storetest: request delayed in the network"))
 	}
-	return call()
+	return call(ctx)
 }
 
 // Acquire implements driver.Store.
 func (f *Faulty) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	return apply(ctx, f, OpAcquire, func() (tenure.Record, error) { return f.Store.Acquire(ctx, resource, owner, ttl) })
+	return apply(ctx, f, OpAcquire, resource, func(ctx context.Context) (tenure.Record, error) {
+		return f.Store.Acquire(ctx, resource, owner, ttl)
+	})
 }
 
 // Renew implements driver.Store.
 func (f *Faulty) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	_, err := apply(ctx, f, OpRenew, func() (struct{}, error) {
+	_, err := apply(ctx, f, OpRenew, resource, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, f.Store.Renew(ctx, resource, owner, token, ttl)
 	})
 	return err
@@ -174,7 +211,7 @@ func (f *Faulty) Renew(ctx context.Context, resource, owner string, token uint64
 
 // Release implements driver.Store.
 func (f *Faulty) Release(ctx context.Context, resource, owner string, token uint64) error {
-	_, err := apply(ctx, f, OpRelease, func() (struct{}, error) {
+	_, err := apply(ctx, f, OpRelease, resource, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, f.Store.Release(ctx, resource, owner, token)
 	})
 	return err
@@ -182,5 +219,5 @@ func (f *Faulty) Release(ctx context.Context, resource, owner string, token uint
 
 // Get implements driver.Store.
 func (f *Faulty) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	return apply(ctx, f, OpGet, func() (tenure.Record, error) { return f.Store.Get(ctx, resource) })
+	return apply(ctx, f, OpGet, resource, func(ctx context.Context) (tenure.Record, error) { return f.Store.Get(ctx, resource) })
 }

@@ -1,22 +1,25 @@
 // Package storetest is the conformance suite that every driver.Store must
-// pass, on its real server. A store's own tests call Run once:
+// pass, on its real server, as testing/fstest.TestFS is for file systems. A
+// store's test calls Run once:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Config{New: func(t *testing.T) driver.Store { ... }})
 //	}
 //
-// and each failure scenario of the field (docs/cases.md) once, as a test
-// named after its id:
+// Run runs, as subtests, the store operations of the lease contract (grant,
+// held by another owner with the holder's details, acquire by the same
+// owner, renew, release, expiry, stale owners and tokens, fencing tokens
+// that strictly increase across release and expiry, bad input rejected
+// before any write, many goroutines contending with at most one holder at a
+// time, Get and List) and every failure scenario of the field
+// (docs/cases.md) that applies, each named after its id:
 //
-//	func TestCaseC02UnknownOutcome(t *testing.T) { storetest.CaseC02UnknownOutcome(t, cfg) }
+//	go test -run 'TestConformance/C03_SubSecondTTL' ./store/sqlite/
 //
-// Run covers the store operations of the lease contract: grant, held by
-// another owner with the holder's details, acquire by the same owner,
-// renew, release, expiry, stale owners and tokens, fencing tokens that
-// strictly increase across release and expiry, bad input rejected before
-// any write, many goroutines contending with at most one holder at a time,
-// and Get/List. The Case functions drive a tenure.Locker against the store,
-// with faults injected between the two by Faulty.
+// The scenarios drive a tenure.Locker against the store, with faults
+// injected between the two by Faulty. A store opts out of a scenario that
+// does not apply through Config (NoFencing, Skip), never by leaving it out,
+// so a new scenario reaches every store.
 package storetest
 
 import (
@@ -24,6 +27,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +36,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/testserver"
 )
 
 // Config describes the store under test.
@@ -64,6 +69,13 @@ type Config struct {
 
 	// Contenders and Rounds size the contention test (defaults 8 and 20).
 	Contenders, Rounds int
+
+	// Skip names the tests that do not apply to this store, by name
+	// ("Contention") or case id ("C02"), each with the reason, which the
+	// skipped subtest reports. The field cases are skipped anyway when
+	// Advance is set (they need the store's clock to run in real time), and
+	// C07 when NoFencing is.
+	Skip map[string]string
 }
 
 func (c Config) withDefaults() Config {
@@ -85,30 +97,76 @@ func (c Config) withDefaults() Config {
 // longTTL never expires during a test.
 const longTTL = 60 * time.Second
 
-// Run runs the conformance suite as subtests of t.
+// Run runs the conformance tests and the field cases as subtests of t:
+// "Grant", ..., "GetAndList", then "C01_CleanShutdown", ...,
+// "C10_SameOwnerID".
 func Run(t *testing.T, cfg Config) {
 	cfg = cfg.withDefaults()
-	tests := []struct {
-		name string
-		f    func(*testing.T, Config)
-	}{
-		{"Grant", testGrant},
-		{"HeldByOther", testHeldByOther},
-		{"SameOwnerAcquire", testSameOwnerAcquire},
-		{"Renew", testRenew},
-		{"Release", testRelease},
-		{"ReleaseTwice", testReleaseTwice},
-		{"ExpiryFreesResource", testExpiry},
-		{"StaleOwnerOrToken", testStale},
-		{"RenewNeverRevives", testRenewNeverRevives},
-		{"TokensIncrease", testTokensIncrease},
-		{"BadInputRejectedBeforeWrite", testBadInput},
-		{"Contention", testContention},
-		{"GetAndList", testGetList},
+	for k := range cfg.Skip {
+		if !slices.ContainsFunc(tests, func(tc test) bool { return tc.name == k || tc.id == k }) {
+			t.Fatalf("storetest: Config.Skip names %q, which is neither a test nor a case id", k)
+		}
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.f(t, cfg) })
+		t.Run(tc.name, func(t *testing.T) {
+			if why := cfg.skip(tc); why != "" {
+				t.Skip(why)
+			}
+			tc.f(t, cfg)
+		})
 	}
+}
+
+// test is one conformance test or field case.
+type test struct {
+	name string // subtest name
+	id   string // field case id, "" for the conformance tests
+	f    func(*testing.T, Config)
+	// fencing says that the case needs fencing tokens.
+	fencing bool
+}
+
+var tests = []test{
+	{name: "Grant", f: testGrant},
+	{name: "HeldByOther", f: testHeldByOther},
+	{name: "SameOwnerAcquire", f: testSameOwnerAcquire},
+	{name: "Renew", f: testRenew},
+	{name: "Release", f: testRelease},
+	{name: "ReleaseTwice", f: testReleaseTwice},
+	{name: "ExpiryFreesResource", f: testExpiry},
+	{name: "StaleOwnerOrToken", f: testStale},
+	{name: "RenewNeverRevives", f: testRenewNeverRevives},
+	{name: "TokensIncrease", f: testTokensIncrease},
+	{name: "BadInputRejectedBeforeWrite", f: testBadInput},
+	{name: "Contention", f: testContention},
+	{name: "GetAndList", f: testGetList},
+	{name: "NotificationWakesWaiter", f: testNotificationWakesWaiter},
+	{name: "C01_CleanShutdown", id: "C01", f: caseC01CleanShutdown},
+	{name: "C02_UnknownOutcome", id: "C02", f: caseC02UnknownOutcome},
+	{name: "C03_SubSecondTTL", id: "C03", f: caseC03SubSecondTTL},
+	{name: "C04_RenewalsFail", id: "C04", f: caseC04RenewalsFail},
+	{name: "C05_BlackHole", id: "C05", f: caseC05BlackHole},
+	{name: "C06c_PauseBeforeWrite", id: "C06c", f: caseC06cPauseBeforeWrite},
+	{name: "C07_PartitionedHolderFencing", id: "C07", f: caseC07PartitionedHolderFencing, fencing: true},
+	{name: "C08_LateRenewal", id: "C08", f: caseC08LateRenewal},
+	{name: "C10_SameOwnerID", id: "C10", f: caseC10SameOwnerID},
+}
+
+// skip returns why tc does not apply to the store, or "".
+func (c Config) skip(tc test) string {
+	if why, ok := c.Skip[tc.name]; ok {
+		return why
+	}
+	if why, ok := c.Skip[tc.id]; ok && tc.id != "" {
+		return why
+	}
+	switch {
+	case tc.id != "" && c.Advance != nil:
+		return "the field cases need the store's clock to run in real time (Config.Advance is set)"
+	case tc.fencing && c.NoFencing:
+		return "this store mode keeps no fencing token (Config.NoFencing)"
+	}
+	return ""
 }
 
 // env is one test's store and resource prefix.
@@ -191,6 +249,19 @@ func (e *env) mustHeldBy(ctx context.Context, resource, owner string, token uint
 	}
 	if rec.Owner != owner || rec.Token != token {
 		e.t.Fatalf("Get(%q) = owner %q token %d; want %q token %d", resource, rec.Owner, rec.Token, owner, token)
+	}
+	return rec
+}
+
+// mustHeldByLocker checks that a grant of lk holds resource with token.
+func (e *env) mustHeldByLocker(ctx context.Context, resource string, lk *tenure.Locker, token uint64) tenure.Record {
+	e.t.Helper()
+	rec, err := e.store.Get(ctx, resource)
+	if err != nil {
+		e.t.Fatalf("Get(%q): %v; want held by a grant of %s", resource, err, lk.Owner())
+	}
+	if !lk.Owns(rec.Owner) || rec.Token != token {
+		e.t.Fatalf("Get(%q) = owner %q token %d; want a grant of %q, token %d", resource, rec.Owner, rec.Token, lk.Owner(), token)
 	}
 	return rec
 }
@@ -628,4 +699,19 @@ func testGetList(t *testing.T, cfg Config) {
 	e.mustHeldBy(ctx, z.Resource, a, z.Token)
 	e.mustFree(ctx, x.Resource)
 	e.mustFree(ctx, e.res("g/never"))
+}
+
+// testNotificationWakesWaiter: on a store that implements driver.Notifier,
+// a waiting Acquire whose backoff is an hour is granted within a moment of
+// the release, woken by the store's notification.
+func testNotificationWakesWaiter(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	if _, ok := e.store.(driver.Notifier); !ok {
+		t.Skip("the store does not implement driver.Notifier")
+	}
+	d := testserver.WakeOnce(t, e.store, e.store, e.res("r"))
+	t.Logf("granted %v after the release", d)
+	if d > 2*time.Second {
+		t.Fatalf("waiter granted %v after the release", d)
+	}
 }

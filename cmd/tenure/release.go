@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
+)
+
+func (a *app) newReleaseCmd() *cobra.Command {
+	var owner string
+	var force bool
+	c := &cobra.Command{
+		Use:   "release [flags] RESOURCE (--owner ID | --force)",
+		Short: "Free the lease on RESOURCE if ID holds it (or, with --force, whoever does)",
+		Long: `Release frees the lease on RESOURCE, on behalf of its holder, for operators
+and scripts: for instance to free a lease that a crashed holder's host keeps
+for its TTL.
+
+With --owner ID, release reads the current holder and frees the lease only if
+its owner is ID: either the full owner string as "tenure status" shows it
+(ID#NONCE, the value of TENURE_OWNER) or just its readable id (ID, as given
+to "tenure run --owner", by default HOST:PID). The release is conditioned on
+that owner and its fencing token, so a lease that changed hands in between is
+left alone.
+
+--force frees the lease whoever holds it. It is meant for operators, and it
+is dangerous: the holder is not told directly. A "tenure run" holding it
+stops its command within about a second on PostgreSQL, Redis and etcd, which
+announce releases, and otherwise when its next renewal fails (within a third
+of its TTL); until then its command runs on while another process may take
+the lease. Either way that tenure run exits 79. Prefer stopping the holder.
+
+The slots of a semaphore ("tenure run --slots N R") are leases of their own:
+release them by the names "tenure status R" and "tenure list" show, such as
+R/slot-2-of-3.
+
+Release changes nothing but the lease it frees: it creates no file, table
+or keyspace.
+
+Exit codes: 0 released; 1 nothing released (the resource is not held, or it
+is held by another owner than ID); 64 bad arguments, or neither --owner nor
+--force; 66 no tenure store at the URL (nothing was created); 69 the store
+cannot be opened or reached, or is not a tenure store; 74 the output cannot
+be written (the lease was released).`,
+		Example: `  # Free the lease that web-3:4711 holds on the backup lease.
+  tenure release nightly-backup --owner web-3:4711
+
+  # Free it whoever holds it (the holder's command runs on until its next renewal).
+  tenure release nightly-backup --force`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usage("release: expected one RESOURCE, got %d arguments; usage: tenure release RESOURCE --owner ID | --force", len(args))
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			resource := args[0]
+			ownerSet := c.Flags().Changed("owner")
+			switch {
+			case ownerSet && force:
+				return usage("release: --owner and --force cannot be used together")
+			case !ownerSet && !force:
+				return usage("release: say whose lease to free with --owner ID, or free it whoever holds it with --force")
+			case ownerSet && owner == "":
+				return usage("release: --owner is empty")
+			}
+			if err := driver.ValidateResource(resource); err != nil {
+				return usage("release: resource %s: %s", quoteName(resource), errText(err))
+			}
+			return a.withStore(func(ctx context.Context, s driver.Store) error {
+				rec, err := s.Get(ctx, resource)
+				if errors.Is(err, tenure.ErrNotHeld) {
+					if slots, serr := slotHolders(ctx, s, resource); serr == nil && len(slots) > 0 {
+						return fail(exitFree, "release: %s is a semaphore (%s); nothing released: release a slot by its name, such as %s",
+							quoteName(resource), slotsSummary(slots), quoteName(slots[0].Resource))
+					}
+					return fail(exitFree, "release: %s is not held; nothing to release", quoteName(resource))
+				}
+				if err != nil {
+					return storeErr(err, "release %s", quoteName(resource))
+				}
+				if !force && rec.Owner != owner && tenure.OwnerID(rec.Owner) != owner {
+					return fail(exitFree, "release: %s; not by %s: nothing released (use --force to free it anyway)", describeHolder(rec), quoteName(owner))
+				}
+				err = s.Release(ctx, resource, rec.Owner, rec.Token)
+				if errors.Is(err, tenure.ErrLeaseLost) {
+					return fail(exitFree, "release: the lease on %s changed hands or expired before it could be released; nothing released", quoteName(resource))
+				}
+				if err != nil {
+					return storeErr(err, "release %s", quoteName(resource))
+				}
+				a.log.Info("lease released", "resource", resource, "owner", rec.Owner, "token", rec.Token, "force", force)
+				fmt.Fprintf(a.stdout, "released %s (owner %s, token %d)\n", quoteName(resource), quoteName(rec.Owner), rec.Token)
+				return nil
+			})
+		},
+	}
+	c.Flags().StringVar(&owner, "owner", "", "free the lease only if this owner holds it (ID#NONCE, or just ID)")
+	c.Flags().BoolVar(&force, "force", false, "free the lease whoever holds it (for operators: the holder is not told)")
+	return c
+}

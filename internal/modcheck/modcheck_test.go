@@ -1,0 +1,89 @@
+package modcheck
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// toolOnly are module path prefixes that only tools/ (the benchmark and its
+// chart) may need; a program that imports tenure must never list them.
+var toolOnly = []string{
+	"gonum.org/",
+	"codeberg.org/go-fonts/",
+	"codeberg.org/go-latex/",
+	"codeberg.org/go-pdf/",
+	"git.sr.ht/~sbinet/",
+	"github.com/ajstarks/svgo",
+	"github.com/golang/freetype",
+	"golang.org/x/image",
+	"github.com/tenure-go/tenure/tools",
+}
+
+// TestLibraryModules: a fresh module that imports github.com/tenure-go/tenure
+// and its store/sqlite (with a replace to this checkout) lists no module
+// that only the tools need. It works offline, from the module cache that
+// building this repository filled.
+func TestLibraryModules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy in a fresh module")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	repo, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/uses-tenure\n\ngo 1.26\n\nrequire github.com/tenure-go/tenure v0.0.0\n\nreplace github.com/tenure-go/tenure => "+repo+"\n")
+	write("main.go", `package main
+
+import (
+	"context"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/store/sqlite"
+)
+
+func main() {
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: "leases.db"})
+	if err != nil {
+		panic(err)
+	}
+	l, err := tenure.New(s)
+	if err != nil {
+		panic(err)
+	}
+	_ = l
+}
+`)
+	goCmd := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	goCmd("mod", "tidy")
+	goCmd("build", "./...")
+	mods := goCmd("list", "-m", "all")
+	t.Logf("go list -m all:\n%s", mods)
+	for _, line := range strings.Split(mods, "\n") {
+		for _, p := range toolOnly {
+			if strings.HasPrefix(line, p) {
+				t.Errorf("a program that imports tenure and store/sqlite lists %s", line)
+			}
+		}
+	}
+}

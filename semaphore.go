@@ -1,0 +1,380 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenure-go/tenure/driver"
+)
+
+// MaxSlots is the largest number of slots of a Semaphore.
+const MaxSlots = 1000
+
+// ErrSlotsMismatch means that holders of a semaphore disagree on its number
+// of slots: the resource has holders that were granted a slot of a
+// semaphore with another number. Nothing was acquired. Changing the number
+// of slots is an operator action: stop the holders (or wait until none is
+// left, or free their slots with `tenure release --force`), then start them
+// all with the new number.
+var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the number of slots")
+
+// Semaphore is a counting lease: at most Slots holders of one resource at
+// once, across every process that uses the same store, resource and number
+// of slots. Each slot is a lease of its own (see SlotName), with the
+// lease's whole contract: renewed in the background, lost exactly once, a
+// context cancelled the moment it can no longer be trusted, and a fencing
+// token that strictly increases per slot. A resource protected by a
+// semaphore keeps the highest token it has seen for each slot and rejects
+// lower ones for that slot.
+//
+// A Semaphore works on every store, without store code: a slot is granted
+// by the store's own atomic acquire, with point operations only. Holders
+// agree on the number of slots through a marker lease, MarkerName(resource)
+// ("R/slots"), that every holder of N slots keeps with the same owner string
+// ("tenure semaphore of N slots"): a store renews a live lease for the owner
+// string that holds it, so all holders share the marker, and a holder
+// started with another number finds it held by the other owner string and
+// gets ErrSlotsMismatch instead of silently adding slots. Each holder renews
+// the marker with its slot; the marker expires a TTL after the last holder
+// stopped, and only then can the number change. A holder that finds the
+// marker taken by another number (its renewals of the marker failed for a
+// whole TTL) gives its slot up, as lost.
+//
+// It is safe for concurrent use. Make one with Locker.Semaphore.
+type Semaphore struct {
+	lk       *Locker
+	resource string
+	slots    int
+}
+
+// SlotLease is a lease on one slot of a Semaphore.
+type SlotLease struct {
+	*Lease
+	// Slot is the slot's number, from 1 to the semaphore's number of slots.
+	Slot int
+}
+
+// SlotsHeldError reports that every slot of a semaphore is held. It matches
+// ErrHeld with errors.Is.
+type SlotsHeldError struct {
+	Resource string
+	Slots    int
+	// Holders are the slots' leases, by slot.
+	Holders []Record
+}
+
+// Error lists the holders; the names from the store are quoted.
+func (e *SlotsHeldError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tenure: all %d slots of %q are held:", e.Slots, e.Resource)
+	for i, h := range e.Holders {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		slot, _, _ := ParseSlotName(h.Resource)
+		fmt.Fprintf(&b, " slot %d by %q (token %d", slot, h.Owner, h.Token)
+		if h.Remaining > 0 {
+			fmt.Fprintf(&b, ", %s left", h.Remaining.Round(time.Millisecond))
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrHeld.
+func (e *SlotsHeldError) Is(target error) bool { return target == ErrHeld }
+
+// SlotName returns the name of the lease that slot (1 to slots) of a
+// semaphore of slots slots on resource is kept under: resource +
+// "/slot-" + slot + "-of-" + slots, for example "backups/slot-2-of-3".
+// Holders of the same semaphore agree on these names; an operator sees
+// them in `tenure list`.
+func SlotName(resource string, slot, slots int) string {
+	return resource + "/slot-" + strconv.Itoa(slot) + "-of-" + strconv.Itoa(slots)
+}
+
+// MarkerName returns the name of the marker lease through which the holders
+// of a semaphore on resource agree on its number of slots: resource +
+// "/slots".
+func MarkerName(resource string) string { return resource + "/slots" }
+
+// markerPrefix starts the owner string of a marker lease.
+const markerPrefix = "tenure semaphore of "
+
+func markerOwner(slots int) string { return markerPrefix + strconv.Itoa(slots) + " slots" }
+
+// markerSlots returns the number of slots a marker's owner string names, or
+// 0 when it is not a marker's.
+func markerSlots(owner string) int {
+	rest, ok := strings.CutPrefix(owner, markerPrefix)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(rest, " slots"))
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
+}
+
+// slotsPrefix is the prefix of every slot name of resource, whatever the
+// number of slots.
+func slotsPrefix(resource string) string { return resource + "/slot-" }
+
+// ParseSlotName splits a lease name made by SlotName into its slot number
+// and number of slots; ok is false for other names.
+func ParseSlotName(name string) (slot, slots int, ok bool) {
+	i := strings.LastIndex(name, "/slot-")
+	if i < 0 {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(name[i+len("/slot-"):], "-of-")
+	if !found {
+		return 0, 0, false
+	}
+	slot, err1 := strconv.Atoi(a)
+	slots, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || slots < 1 || slots > MaxSlots || slot < 1 || slot > slots ||
+		strconv.Itoa(slot) != a || strconv.Itoa(slots) != b {
+		return 0, 0, false
+	}
+	return slot, slots, true
+}
+
+// Semaphore returns a semaphore of slots slots (1 to MaxSlots) on resource.
+// The resource's slot names must be valid resource names (so the resource
+// may be a little shorter than MaxResourceLen). It makes no I/O; the error
+// wraps ErrInvalidResource for a bad name and is plain for a bad number.
+func (lk *Locker) Semaphore(resource string, slots int) (*Semaphore, error) {
+	if slots < 1 || slots > MaxSlots {
+		return nil, fmt.Errorf("tenure: semaphore %q: %d slots; want 1 to %d", resource, slots, MaxSlots)
+	}
+	if err := driver.ValidateResource(resource); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateResource(SlotName(resource, slots, slots)); err != nil {
+		return nil, fmt.Errorf("tenure: semaphore %q: its slot names are too long: %w", resource, err)
+	}
+	return &Semaphore{lk: lk, resource: resource, slots: slots}, nil
+}
+
+// Resource returns the semaphore's resource.
+func (s *Semaphore) Resource() string { return s.resource }
+
+// Slots returns the semaphore's number of slots.
+func (s *Semaphore) Slots() int { return s.slots }
+
+// Holders returns the live leases on the semaphore's slots, whatever number
+// of slots their holders were started with, sorted by name.
+func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
+	recs, err := s.lk.store.List(ctx, slotsPrefix(s.resource))
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if i := strings.LastIndex(r.Resource, "/slot-"); i == len(s.resource) {
+			if _, _, ok := ParseSlotName(r.Resource); ok {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// marker acquires (or renews, for the owner string every holder of this
+// number of slots shares) the semaphore's marker lease. It returns an error
+// wrapping ErrSlotsMismatch when holders of another number of slots hold
+// it.
+func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) error {
+	cctx, cancel := s.lk.bounded(ctx, s.lk.trust(ttl))
+	defer cancel()
+	_, err := s.lk.store.Acquire(cctx, MarkerName(s.resource), markerOwner(s.slots), ttl)
+	var held *HeldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &held):
+		if n := markerSlots(held.Holder.Owner); n > 0 {
+			return fmt.Errorf("%w: %q has holders of %d slots, and this one was asked for %d; changing the number of slots means stopping every holder first (the marker %q expires a TTL after the last one stopped)",
+				ErrSlotsMismatch, s.resource, n, s.slots, MarkerName(s.resource))
+		}
+		return fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, MarkerName(s.resource), held.Holder.Owner, err)
+	default:
+		return fmt.Errorf("tenure: semaphore %q: marker: %w", s.resource, err)
+	}
+}
+
+// TryAcquire makes one attempt to acquire a free slot for ttl: it tries the
+// slots in a random order, which spreads contenders over them, one store
+// call each. It returns a *SlotsHeldError (errors.Is ErrHeld) naming the
+// holders when every slot is held, an error wrapping ErrSlotsMismatch when
+// holders with another number of slots exist, and otherwise what
+// Locker.TryAcquire returns. Bad input is refused before any I/O.
+func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLease, error) {
+	if err := s.lk.CheckTTL(ttl); err != nil {
+		return nil, err
+	}
+	if err := s.marker(ctx, ttl); err != nil {
+		return nil, err
+	}
+	order := rand.Perm(s.slots)
+	e := &SlotsHeldError{Resource: s.resource, Slots: s.slots}
+	for _, i := range order {
+		slot := i + 1
+		l, err := s.lk.TryAcquire(ctx, SlotName(s.resource, slot, s.slots), ttl)
+		var h *HeldError
+		switch {
+		case err == nil:
+			sl := &SlotLease{Lease: l, Slot: slot}
+			go s.keepMarker(sl)
+			return sl, nil
+		case errors.As(err, &h):
+			e.Holders = append(e.Holders, h.Holder)
+		default:
+			return nil, err
+		}
+	}
+	slices.SortFunc(e.Holders, func(a, b Record) int { return strings.Compare(a.Resource, b.Resource) })
+	return nil, e
+}
+
+// keepMarker renews the semaphore's marker with the slot's lease, until the
+// lease ends. A marker found taken by holders of another number of slots
+// ends the slot's lease as lost.
+func (s *Semaphore) keepMarker(sl *SlotLease) {
+	l := sl.Lease
+	for {
+		t := s.lk.clock.NewTimer(l.interval)
+		select {
+		case <-l.opCtx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		err := s.marker(l.opCtx, l.ttl)
+		if errors.Is(err, ErrSlotsMismatch) {
+			l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err), reasonNotOwner, false)
+			return
+		}
+		if err != nil && l.opCtx.Err() == nil {
+			s.lk.log.Warn("semaphore marker not renewed; retrying with the next renewal", "resource", s.resource, "err", err)
+		}
+	}
+}
+
+// Acquire blocks until a slot is granted for ttl or ctx ends, waiting
+// between attempts as Locker.Acquire does (backoff with full jitter, or a
+// release notification of any slot where the store sends them). OnSlotsWait
+// options see the holders after each attempt that found every slot held.
+// When ctx ends first, the error wraps ctx's error and the last
+// *SlotsHeldError. ErrSlotsMismatch, bad input and a closed Locker end the
+// wait at once.
+func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...AcquireOption) (*SlotLease, error) {
+	var ac acquireConfig
+	for _, o := range opts {
+		o(&ac)
+	}
+	if err := s.lk.CheckTTL(ttl); err != nil {
+		return nil, err
+	}
+	notify, stop := s.subscribe(ctx)
+	defer stop()
+	start := s.lk.clock.Now()
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		l, err := s.TryAcquire(ctx, ttl)
+		if err == nil {
+			return l, nil
+		}
+		var held *SlotsHeldError
+		var one *HeldError
+		var remaining time.Duration // until the first slot's lease would expire, when the store said
+		switch {
+		case errors.As(err, &held):
+			lastErr = err
+			for i, h := range held.Holders {
+				if i == 0 || h.Remaining < remaining {
+					remaining = h.Remaining
+				}
+			}
+			if ac.onSlotsWait != nil {
+				ac.onSlotsWait(held, s.lk.clock.Now().Sub(start))
+			}
+		case errors.As(err, &one):
+			lastErr = err
+		case attempt == 0 || !transient(err) || errors.Is(err, ErrSlotsMismatch) || ctx.Err() != nil:
+			return nil, err
+		default:
+			lastErr = err
+			s.lk.log.Warn("semaphore acquire attempt failed; retrying", "resource", s.resource, "err", err)
+		}
+		if err := s.lk.wait(ctx, s.lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, s.lk.clock.Now().Sub(start).Round(time.Millisecond), err)
+		}
+	}
+}
+
+// maxSubscribedSlots bounds the subscriptions of a waiting Acquire; with
+// more slots it polls.
+const maxSubscribedSlots = 16
+
+// subscribe returns a channel that fires when any slot may have been
+// released, where the store notifies releases, and a function that ends the
+// subscriptions.
+func (s *Semaphore) subscribe(ctx context.Context) (<-chan struct{}, func()) {
+	n, ok := s.lk.store.(driver.Notifier)
+	if !ok || s.slots > maxSubscribedSlots {
+		return nil, func() {}
+	}
+	out := make(chan struct{}, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	var stops []func()
+	for slot := 1; slot <= s.slots; slot++ {
+		ch, stop, err := n.Subscribe(sctx, SlotName(s.resource, slot, s.slots))
+		if err != nil {
+			s.lk.log.Warn("release notifications unavailable; polling", "resource", s.resource, "err", err)
+			for _, f := range stops {
+				f()
+			}
+			cancel()
+			return nil, func() {}
+		}
+		stops = append(stops, stop)
+		go func() {
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-ch:
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	return out, func() {
+		cancel()
+		for _, f := range stops {
+			f()
+		}
+	}
+}
+
+// OnSlotsWait sets a function that Semaphore.Acquire calls after each
+// attempt that found every slot held, with the holders and the time waited
+// so far.
+func OnSlotsWait(f func(held *SlotsHeldError, waited time.Duration)) AcquireOption {
+	return func(c *acquireConfig) { c.onSlotsWait = f }
+}

@@ -1,0 +1,259 @@
+package tenure_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/store/memory"
+)
+
+func TestSemaphoreSlots(t *testing.T) {
+	mem := memory.New()
+	ctx := ctxT(t)
+	var leases []*tenure.SlotLease
+	seen := map[int]bool{}
+	for i := range 3 {
+		lk, _ := tenure.New(mem)
+		sem, err := lk.Semaphore("backups", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := sem.TryAcquire(ctx, ttl)
+		if err != nil {
+			t.Fatalf("holder %d: %v", i, err)
+		}
+		if seen[l.Slot] || l.Slot < 1 || l.Slot > 3 || l.Resource() != tenure.SlotName("backups", l.Slot, 3) {
+			t.Fatalf("holder %d got slot %d (%s); slots so far %v", i, l.Slot, l.Resource(), seen)
+		}
+		seen[l.Slot] = true
+		leases = append(leases, l)
+	}
+	lk, _ := tenure.New(mem)
+	sem, _ := lk.Semaphore("backups", 3)
+	_, err := sem.TryAcquire(ctx, ttl)
+	var full *tenure.SlotsHeldError
+	if !errors.As(err, &full) || !errors.Is(err, tenure.ErrHeld) || len(full.Holders) != 3 {
+		t.Fatalf("fourth holder: %v; want SlotsHeldError naming 3 holders", err)
+	}
+	holders, err := sem.Holders(ctx)
+	if err != nil || len(holders) != 3 {
+		t.Fatalf("Holders: %v, %v", holders, err)
+	}
+	freed := leases[1]
+	if err := freed.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.TryAcquire(ctx, ttl)
+	if err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if l.Slot != freed.Slot || l.Token() <= freed.Token() {
+		t.Fatalf("got slot %d token %d; want the freed slot %d with a token above %d", l.Slot, l.Token(), freed.Slot, freed.Token())
+	}
+}
+
+func TestSemaphoreRejectsBadInput(t *testing.T) {
+	lk, _ := tenure.New(memory.New())
+	for _, n := range []int{0, -1, tenure.MaxSlots + 1} {
+		if _, err := lk.Semaphore("r", n); err == nil {
+			t.Errorf("Semaphore with %d slots accepted", n)
+		}
+	}
+	if _, err := lk.Semaphore(strings.Repeat("x", tenure.MaxResourceLen-5), 3); !errors.Is(err, tenure.ErrInvalidResource) {
+		t.Errorf("a resource whose slot names are too long: %v", err)
+	}
+	if _, err := lk.Semaphore("", 3); !errors.Is(err, tenure.ErrInvalidResource) {
+		t.Errorf("empty resource: %v", err)
+	}
+	for name, want := range map[string][2]int{
+		"a/slot-2-of-3": {2, 3}, "a/slot-1/slot-10-of-10": {10, 10},
+		"a/slot-4-of-3": {0, 0}, "a/slot-01-of-3": {0, 0}, "a/slot-x-of-3": {0, 0}, "a": {0, 0},
+	} {
+		slot, slots, _ := tenure.ParseSlotName(name)
+		if slot != want[0] || slots != want[1] {
+			t.Errorf("ParseSlotName(%q) = %d, %d; want %d, %d", name, slot, slots, want[0], want[1])
+		}
+	}
+}
+
+// Holders that ask for another number of slots are refused, before and
+// right after a grant: never N+M holders.
+func TestSemaphoreSlotsMismatch(t *testing.T) {
+	mem := memory.New()
+	ctx := ctxT(t)
+	a, _ := tenure.New(mem)
+	sem3, _ := a.Semaphore("r", 3)
+	if _, err := sem3.TryAcquire(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := tenure.New(mem)
+	sem4, _ := b.Semaphore("r", 4)
+	if _, err := sem4.TryAcquire(ctx, ttl); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		t.Fatalf("a holder asking for 4 slots of a 3-slot semaphore: %v; want ErrSlotsMismatch", err)
+	}
+	if _, err := sem4.Acquire(ctx, ttl); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		t.Fatalf("blocking acquire: %v; want ErrSlotsMismatch at once", err)
+	}
+	if recs, _ := sem3.Holders(ctx); len(recs) != 1 {
+		t.Fatalf("holders after the refusals: %v", recs)
+	}
+
+	// The holders share one marker lease, which names their number.
+	rec, err := mem.Get(ctx, tenure.MarkerName("r"))
+	if err != nil || !strings.Contains(rec.Owner, "3 slots") {
+		t.Fatalf("marker: %+v, %v", rec, err)
+	}
+	// A marker held by something that is not a semaphore: a clear error.
+	if _, err := mem.Acquire(ctx, tenure.MarkerName("s"), "someone#else.1", ttl); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := tenure.New(mem)
+	semS, _ := c.Semaphore("s", 2)
+	if _, err := semS.TryAcquire(ctx, ttl); err == nil || !strings.Contains(err.Error(), "not a semaphore holder") {
+		t.Fatalf("marker held by a plain lease: %v", err)
+	}
+	if recs, _ := mem.List(ctx, "s/slot-"); len(recs) != 0 {
+		t.Fatalf("slots taken although the marker is not the semaphore's: %v", recs)
+	}
+}
+
+// A holder whose marker was taken by holders of another number of slots
+// (its renewals of the marker failed for a whole TTL) gives its slot up, as
+// lost.
+func TestSemaphoreMarkerTakenEndsTheSlot(t *testing.T) {
+	fc := clock.NewFake()
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	ctx := ctxT(t)
+	lost := make(chan error, 1)
+	a, _ := tenure.New(mem, tenure.WithClock(fc), tenure.WithOnLost(func(_ *tenure.Lease, cause error) { lost <- cause }))
+	sem, _ := a.Semaphore("r", 3)
+	l, err := sem.TryAcquire(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operator frees the marker; a holder of 5 slots takes it.
+	rec, _ := mem.Get(ctx, tenure.MarkerName("r"))
+	if err := mem.Release(ctx, rec.Resource, rec.Owner, rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := tenure.New(mem, tenure.WithClock(fc))
+	sem5, _ := b.Semaphore("r", 5)
+	if _, err := sem5.TryAcquire(ctx, ttl); err != nil {
+		t.Fatalf("the holder of 5 slots: %v", err)
+	}
+	for i := 0; ; i++ {
+		fc.Advance(ttl / 3) // the first holder renews its slot and the marker
+		select {
+		case cause := <-lost:
+			if !errors.Is(cause, tenure.ErrSlotsMismatch) || !errors.Is(l.Err(), tenure.ErrLeaseLost) {
+				t.Fatalf("cause %v, Err %v", cause, l.Err())
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if i > 100 {
+			t.Fatal("the slot was kept although its marker names another number of slots")
+		}
+	}
+}
+
+// A waiting Acquire is granted a slot when one is released, and reports the
+// holders while it waits.
+func TestSemaphoreAcquireWaits(t *testing.T) {
+	mem := memory.New()
+	ctx := ctxT(t)
+	a, _ := tenure.New(mem)
+	semA, _ := a.Semaphore("r", 1)
+	la, err := semA.TryAcquire(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := tenure.New(mem, tenure.WithRetry(time.Hour, time.Hour)) // only a notification wakes it
+	semB, _ := b.Semaphore("r", 1)
+	waited := make(chan *tenure.SlotsHeldError, 1)
+	got := make(chan error, 1)
+	go func() {
+		l, err := semB.Acquire(ctx, ttl, tenure.OnSlotsWait(func(h *tenure.SlotsHeldError, _ time.Duration) {
+			select {
+			case waited <- h:
+			default:
+			}
+		}))
+		if err == nil && l.Slot != 1 {
+			err = errors.New("wrong slot")
+		}
+		got <- err
+	}()
+	h := <-waited
+	if len(h.Holders) != 1 || h.Holders[0].Owner != la.Owner() {
+		t.Fatalf("OnSlotsWait holders %v", h.Holders)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the released slot")
+	}
+}
+
+// Ten contenders on two slots: never more than two at once, and every
+// contender gets its turns.
+func TestSemaphoreBoundsHolders(t *testing.T) {
+	mem := memory.New()
+	ctx := ctxT(t)
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk, _ := tenure.New(mem, tenure.WithRetry(time.Millisecond, 5*time.Millisecond))
+			sem, _ := lk.Semaphore("r", 2)
+			for range 5 {
+				l, err := sem.Acquire(ctx, ttl)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := inside.Add(1)
+				for {
+					m := most.Load()
+					if n <= m || most.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := most.Load(); m > 2 || m < 1 {
+		t.Fatalf("at most %d holders at once on 2 slots", m)
+	}
+}
+
+func TestSemaphoreTryAcquireRespectsContext(t *testing.T) {
+	lk, _ := tenure.New(memory.New())
+	sem, _ := lk.Semaphore("r", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := sem.TryAcquire(ctx, ttl); err == nil {
+		t.Fatal("TryAcquire with a cancelled context succeeded")
+	}
+}

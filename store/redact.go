@@ -1,0 +1,134 @@
+package store
+
+import (
+	"net/url"
+	"strings"
+)
+
+// redacted replaces a secret in URLs and messages.
+const redacted = "xxxxx"
+
+// Redact returns raw with its secrets replaced by "xxxxx", for messages and
+// logs: the password of the user information (scheme://user:password@host)
+// and the value of every query parameter that holds a secret: password= in
+// every scheme, and those that the scheme's store lists in Driver.Secrets
+// (sslpassword= for PostgreSQL). It works on URLs that do not parse too,
+// and on any scheme.
+func Redact(raw string) string {
+	secrets := secretParams(raw)
+	rest, frag, hasFrag := strings.Cut(raw, "#")
+	base, query, hasQuery := strings.Cut(rest, "?")
+	if scheme, after, ok := strings.Cut(base, "://"); ok {
+		authority, path := after, ""
+		if i := strings.IndexByte(after, '/'); i >= 0 {
+			authority, path = after[:i], after[i:]
+		}
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			if user, _, hasPass := strings.Cut(authority[:at], ":"); hasPass {
+				authority = user + ":" + redacted + authority[at:]
+			}
+		}
+		base = scheme + "://" + authority + path
+	}
+	if hasQuery {
+		params := strings.Split(query, "&")
+		for i, p := range params {
+			k, _, hasValue := strings.Cut(p, "=")
+			if hasValue && secrets[paramName(k)] {
+				params[i] = k + "=" + redacted
+			}
+		}
+		base += "?" + strings.Join(params, "&")
+	}
+	if hasFrag {
+		base += "#" + frag
+	}
+	return base
+}
+
+// secretParams returns the names of the secret query parameters of raw's
+// scheme: password, and those its driver lists.
+func secretParams(raw string) map[string]bool {
+	secrets := map[string]bool{"password": true}
+	if m := schemePrefix.FindStringSubmatch(raw); m != nil {
+		mu.RLock()
+		e := schemes[strings.ToLower(m[1])]
+		mu.RUnlock()
+		if e != nil {
+			for _, s := range e.secrets {
+				secrets[s] = true
+			}
+		}
+	}
+	return secrets
+}
+
+// paramName is a query parameter's name, percent-decoded, lower case.
+func paramName(k string) string {
+	if d, err := url.QueryUnescape(k); err == nil {
+		k = d
+	}
+	return strings.ToLower(k)
+}
+
+// secretValues returns the secrets that raw carries, as written and
+// percent-decoded: the password of the user information and the values of
+// the secret parameters.
+func secretValues(raw string) []string {
+	secrets := secretParams(raw)
+	var out []string
+	add := func(v string) {
+		if v == "" {
+			return
+		}
+		out = append(out, v)
+		if d, err := url.QueryUnescape(v); err == nil && d != v && d != "" {
+			out = append(out, d)
+		}
+		if d, err := url.PathUnescape(v); err == nil && d != v && d != "" {
+			out = append(out, d)
+		}
+	}
+	rest, _, _ := strings.Cut(raw, "#")
+	base, query, _ := strings.Cut(rest, "?")
+	if _, after, ok := strings.Cut(base, "://"); ok {
+		authority, _, _ := strings.Cut(after, "/")
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			if _, pass, hasPass := strings.Cut(authority[:at], ":"); hasPass {
+				add(pass)
+			}
+		}
+	}
+	for _, p := range strings.Split(query, "&") {
+		if k, v, ok := strings.Cut(p, "="); ok && secrets[paramName(k)] {
+			add(v)
+		}
+	}
+	return out
+}
+
+// scrub returns err with every secret of raw replaced in its message; it
+// still matches what err matches.
+func scrub(raw string, err error) error {
+	secrets := secretValues(raw)
+	if len(secrets) == 0 {
+		return err
+	}
+	msg := err.Error()
+	clean := msg
+	for _, s := range secrets {
+		clean = strings.ReplaceAll(clean, s, redacted)
+	}
+	if clean == msg {
+		return err
+	}
+	return &scrubbedError{msg: clean, err: err}
+}
+
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
