@@ -759,3 +759,91 @@ func TestLossDuringClose(t *testing.T) {
 		waitFree(t, mem, "r")
 	}
 }
+
+// blockingAcquires is a store whose acquire calls, from the n-th on, wait
+// for their context to end (a call in flight when the caller gives up).
+type blockingAcquires struct {
+	driver.Store
+	calls   atomic.Int64
+	n       int64
+	blocked chan struct{}
+}
+
+func (b *blockingAcquires) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if b.calls.Add(1) >= b.n {
+		b.blocked <- struct{}{}
+		<-ctx.Done()
+		return driver.Record{}, ctx.Err()
+	}
+	return b.Store.Acquire(ctx, resource, owner, ttl)
+}
+
+// A waiter that gives up while one of its attempts is in flight still says
+// that the resource was held (and that ctx ended): the attempt's outcome
+// is unknown, the wait's is not.
+func TestAcquireCancelledDuringAttemptSaysHeld(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	holder, err := tenure.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.TryAcquire(ctx, "r", ttl); err != nil {
+		t.Fatal(err)
+	}
+	s := &blockingAcquires{Store: mem, n: 3, blocked: make(chan struct{}, 1)}
+	waiter, err := tenure.New(s, tenure.WithRetry(time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(wctx, "r", ttl)
+		done <- err
+	}()
+	<-s.blocked
+	cancel()
+	err = <-done
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("Acquire cancelled during an attempt: %v; want context.Canceled and ErrHeld", err)
+	}
+}
+
+// The same for a semaphore's Acquire.
+func TestSemaphoreAcquireCancelledDuringAttemptSaysHeld(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	holder, err := tenure.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := holder.Semaphore("sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hs.TryAcquire(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	s := &blockingAcquires{Store: mem, n: 3, blocked: make(chan struct{}, 1)}
+	waiter, err := tenure.New(s, tenure.WithRetry(time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := waiter.Semaphore("sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ws.Acquire(wctx, ttl)
+		done <- err
+	}()
+	<-s.blocked
+	cancel()
+	err = <-done
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("Acquire cancelled during an attempt: %v; want context.Canceled and ErrHeld", err)
+	}
+}

@@ -531,6 +531,10 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			if ac.onWait != nil {
 				ac.onWait(held, lk.clock.Now().Sub(start))
 			}
+		case ctx.Err() != nil && lastErr != nil:
+			// ctx ended during an attempt of a wait: the error says what
+			// the wait met (the holder) as well as the attempt's.
+			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		case attempt == 0 || !transient(err) || ctx.Err() != nil:
 			// The first attempt fails fast (an unreachable or misconfigured
 			// store); bad input and a closed Locker never get better.

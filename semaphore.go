@@ -321,6 +321,9 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 			}
 		case errors.As(err, &one):
 			lastErr = err
+		case ctx.Err() != nil && lastErr != nil:
+			// ctx ended during an attempt of a wait (see Locker.Acquire).
+			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, s.lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		case attempt == 0 || !transient(err) || errors.Is(err, ErrSlotsMismatch) || ctx.Err() != nil:
 			return nil, err
 		default:
