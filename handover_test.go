@@ -55,8 +55,11 @@ func TestHandOverWakesOneWaiter(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		// The next waiter comes only once this one waits.
-		waitFor(t, func() bool { return s.acquires.Load() > before }, "the waiter's first attempt")
+		// The next waiter comes only once this one waits: its first
+		// attempt and the one right after it subscribed (a waiter
+		// subscribes after its first refused attempt, and the store wakes
+		// its subscribers in the order they subscribed).
+		waitFor(t, func() bool { return s.acquires.Load() >= before+2 }, "the waiter's attempt after subscribing")
 	}
 	time.Sleep(50 * time.Millisecond)
 	before := s.acquires.Load()
