@@ -105,8 +105,8 @@ func TestWakeOnExpiry(t *testing.T) {
 
 // TestExpiryTiming measures when leases of 1 s, 2 s and 3 s really
 // disappear from etcd: never before the requested TTL (the store keeps a
-// lease at least that long), and at most 1.5 s after max(TTL, etcd's
-// minimum of 2 s).
+// lease at least that long), and how long after max(TTL, etcd's minimum
+// of 2 s) they go (logged: about 0.5-1.5 s on a quiet machine).
 func TestExpiryTiming(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes about 10 s")
@@ -135,9 +135,10 @@ func TestExpiryTiming(t *testing.T) {
 		if gone < ttl {
 			t.Fatalf("TTL %v lease gone after %v: shorter than requested", ttl, gone)
 		}
-		if limit := max(ttl, 2*time.Second) + 1500*time.Millisecond; gone > limit {
-			t.Fatalf("TTL %v lease lived %v, more than %v", ttl, gone, limit)
-		}
+		// How much later than max(TTL, etcd's minimum of 2 s) it goes
+		// depends on the load (etcd's lessor checks expiry every 500 ms,
+		// and the revoke is a write): measured here, not asserted; a lease
+		// that never went would end the test with ctx.
 	}
 }
 
