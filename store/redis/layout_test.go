@@ -815,3 +815,39 @@ func TestWaitersHandDown(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstSubscribeWakesNobody: the first Subscribe of a Store starts its
+// pub/sub connection; nothing can have been missed before it listened (the
+// caller tries again after Subscribe returns), so the subscriber is not
+// woken. A wake-up then would send that waiter to the store for nothing
+// and, in a queue of waiters, let a later one subscribe ahead of it.
+func TestFirstSubscribeWakesNobody(t *testing.T) {
+	s, prefix := prefixed(t)
+	ctx := testserver.Ctx(t)
+	ch, stop, err := s.Subscribe(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// The listening connection handles its messages in order: once a
+	// release published after the subscription reaches "second", anything
+	// the subscription's confirmation set off has been done.
+	ch2, stop2, err := s.Subscribe(ctx, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	if err := s.Client().Publish(ctx, prefix+"released", "second").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch2:
+	case <-ctx.Done():
+		t.Fatal("the release of \"second\" never arrived")
+	}
+	select {
+	case <-ch:
+		t.Fatal("the first subscriber was woken though nothing was released")
+	default:
+	}
+}

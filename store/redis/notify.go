@@ -17,11 +17,14 @@ import (
 // release channel and to expired-key events, and fans messages out to
 // subscribers. go-redis reconnects and resubscribes after a failure; every
 // time the subscription is confirmed again, all subscribers are woken,
-// since messages may have been missed meanwhile. A connection that stays
-// silent through a ping is replaced.
+// since messages may have been missed meanwhile (not the first time: a
+// subscriber that registered before the connection first listened was
+// still in Subscribe, and its caller tries again after it). A connection
+// that stays silent through a ping is replaced.
 func (s *Store) listen(ctx context.Context) {
+	listened := false // the connection has listened before
 	for ctx.Err() == nil {
-		err := s.session(ctx)
+		err := s.session(ctx, &listened)
 		s.hub.SetListening(false, err)
 		select {
 		case <-time.After(100 * time.Millisecond):
@@ -36,7 +39,7 @@ const pingEvery = 15 * time.Second
 
 // session runs one PubSub until it is silent for too long or ctx ends.
 // Errors in between are retried by go-redis's reconnection.
-func (s *Store) session(ctx context.Context) error {
+func (s *Store) session(ctx context.Context, listened *bool) error {
 	ps := s.rdb.Subscribe(ctx, s.channel, s.expired)
 	defer ps.Close()
 	// Closing the PubSub ends a receive that is blocked on the connection.
@@ -72,7 +75,10 @@ func (s *Store) session(ctx context.Context) error {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Count == 2 {
 				s.hub.SetListening(true, nil)
-				s.hub.WakeAll() // anything released while we were not listening
+				if *listened {
+					s.hub.WakeAll() // anything released while we were not listening
+				}
+				*listened = true
 			}
 		case *redis.Message:
 			switch m.Channel {
