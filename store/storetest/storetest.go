@@ -764,11 +764,12 @@ func testHandOverWakesOneWaiter(t *testing.T, cfg Config) {
 	order := make(chan int, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		before := s.acquires.Load()
+		waiting := make(chan struct{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := e.locker(s).Acquire(ctx, r, longTTL)
+			var once sync.Once
+			l, err := e.locker(s).Acquire(ctx, r, longTTL, tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(func() { close(waiting) }) }))
 			if err != nil {
 				t.Error(err)
 				return
@@ -778,10 +779,13 @@ func testHandOverWakesOneWaiter(t *testing.T, cfg Config) {
 				t.Error(err)
 			}
 		}()
-		// The next waiter comes once this one waits: its first attempt and
-		// the one right after it subscribed.
-		for s.acquires.Load() < before+2 {
-			time.Sleep(time.Millisecond)
+		// The next waiter comes once this one waits: OnWait comes after
+		// the attempt right after it subscribed. (Counting the store's
+		// acquire calls would also count an earlier waiter's, woken.)
+		select {
+		case <-waiting:
+		case <-ctx.Done():
+			t.Fatalf("waiter %d never waited", i)
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
