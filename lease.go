@@ -142,11 +142,16 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Done returns a channel that is closed when the lease is lost or released.
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
-// check ends the lease if its deadline has passed.
+// check ends the lease if its deadline has passed. A lease that another
+// goroutine ended (lose, release) may not have its context cancelled yet:
+// check cancels it with the same cause, so that Err and the context agree
+// whichever the caller reads first.
 func (l *Lease) check() {
 	l.mu.Lock()
 	if l.state != stateHeld {
+		cause := l.cause
 		l.mu.Unlock()
+		l.cancel(cause)
 		return
 	}
 	now := l.lk.clock.Now()
