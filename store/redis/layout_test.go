@@ -23,7 +23,7 @@ import (
 
 // prefixed returns a store on $TENURE_REDIS with a key prefix of the
 // test's own, so that the test can look at every key the store wrote.
-func prefixed(t *testing.T, mod ...func(*tredis.Config)) (*tredis.Store, string) {
+func prefixed(t testing.TB, mod ...func(*tredis.Config)) (*tredis.Store, string) {
 	t.Helper()
 	o, _ := tenure.NewOwner("p")
 	prefix := "tenuretest:" + o[len(o)-12:] + ":"
@@ -39,7 +39,7 @@ func prefixed(t *testing.T, mod ...func(*tredis.Config)) (*tredis.Store, string)
 }
 
 // keys returns the keys that start with prefix, sorted.
-func keys(ctx context.Context, t *testing.T, c *goredis.Client, prefix string) []string {
+func keys(ctx context.Context, t testing.TB, c *goredis.Client, prefix string) []string {
 	t.Helper()
 	var out []string
 	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()

@@ -73,8 +73,10 @@
 // only when its lease is marked as waited for, so a release nobody waits
 // for sends no message to the listening connections of other processes. A
 // waiter's acquire attempt that finds the resource held marks the lease in
-// the same script (so a release that follows it publishes), and Watch marks
-// the lease there (for a holder that watches its own lease). The Store also
+// the same script (so a release that follows it publishes), an acquire
+// granted while other subscribers of the Store wait marks its own lease (so
+// its release wakes the next), and Watch marks the lease there (for a
+// holder that watches its own lease). The Store also
 // listens for expired-key events (__keyevent@DB__:expired), which arrive
 // only when the server is configured with notify-keyspace-events including
 // "Ex"; without them, a waiter notices an expired lease by its backoff.
