@@ -151,6 +151,7 @@ type Store struct {
 	// The writer: one connection, its statements, the queue of operations
 	// waiting for the next transaction (see writer.go); nil for read-only
 	// and legacy stores.
+	wdb  *sql.DB
 	conn *sql.Conn
 	w    *statements
 	gate *gate
@@ -201,7 +202,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			"and SQLite would mix that file into a new database; stop every process that uses %s, then remove %s-wal and %s-shm",
 			path, log, path, path, path)
 	}
-	s, err := newStore(cfg, "_journal_mode=WAL", false)
+	// Reads never create the file: after it was deleted, a new connection
+	// would otherwise make an empty one at the path, next to the old -wal.
+	s, err := newStore(cfg, "mode=rw", false)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +213,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// does not call the busy handler there, so retry until the busy timeout.
 	limit := time.Now().Add(cfg.BusyTimeout)
 	for attempt := 0; ; attempt++ {
-		err = s.openWriter(ctx, true)
+		err = s.openWriter(ctx, cfg, "_journal_mode=WAL", true)
 		if err == nil {
 			break
 		}
@@ -302,7 +305,7 @@ func openExisting(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.legacy = version < schemaVersion
 	if !s.readOnly && !s.legacy {
-		if err := s.openWriter(ctx, false); err != nil {
+		if err := s.openWriter(ctx, cfg, "mode=rw", false); err != nil {
 			s.db.Close()
 			return nil, err
 		}
@@ -313,13 +316,9 @@ func openExisting(ctx context.Context, cfg Config) (*Store, error) {
 // newStore opens a database handle on cfg.Path with the DSN parameters
 // params, without I/O (database/sql connects on first use).
 func newStore(cfg Config, params string, readOnly bool) (*Store, error) {
-	// SQLite reads the file name of a file: URI percent-decoded, so a '%' in
-	// the name is written %25.
-	dsn := fmt.Sprintf("file:%s?%s&_busy_timeout=%d&_synchronous=FULL",
-		strings.ReplaceAll(cfg.Path, "%", "%25"), params, cfg.BusyTimeout.Milliseconds())
-	db, err := sql.Open("sqlite", dsn)
+	db, err := openDB(cfg, params)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
+		return nil, err
 	}
 	closing, stop := context.WithCancel(context.Background())
 	return &Store{
@@ -328,19 +327,40 @@ func newStore(cfg Config, params string, readOnly bool) (*Store, error) {
 	}, nil
 }
 
-// openWriter opens the writer's connection, creates or upgrades the schema
-// when create is set, prepares the statements, and records which file the
-// connection opened: the file at the path both before and after the
-// connection opened it (for a file this call creates, after).
-func (s *Store) openWriter(ctx context.Context, create bool) (err error) {
-	before, berr := os.Stat(s.path)
-	conn, err := s.db.Conn(ctx)
+// openDB returns a database handle on cfg.Path with the DSN parameters
+// params, without I/O (database/sql connects on first use).
+func openDB(cfg Config, params string) (*sql.DB, error) {
+	// SQLite reads the file name of a file: URI percent-decoded, so a '%' in
+	// the name is written %25.
+	dsn := fmt.Sprintf("file:%s?%s&_busy_timeout=%d&_synchronous=FULL",
+		strings.ReplaceAll(cfg.Path, "%", "%25"), params, cfg.BusyTimeout.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
+		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
+	}
+	return db, nil
+}
+
+// openWriter opens the writer's connection (on a handle of its own, with
+// the DSN parameters params), creates or upgrades the schema when create is
+// set, prepares the statements, and records which file the connection
+// opened: the file at the path both before and after the connection opened
+// it (for a file this call creates, after).
+func (s *Store) openWriter(ctx context.Context, cfg Config, params string, create bool) (err error) {
+	wdb, err := openDB(cfg, params)
+	if err != nil {
+		return err
+	}
+	before, berr := os.Stat(s.path)
+	conn, err := wdb.Conn(ctx)
+	if err != nil {
+		wdb.Close()
 		return err
 	}
 	defer func() {
 		if err != nil {
 			conn.Close()
+			wdb.Close()
 		}
 	}()
 	if err := conn.PingContext(ctx); err != nil {
@@ -366,7 +386,7 @@ func (s *Store) openWriter(ctx context.Context, create bool) (err error) {
 	if err != nil {
 		return fmt.Errorf("sqlite store: prepare the statements on %s: %w", s.path, err)
 	}
-	s.conn, s.w, s.file = conn, w, after
+	s.wdb, s.conn, s.w, s.file = wdb, conn, w, after
 	s.gate = openGate(after, s.path)
 	return nil
 }
@@ -429,6 +449,7 @@ func (s *Store) Close() error {
 	if s.w != nil {
 		s.w.close()
 		s.conn.Close()
+		s.wdb.Close()
 		s.gate.close()
 	}
 	return s.db.Close()
@@ -674,11 +695,11 @@ func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error)
 	}
 	nowMs := now.Milliseconds()
 	r, err := scanRow(s.db.QueryRowContext(ctx, selectRow, resource))
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, err)
-	}
 	if ferr := s.checkFile(); ferr != nil {
 		return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, ferr)
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, err)
 	}
 	if errors.Is(err, sql.ErrNoRows) || !r.live(epoch, nowMs) {
 		return driver.Record{}, fmt.Errorf("sqlite store: %q: %w", resource, driver.ErrNotHeld)
@@ -701,6 +722,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 	rows, err := s.db.QueryContext(ctx, `SELECT resource, owner, token, ttl_ms, epoch, expires_ms FROM tenure_leases
 		WHERE resource >= ?3 AND resource < ?4 AND `+liveSQL+` ORDER BY resource`, epoch, nowMs, prefix, prefix+"\xff")
 	if err != nil {
+		if ferr := s.checkFile(); ferr != nil {
+			err = ferr
+		}
 		return nil, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
 	}
 	defer rows.Close()

@@ -27,7 +27,8 @@ const maxBatchOps = 256
 
 // bctx runs the statements of a transaction: no caller's context may cut
 // short a transaction that carries other callers' operations (a caller that
-// gives up returns at once; see Store.submit).
+// gives up before its operation is taken returns at once; see
+// Store.submit).
 var bctx = context.Background()
 
 // States of an op.
@@ -152,10 +153,12 @@ func (st *statements) close() {
 }
 
 // submit queues o for the writer and waits for its result. It returns nil
-// when o ran (its result is in o), the context's error when ctx ended
-// before o was taken into a transaction (o never runs: a definite answer),
-// and an unknown outcome when ctx ended while o's transaction was under
-// way.
+// when o ran (its result is in o), and the context's error when ctx ended
+// before o was taken into a transaction: o never runs, a definite answer.
+// Once o is in a transaction (the lock is held; what is left is local
+// work and the COMMIT's fsync), submit waits for the transaction's end
+// whatever ctx does, so that an operation never takes effect after its
+// call returned, and its outcome is known.
 func (s *Store) submit(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sqlite store: %w", err)
@@ -181,12 +184,8 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 	if o.state.CompareAndSwap(opQueued, opWithdrawn) {
 		return fmt.Errorf("sqlite store: %w", ctx.Err())
 	}
-	select {
-	case <-o.done:
-		return nil
-	default:
-		return driver.UnknownOutcome(fmt.Errorf("sqlite store: the call ended while its transaction was under way: %w", ctx.Err()))
-	}
+	<-o.done
+	return nil
 }
 
 var errClosed = errors.New("sqlite store: closed")
@@ -448,14 +447,20 @@ func (s *Store) sweep() {
 		s.sweeping, s.swept = false, time.Now()
 		s.mu.Unlock()
 	}()
+	s.sweepOnce(s.closing)
+}
+
+// sweepOnce deletes up to sweepMax rows that are not live leases, and
+// returns how many it deleted.
+func (s *Store) sweepOnce(ctx context.Context) (int, error) {
 	epoch, now, err := s.clock()
 	if err != nil {
-		return
+		return 0, err
 	}
-	rows, err := s.db.QueryContext(s.closing, `SELECT resource FROM tenure_leases WHERE NOT `+liveSQL+` LIMIT `+fmt.Sprint(sweepMax),
+	rows, err := s.db.QueryContext(ctx, `SELECT resource FROM tenure_leases WHERE NOT `+liveSQL+` LIMIT `+fmt.Sprint(sweepMax),
 		epoch, now.Milliseconds())
 	if err != nil {
-		return
+		return 0, fmt.Errorf("sqlite store: sweep: %w", err)
 	}
 	var names []string
 	for rows.Next() {
@@ -466,9 +471,10 @@ func (s *Store) sweep() {
 	}
 	rows.Close()
 	if len(names) == 0 {
-		return
+		return 0, nil
 	}
-	s.submit(s.closing, &op{kind: opSweep, run: func(b *batch) error {
+	deleted := 0
+	o := &op{kind: opSweep, run: func(b *batch) error {
 		epoch, now, err := b.clock()
 		if err != nil {
 			return err
@@ -483,13 +489,21 @@ func (s *Store) sweep() {
 			case errors.Is(err, sql.ErrNoRows): // live again, or gone
 			case err != nil:
 				b.fatal = err
-				return err
+				return fmt.Errorf("sqlite store: sweep: %w", err)
 			default:
+				deleted++
 				if t, ok := tok.(int64); ok && t > b.counter && t < maxToken {
 					b.counter, b.counterDirty = t, true
 				}
 			}
 		}
 		return nil
-	}})
+	}}
+	if err := s.submit(ctx, o); err != nil {
+		return 0, err
+	}
+	if o.err != nil {
+		return 0, o.err
+	}
+	return deleted, nil
 }
