@@ -323,7 +323,7 @@ func newStore(cfg Config, params string, readOnly bool) (*Store, error) {
 	closing, stop := context.WithCancel(context.Background())
 	return &Store{
 		db: db, path: cfg.Path, clock: cfg.Clock, wall: cfg.WallClock, busyTimeout: cfg.BusyTimeout,
-		mustExist: cfg.MustExist, readOnly: readOnly, closing: closing, stop: stop,
+		mustExist: cfg.MustExist, readOnly: readOnly, closing: closing, stop: stop, swept: time.Now(),
 	}, nil
 }
 

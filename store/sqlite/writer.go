@@ -417,7 +417,8 @@ func (b *batch) notHolder(op, resource, epoch string, now int64) error {
 }
 
 // Expired rows (a holder that died without releasing) are deleted by a
-// sweep, at most once per sweepEvery per Store: the rows are found by a
+// sweep, at most once per sweepEvery per Store (the first one sweepEvery
+// after Open, at the Store's first write after that): the rows are found by a
 // read outside the write lock, then deleted in the writer's next
 // transaction, each only if it is still not live, with the counter raised
 // to its token (so a row that another tool wrote with a token above the

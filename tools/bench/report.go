@@ -148,11 +148,18 @@ func (r *Report) Evaluate() {
 			}
 		}
 	}
+	if o := findOps(r.Ops, "sqlite", "tenure", ModeDistinct, 64); o != nil && o.Ops[OpAcquire] != nil {
+		p99 := o.Ops[OpAcquire].P99Ms
+		add(p99 < 50, "SQLite p99 acquire at 64 clients under 50 ms",
+			"p99 %.1f ms (p50 %.2f ms, %d acquires)", p99, o.Ops[OpAcquire].P50Ms, o.Ops[OpAcquire].N)
+	}
 	for _, s := range r.Scale {
 		perLease := float64(s.GoroutinesPeak-s.GoroutinesBase) / float64(s.Leases)
 		add(s.Lost == 0 && s.AcquireErrors == 0, fmt.Sprintf("%s: %d leases renewed with 0 lost", s.Store, s.Leases),
 			"%d lost, %d not acquired, %d renewals, %d late (> interval + %.0f ms), %d failed", s.Lost, s.AcquireErrors, s.Renewals, s.Late, s.SlackMs, s.RenewErrors)
-		add(s.HeapPerLease <= 4096 && s.HeapPerLeaseEnd <= 4096, fmt.Sprintf("%s: at most 4 KiB of heap per lease", s.Store),
+		add(s.Late == 0, fmt.Sprintf("%s: %d leases renewed with 0 late renewals", s.Store, s.Leases),
+			"%d late of %d (confirmed > interval + %.0f ms after the previous send); worst gap %.0f ms", s.Late, s.Renewals, s.SlackMs, s.ConfirmGap.MaxMs)
+		add(s.HeapPerLease <= 2048 && s.HeapPerLeaseEnd <= 2048, fmt.Sprintf("%s: at most 2 KiB of heap per lease", s.Store),
 			"%.0f B per lease after taking them, %.0f B at the end of the hold", s.HeapPerLease, s.HeapPerLeaseEnd)
 		add(perLease <= 0.1, fmt.Sprintf("%s: well under one goroutine per lease (at most 0.1)", s.Store),
 			"%.4f extra goroutines per lease (peak %d, base %d)", perLease, s.GoroutinesPeak, s.GoroutinesBase)
@@ -258,6 +265,9 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  renewal send time − schedule: p50 %s ms, p99 %s ms, max %s ms\n", fmtMs(s.SendLag.P50Ms), fmtMs(s.SendLag.P99Ms), fmtMs(s.SendLag.MaxMs))
 		fmt.Fprintf(w, "  confirmation − previous send: p50 %s ms, p99 %s ms, max %s ms (interval %g ms)\n", fmtMs(s.ConfirmGap.P50Ms), fmtMs(s.ConfirmGap.P99Ms), fmtMs(s.ConfirmGap.MaxMs), s.IntervalS*1000)
 		fmt.Fprintf(w, "  renewal call: p50 %s ms, p99 %s ms, max %s ms\n", fmtMs(s.RenewLatency.P50Ms), fmtMs(s.RenewLatency.P99Ms), fmtMs(s.RenewLatency.MaxMs))
+		if s.Batched {
+			fmt.Fprintf(w, "  renewals sent in %d batch calls (driver.BatchRenewer), %.0f leases per call\n", s.RenewCalls, float64(s.Renewals+s.RenewErrors)/max(float64(s.RenewCalls), 1))
+		}
 		fmt.Fprintf(w, "  goroutines: %d before, %d with the leases, peak %d while held\n", s.GoroutinesBase, s.GoroutinesHeld, s.GoroutinesPeak)
 		fmt.Fprintf(w, "  heap: %s before, %s with the leases (%.0f B/lease), %s at the end of the hold, %s after release (%.0f B/lease)\n",
 			fmtBytes(s.HeapBase), fmtBytes(s.HeapWith), s.HeapPerLease, fmtBytes(s.HeapWithEnd), fmtBytes(s.HeapAfter), s.HeapPerLeaseEnd)

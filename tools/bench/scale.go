@@ -57,6 +57,11 @@ type ScaleResult struct {
 	Renewals    int64 `json:"renewals"`
 	RenewErrors int64 `json:"renew_errors"`
 	Late        int64 `json:"late"`
+	// Batched says that the store renews many leases in one call
+	// (driver.BatchRenewer), and RenewCalls counts the renewal calls the
+	// Locker made to the store (one per batch, or one per lease).
+	Batched    bool  `json:"batched"`
+	RenewCalls int64 `json:"renew_calls"`
 	// SendLag is each renewal's send time minus its schedule (the send of
 	// the previous confirmed renewal + interval); ConfirmGap is its
 	// confirmation time minus the send of the previous confirmed one;
@@ -95,6 +100,8 @@ type scaleStore struct {
 	interval time.Duration
 	slack    time.Duration
 
+	calls atomic.Int64 // renewal calls to the store: one per lease, or one per batch
+
 	mu            sync.Mutex
 	last          []time.Duration // per lease: send of the last confirmed acquire or renewal, since base
 	lag, gap, lat []time.Duration
@@ -131,16 +138,22 @@ func (s *scaleStore) Acquire(ctx context.Context, resource, owner string, ttl ti
 func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	t0 := time.Since(s.base)
 	err := s.Store.Renew(ctx, resource, owner, token, ttl)
-	t1 := time.Since(s.base)
+	s.calls.Add(1)
+	s.record(resource, t0, time.Since(s.base), err)
+	return err
+}
+
+// record times one renewal of resource, sent at t0 and answered at t1.
+func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 	i := s.index(resource)
 	if i < 0 {
-		return err
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.errs++
-		return err
+		return
 	}
 	prev := s.last[i]
 	s.lag = append(s.lag, t0-(prev+s.interval))
@@ -151,7 +164,29 @@ func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token ui
 		s.late++
 	}
 	s.last[i] = t0
-	return nil
+}
+
+// scaleBatchStore is scaleStore for a store that renews many leases in one
+// request (driver.BatchRenewer), so that the Locker batches its renewals as
+// it would on that store; each lease of a batch is timed as a renewal.
+type scaleBatchStore struct {
+	*scaleStore
+	b driver.BatchRenewer
+}
+
+func (s scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	t0 := time.Since(s.base)
+	errs := s.b.RenewBatch(ctx, leases)
+	s.calls.Add(1)
+	t1 := time.Since(s.base)
+	for i, r := range leases {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		}
+		s.record(r.Resource, t0, t1, err)
+	}
+	return errs
 }
 
 func heapAlloc() uint64 {
@@ -205,7 +240,12 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 	if cfg.MaxConcurrentRenewals > 0 {
 		opts = append(opts, tenure.WithMaxConcurrentRenewals(cfg.MaxConcurrentRenewals))
 	}
-	lk, err := tenure.New(ss, opts...)
+	var store driver.Store = ss
+	if b, ok := target.Store.(driver.BatchRenewer); ok {
+		store = scaleBatchStore{ss, b}
+		res.Batched = true
+	}
+	lk, err := tenure.New(store, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -340,6 +380,7 @@ hold:
 
 	ss.mu.Lock()
 	res.Renewals, res.RenewErrors, res.Late = int64(len(ss.gap)), ss.errs, ss.late
+	res.RenewCalls = ss.calls.Load()
 	res.SendLag, res.ConfirmGap, res.RenewLatency = Summarize(ss.lag), Summarize(ss.gap), Summarize(ss.lat)
 	ss.mu.Unlock()
 	return res, nil
