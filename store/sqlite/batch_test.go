@@ -260,3 +260,41 @@ func TestGateTimeout(t *testing.T) {
 		t.Fatalf("B after A committed: %v", err)
 	}
 }
+
+// A transaction that may grant a lease commits with synchronous=FULL (the
+// token is on disk before anyone is told); one of renewals and releases
+// only, with NORMAL (no fsync: only an OS crash loses it, and that reboots
+// the host, which expires every lease).
+func TestSynchronousPerTransaction(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	owner, _ := tenure.NewOwner("a")
+	want := func(what string, n int) {
+		t.Helper()
+		got, err := sqlite.WriterSynchronous(ctx, s)
+		if err != nil || got != n {
+			t.Fatalf("after %s: synchronous = %d, %v; want %d", what, got, err, n)
+		}
+	}
+	rec, err := s.Acquire(ctx, "r", owner, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a grant", 2)
+	if err := s.Renew(ctx, "r", owner, rec.Token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	want("a renewal", 1)
+	if errs := s.RenewBatch(ctx, []driver.Renewal{{Resource: "r", Owner: owner, Token: rec.Token, TTL: time.Minute}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	want("a batch renewal", 1)
+	if err := s.Release(ctx, "r", owner, rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	want("a release", 1)
+	if _, err := s.Acquire(ctx, "r", owner, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	want("a grant", 2)
+}

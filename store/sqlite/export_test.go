@@ -5,3 +5,11 @@ import "context"
 // SweepNow deletes the rows of s's file that hold no live lease, as the
 // sweep that runs once a minute does, and returns how many it deleted.
 func SweepNow(ctx context.Context, s *Store) (int, error) { return s.sweepOnce(ctx) }
+
+// WriterSynchronous returns the writer connection's PRAGMA synchronous:
+// 1 (NORMAL) or 2 (FULL).
+func WriterSynchronous(ctx context.Context, s *Store) (int, error) {
+	var n int
+	err := s.conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&n)
+	return n, err
+}

@@ -155,6 +155,9 @@ type Store struct {
 	conn *sql.Conn
 	w    *statements
 	gate *gate
+	// syncFull: the writer's connection is at synchronous=FULL (see
+	// setSync); only the writer goroutine uses it.
+	syncFull bool
 
 	mu       sync.Mutex
 	queue    []*op
@@ -387,6 +390,7 @@ func (s *Store) openWriter(ctx context.Context, cfg Config, params string, creat
 		return fmt.Errorf("sqlite store: prepare the statements on %s: %w", s.path, err)
 	}
 	s.wdb, s.conn, s.w, s.file = wdb, conn, w, after
+	s.syncFull = true // the DSN's _synchronous=FULL
 	s.gate = openGate(after, s.path)
 	return nil
 }
@@ -582,7 +586,11 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	}
 	ms := driver.Milliseconds(ttl)
 	o := &op{kind: opRenew, resource: resource, run: func(b *batch) error {
-		return b.renew(resource, owner, token, ms)
+		epoch, now, err := b.clock()
+		if err != nil {
+			return err
+		}
+		return b.renew(resource, owner, token, ms, epoch, now)
 	}}
 	if err := s.submit(ctx, o); err != nil {
 		return err
@@ -590,12 +598,8 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return o.err
 }
 
-// renew renews one lease inside the transaction.
-func (b *batch) renew(resource, owner string, token uint64, ms int64) error {
-	epoch, now, err := b.clock()
-	if err != nil {
-		return err
-	}
+// renew renews one lease inside the transaction, at now on epoch's clock.
+func (b *batch) renew(resource, owner string, token uint64, ms int64, epoch string, now int64) error {
 	n, err := b.exec(b.s.w.renew, epoch, now, ms, now+ms, resource, owner, int64(token))
 	if err != nil {
 		return fmt.Errorf("sqlite store: renew %q: %w", resource, err)
@@ -607,9 +611,11 @@ func (b *batch) renew(resource, owner string, token uint64, ms int64) error {
 }
 
 // RenewBatch implements driver.BatchRenewer: every lease renewed as Renew
-// would, one statement each, all in one transaction (with whatever other
-// operations were queued). Each lease gets its own answer; a failure of the
-// transaction is every lease's.
+// would, one prepared statement each, all in one transaction (with whatever
+// other operations were queued), with the host clock read once for all of
+// them. Each lease gets its own answer; a failure of the transaction is
+// every lease's. (One UPDATE ... FROM json_each(?) for the whole batch was
+// measured too: it cost 1.5 times the CPU, SQLite parsing the JSON.)
 func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
 	errs := make([]error, len(leases))
 	valid := 0
@@ -629,14 +635,19 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		}
 		return errs
 	}
-	o := &op{kind: opRenewBatch, errs: make([]error, len(leases))}
+	o := &op{kind: opRenewBatch, units: valid, errs: make([]error, len(leases))}
 	copy(o.errs, errs)
 	o.run = func(b *batch) error {
+		epoch, now, err := b.clock()
+		if err != nil {
+			o.setAll(err, true)
+			return nil
+		}
 		for i, r := range leases {
 			if o.errs[i] != nil {
 				continue
 			}
-			o.errs[i] = b.renew(r.Resource, r.Owner, r.Token, driver.Milliseconds(r.TTL))
+			o.errs[i] = b.renew(r.Resource, r.Owner, r.Token, driver.Milliseconds(r.TTL), epoch, now)
 			if b.fatal != nil {
 				return b.fatal
 			}
