@@ -105,7 +105,6 @@ func (o *op) replaced(rerr error) {
 // statements are the writer connection's prepared statements.
 type statements struct {
 	begin, commit, rollback               *sql.Stmt
-	syncFull, syncNormal                  *sql.Stmt
 	row, sameOwner, grant, renew, release *sql.Stmt
 	counterGet, counterSet, sweep         *sql.Stmt
 }
@@ -133,8 +132,6 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 		{&st.begin, `BEGIN IMMEDIATE`},
 		{&st.commit, `COMMIT`},
 		{&st.rollback, `ROLLBACK`},
-		{&st.syncFull, `PRAGMA synchronous = FULL`},
-		{&st.syncNormal, `PRAGMA synchronous = NORMAL`},
 		{&st.row, selectRow},
 		{&st.sameOwner, `UPDATE tenure_leases SET ttl_ms = ?, expires_ms = ? WHERE resource = ?`},
 		{&st.grant, grantSQL},
@@ -155,7 +152,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.begin, st.commit, st.rollback, st.syncFull, st.syncNormal, st.row, st.sameOwner, st.grant, st.renew,
+	for _, s := range []*sql.Stmt{st.begin, st.commit, st.rollback, st.row, st.sameOwner, st.grant, st.renew,
 		st.release, st.counterGet, st.counterSet, st.sweep} {
 		if s != nil {
 			s.Close()
@@ -355,11 +352,13 @@ func (s *Store) setSync(ops []*op) error {
 	if full == s.syncFull {
 		return nil
 	}
-	st := s.w.syncNormal
+	// Not a prepared statement: SQLite applies PRAGMA synchronous when it
+	// compiles the statement, not when it runs it.
+	q := `PRAGMA synchronous = NORMAL`
 	if full {
-		st = s.w.syncFull
+		q = `PRAGMA synchronous = FULL`
 	}
-	if _, err := st.ExecContext(bctx); err != nil {
+	if _, err := s.conn.ExecContext(bctx, q); err != nil {
 		return err
 	}
 	s.syncFull = full
