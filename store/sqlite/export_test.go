@@ -13,3 +13,11 @@ func WriterSynchronous(ctx context.Context, s *Store) (int, error) {
 	err := s.conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&n)
 	return n, err
 }
+
+// SetNetworkFS makes Open see every directory as on the file system that
+// fs names ("" for a local one), until the returned function restores it.
+func SetNetworkFS(fs string) func() {
+	old := fsOf
+	fsOf = func(string) string { return fs }
+	return func() { fsOf = old }
+}

@@ -264,3 +264,20 @@ func TestProcessesFileReplaced(t *testing.T) {
 		})
 	}
 }
+
+// A file on a network file system is refused, in both modes: the locks do
+// not hold there and the expiry clock is per host.
+func TestOpenRefusesNetworkFS(t *testing.T) {
+	_, path := open(t)
+	defer sqlite.SetNetworkFS("NFS")()
+	for _, mustExist := range []bool{false, true} {
+		s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, MustExist: mustExist})
+		if err == nil {
+			s.Close()
+			t.Fatalf("Open (MustExist %v) on NFS succeeded", mustExist)
+		}
+		if !strings.Contains(err.Error(), "network file system (NFS)") || !strings.Contains(err.Error(), "local file system") {
+			t.Fatalf("Open (MustExist %v) on NFS: %v; want a sentence naming NFS and what to do", mustExist, err)
+		}
+	}
+}

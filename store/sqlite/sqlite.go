@@ -62,6 +62,10 @@ const DefaultBusyTimeout = 5 * time.Second
 // int64 milliseconds).
 const MaxTTL = driver.MaxMillisecondTTL
 
+// fsOf names a network file system that holds a directory (tests replace
+// it).
+var fsOf = networkFS
+
 // ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
 var ttls = driver.MillisecondTTLs
 
@@ -179,12 +183,19 @@ type Store struct {
 // (a directory, a file that is not a SQLite database, another application's
 // table of the same name) returns an error wrapping driver.ErrNotStore. A
 // missing file whose write-ahead log is still there (a database deleted
-// while in use) is refused: SQLite would mix that log into the new file.
+// while in use) is refused: SQLite would mix that log into the new file. So
+// is a file on a network file system (Linux: NFS, SMB/CIFS, 9P, Ceph, AFS,
+// Coda, Lustre, GFS2, OCFS2), in both modes.
 // See Config.MustExist for opening without creating anything.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg, err := cfg.check()
 	if err != nil {
 		return nil, err
+	}
+	if fs := fsOf(filepath.Dir(cfg.Path)); fs != "" {
+		return nil, fmt.Errorf("sqlite store: %s is on a network file system (%s): SQLite's locks do not hold there, and the clock "+
+			"that expires leases is per host, so two hosts would both be granted; put the file on a local file system, "+
+			"or use PostgreSQL, etcd or Redis for leases across hosts", cfg.Path, fs)
 	}
 	if cfg.MustExist {
 		return openExisting(ctx, cfg)
