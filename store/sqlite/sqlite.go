@@ -22,8 +22,11 @@
 // going back when the file itself is lost (deleted, replaced, restored
 // from a backup): a token granted in a new file is above every token
 // granted before, unless the wall clock went back by more than the age of
-// what was lost. Commits are synchronous=FULL, so a granted token survives
-// a power loss.
+// what was lost. A transaction that may grant commits with
+// synchronous=FULL, so a granted token survives a power loss; one of
+// renewals and releases only commits without an fsync (synchronous=NORMAL):
+// only a crash of the operating system can lose it, and that reboots the
+// host, which expires every lease anyway.
 //
 // Every write checks, with one stat after its transaction, that the path
 // still names the file the Store opened; a file deleted or replaced under
@@ -33,7 +36,8 @@
 // what an operator must not do.
 //
 // The file must be on a local file system: SQLite's locking is unreliable on
-// network file systems, and the clock is per host.
+// network file systems, and the clock is per host; Open refuses the network
+// file systems it recognizes.
 package sqlite
 
 import (
