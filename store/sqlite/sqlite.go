@@ -167,15 +167,17 @@ type Store struct {
 	// setSync); only the writer goroutine uses it.
 	syncFull bool
 
-	mu       sync.Mutex
-	queue    []*op
-	running  bool // a writeLoop goroutine runs
-	closed   bool
-	sweeping bool
-	swept    time.Time
-	wg       sync.WaitGroup // writeLoop and sweep goroutines
-	closing  context.Context
-	stop     context.CancelFunc
+	mu            sync.Mutex
+	queue         []*op
+	running       bool // a writeLoop goroutine runs
+	closed        bool
+	sweeping      bool
+	swept         time.Time
+	checkpointing bool
+	checkpointed  time.Time
+	wg            sync.WaitGroup // writeLoop, sweep and checkpoint goroutines
+	closing       context.Context
+	stop          context.CancelFunc
 }
 
 // Open opens the database file cfg.Path. Unless cfg.MustExist is set, it
@@ -399,6 +401,9 @@ func (s *Store) openWriter(ctx context.Context, cfg Config, params string, creat
 		if err := setup(ctx, conn, s.path, epoch, now.Milliseconds()); err != nil {
 			return err
 		}
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA wal_autocheckpoint = %d`, autoCheckpointPages)); err != nil {
+		return err
 	}
 	w, err := prepare(ctx, conn)
 	if err != nil {
