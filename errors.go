@@ -130,7 +130,7 @@ func (e *LostError) Error() string {
 	var held *HeldError
 	switch {
 	case errors.As(e.Err, &held) && held.Holder.Owner != "":
-		s += fmt.Sprintf("; now held by %s (token %d)", held.Holder.Owner, held.Holder.Token)
+		s += fmt.Sprintf("; now held by %q (token %d)", held.Holder.Owner, held.Holder.Token)
 	case e.Err != nil:
 		s += ": " + e.Err.Error()
 	}

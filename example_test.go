@@ -84,3 +84,58 @@ func ExampleLocker_Do() {
 	// writing the report while holding the lease
 	// done: <nil>
 }
+
+// A semaphore lets at most N holders run at once across every process that
+// shares the store; each slot has fencing tokens of its own.
+func ExampleLocker_Semaphore() {
+	ctx := context.Background()
+	store := memory.New()
+	var held []*tenure.SlotLease
+	for _, host := range []string{"backup-1", "backup-2", "backup-3"} {
+		lk, _ := tenure.New(store, tenure.WithOwnerID(host))
+		sem, _ := lk.Semaphore("nightly-backup", 2) // at most two backups at once
+		l, err := sem.TryAcquire(ctx, time.Minute)
+		var full *tenure.SlotsHeldError
+		if errors.As(err, &full) {
+			fmt.Println(host, "waits:", len(full.Holders), "of", full.Slots, "slots held")
+			continue
+		}
+		fmt.Println(host, "runs in a slot, token", l.Token())
+		held = append(held, l)
+	}
+	for _, l := range held {
+		l.Release(ctx)
+	}
+	// Output:
+	// backup-1 runs in a slot, token 1
+	// backup-2 runs in a slot, token 1
+	// backup-3 waits: 2 of 2 slots held
+}
+
+// A lost lease says why: its deadline passed without a confirmed renewal
+// (ErrLeaseExpired, wrapping the last store error), or the store says that
+// another owner holds it now (ErrNotHolder, with a *HeldError naming it).
+func ExampleLostError() {
+	ctx := context.Background()
+	store := memory.New()
+	a, _ := tenure.New(store, tenure.WithOwnerID("a"))
+	lease, _ := a.TryAcquire(ctx, "report", time.Minute)
+
+	// An operator frees the lease, and b takes it.
+	store.Release(ctx, "report", lease.Owner(), lease.Token())
+	b, _ := tenure.New(store, tenure.WithOwnerID("b"))
+	b.TryAcquire(ctx, "report", time.Minute)
+
+	err := lease.Renew(ctx)
+	var held *tenure.HeldError
+	switch {
+	case errors.Is(err, tenure.ErrNotHolder) && errors.As(err, &held):
+		fmt.Println("lost to", tenure.OwnerID(held.Holder.Owner))
+	case errors.Is(err, tenure.ErrLeaseExpired):
+		fmt.Println("lost to an outage:", err)
+	}
+	fmt.Println("context cancelled:", lease.Context().Err() != nil)
+	// Output:
+	// lost to b
+	// context cancelled: true
+}

@@ -69,6 +69,9 @@ func TestCaseC11LateRequestOfAnEarlierGrant(t *testing.T) {
 	if !errors.Is(l1.Err(), tenure.ErrLeaseExpired) {
 		t.Fatalf("first grant's loss: %v; want ErrLeaseExpired", l1.Err())
 	}
+	// The Locker frees the lost grant in the background: that release is
+	// the request held up in the network.
+	waitFor(t, func() bool { return f.faulty.Calls(storetest.OpRelease) > 0 }, "the lost grant's release")
 	// The store still keeps the first grant (its last renewal was applied):
 	// a new acquire by the same Locker must not adopt it.
 	if _, err := f.lk.TryAcquire(ctx, "r", short); err == nil {
@@ -277,12 +280,15 @@ func TestCaseC15HungCallsNeverStarveRenewals(t *testing.T) {
 		}
 	})
 	f.clock.Advance(time.Second) // the healthy leases' renewals come due
+	renewedBy := f.clock.Now().Add(ttl * 9 / 10)
 	deadline := time.Now().Add(10 * time.Second)
-	for healthyRenewals.Load() < healthy {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d healthy renewals done, %d calls hung: renewals starved", healthyRenewals.Load(), healthy, f.faulty.Hung())
+	for i := hung; i < hung+healthy; i++ {
+		for leases[i].Deadline().Before(renewedBy) { // its renewal confirmed
+			if time.Now().After(deadline) {
+				t.Fatalf("%d healthy renewals done, %d calls hung: renewals starved", healthyRenewals.Load(), f.faulty.Hung())
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	// Past the hung leases' deadlines: they are lost, the healthy ones not.
 	f.clock.Advance(ttl - ttl/3 - time.Second)
@@ -342,9 +348,11 @@ func TestManualRenewResumesBackgroundRenewal(t *testing.T) {
 	if err := l.Renew(ctx); err != nil {
 		t.Fatalf("manual renew: %v", err)
 	}
-	for range 100 { // three TTLs
+	for range 100 { // three TTLs, one second at a time
 		f.clock.Advance(time.Second)
-		time.Sleep(time.Millisecond)
+		// Renewals come every TTL/3: more than half the TTL left means the
+		// schedule holds; let a renewal in flight land before going on.
+		waitFor(t, func() bool { return l.Err() != nil || l.Deadline().Sub(f.clock.Now()) > ttl/2 }, "a renewal")
 	}
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease lost after a successful manual renew: %v", err)

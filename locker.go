@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -427,7 +428,11 @@ func (lk *Locker) watchRelease(l *Lease) {
 	if !ok {
 		return
 	}
-	ch, stop, err := n.Subscribe(l.opCtx, l.resource)
+	subscribe := n.Subscribe
+	if w, ok := lk.store.(driver.Watcher); ok {
+		subscribe = w.Watch
+	}
+	ch, stop, err := subscribe(l.opCtx, l.resource)
 	if err != nil {
 		lk.log.Warn("release notifications unavailable; the lease learns of a loss at its next renewal", "resource", l.resource, "err", err)
 		return
@@ -479,15 +484,31 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	// Subscribe to release notifications only once the resource was found
+	// held (an uncontended acquire costs no subscription), then try again at
+	// once, so that a release between the attempt and the subscription is
+	// not missed.
 	var notify <-chan struct{}
-	if n, ok := lk.store.(driver.Notifier); ok {
+	var unsubscribe func()
+	defer func() {
+		if unsubscribe != nil {
+			unsubscribe()
+		}
+	}()
+	subscribed := false
+	subscribe := func() bool {
+		subscribed = true
+		n, ok := lk.store.(driver.Notifier)
+		if !ok {
+			return false
+		}
 		ch, stop, err := n.Subscribe(ctx, resource)
 		if err != nil {
 			lk.log.Warn("release notifications unavailable; polling", "resource", resource, "err", err)
-		} else {
-			notify = ch
-			defer stop()
+			return false
 		}
+		notify, unsubscribe = ch, stop
+		return true
 	}
 	start := lk.clock.Now()
 	var held *HeldError
@@ -497,9 +518,16 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 		if err == nil {
 			return lease, nil
 		}
+		if !subscribed && errors.As(err, &held) && subscribe() {
+			if lease, err = lk.TryAcquire(ctx, resource, ttl); err == nil {
+				return lease, nil
+			}
+		}
+		var remaining time.Duration // the holder's, when the store said
 		switch {
 		case errors.As(err, &held):
 			lastErr = err
+			remaining = held.Holder.Remaining
 			if ac.onWait != nil {
 				ac.onWait(held, lk.clock.Now().Sub(start))
 			}
@@ -512,13 +540,36 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			lastErr = err
 			lk.log.Warn("acquire attempt failed; retrying", "resource", resource, "err", err)
 		}
-		if err := lk.wait(ctx, lk.cfg.retry.Delay(attempt), notify); err != nil {
+		if err := lk.wait(ctx, lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		}
 	}
+}
+
+// notifiedPollEvery bounds, in retry intervals, how long a waiter that gets
+// release notifications sleeps without asking the store: a safety net for
+// a notification that never came.
+const notifiedPollEvery = 10
+
+// waitDelay returns how long a blocking acquire waits before its next
+// attempt. Without release notifications it polls with backoff (full
+// jitter, capped at the retry interval). With them, a release wakes it, so
+// it needs to look only when the holder's lease would expire (remaining, as
+// the store last reported it, plus a little jitter so that waiters do not
+// come in step), and at least every notifiedPollEvery retry intervals: a
+// hand-over then costs a few store calls whatever the number of waiters,
+// while a holder that dies is still replaced within its TTL and a retry
+// interval.
+func (lk *Locker) waitDelay(attempt int, notified bool, remaining time.Duration) time.Duration {
+	backoff := lk.cfg.retry.Delay(attempt)
+	if !notified || remaining <= 0 {
+		return backoff
+	}
+	jitter := time.Duration(rand.Int64N(int64(lk.cfg.retry.Base) + 1))
+	return min(remaining+jitter, notifiedPollEvery*lk.cfg.retry.Cap)
 }
 
 // definite reports whether a store error says for sure what happened: the

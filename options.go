@@ -27,10 +27,14 @@ const (
 	// DefaultReleaseTimeout bounds the release that Do makes after its
 	// function returns.
 	DefaultReleaseTimeout = 10 * time.Second
-	// StuckCallAfter is how long a background store call may take before it
-	// stops counting against WithMaxConcurrentRenewals: a call that hangs
-	// (a black-holed connection, a row lock, a frozen server) then no longer
-	// holds up the renewals of other leases.
+	// StuckCallAfter is the least time a background store call must take
+	// before it stops counting against WithMaxConcurrentRenewals: a call
+	// that hangs (a black-holed connection, a row lock, a frozen server)
+	// then no longer holds up the renewals of other leases. The threshold
+	// grows to four times the 90th percentile of recent calls (at most 10
+	// s), so a store that is slow for everyone is not sent more calls at
+	// once; and a pool never runs more than 16 times its bound of calls,
+	// stuck or not.
 	StuckCallAfter = 100 * time.Millisecond
 )
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,12 +34,17 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 // lower ones for that slot.
 //
 // A Semaphore works on every store, without store code: a slot is granted
-// by the store's own atomic acquire. Holders check that they agree on the
-// number of slots by listing the slots (Locker.List) before and after they
-// acquire one, so a holder started with another number gets
-// ErrSlotsMismatch instead of silently adding slots. (On Cassandra the list
-// is a QUORUM read, not a linearizable one: two holders started with
-// different numbers within a few milliseconds of each other may both pass.)
+// by the store's own atomic acquire, with point operations only. Holders
+// agree on the number of slots through a marker lease, MarkerName(resource)
+// ("R/slots"), that every holder of N slots keeps with the same owner string
+// ("tenure semaphore of N slots"): a store renews a live lease for the owner
+// string that holds it, so all holders share the marker, and a holder
+// started with another number finds it held by the other owner string and
+// gets ErrSlotsMismatch instead of silently adding slots. Each holder renews
+// the marker with its slot; the marker expires a TTL after the last holder
+// stopped, and only then can the number change. A holder that finds the
+// marker taken by another number (its renewals of the marker failed for a
+// whole TTL) gives its slot up, as lost.
 //
 // It is safe for concurrent use. Make one with Locker.Semaphore.
 type Semaphore struct {
@@ -91,6 +97,30 @@ func (e *SlotsHeldError) Is(target error) bool { return target == ErrHeld }
 // them in `tenure list`.
 func SlotName(resource string, slot, slots int) string {
 	return resource + "/slot-" + strconv.Itoa(slot) + "-of-" + strconv.Itoa(slots)
+}
+
+// MarkerName returns the name of the marker lease through which the holders
+// of a semaphore on resource agree on its number of slots: resource +
+// "/slots".
+func MarkerName(resource string) string { return resource + "/slots" }
+
+// markerPrefix starts the owner string of a marker lease.
+const markerPrefix = "tenure semaphore of "
+
+func markerOwner(slots int) string { return markerPrefix + strconv.Itoa(slots) + " slots" }
+
+// markerSlots returns the number of slots a marker's owner string names, or
+// 0 when it is not a marker's.
+func markerSlots(owner string) int {
+	rest, ok := strings.CutPrefix(owner, markerPrefix)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(rest, " slots"))
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
 }
 
 // slotsPrefix is the prefix of every slot name of resource, whatever the
@@ -158,72 +188,85 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// check lists the slots and returns, by slot number, the holders, or
-// ErrSlotsMismatch when some hold a slot of another number of slots.
-func (s *Semaphore) check(ctx context.Context) (map[int]Record, error) {
-	recs, err := s.Holders(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("tenure: semaphore %q: list the slots: %w", s.resource, err)
-	}
-	held := make(map[int]Record, len(recs))
-	for _, r := range recs {
-		slot, slots, _ := ParseSlotName(r.Resource)
-		if slots != s.slots {
-			return nil, fmt.Errorf("%w: %q has a holder of slot %d of %d (%q), and this one was asked for %d slots; changing the number of slots means stopping every holder first",
-				ErrSlotsMismatch, s.resource, slot, slots, r.Owner, s.slots)
+// marker acquires (or renews, for the owner string every holder of this
+// number of slots shares) the semaphore's marker lease. It returns an error
+// wrapping ErrSlotsMismatch when holders of another number of slots hold
+// it.
+func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) error {
+	cctx, cancel := s.lk.bounded(ctx, s.lk.trust(ttl))
+	defer cancel()
+	_, err := s.lk.store.Acquire(cctx, MarkerName(s.resource), markerOwner(s.slots), ttl)
+	var held *HeldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &held):
+		if n := markerSlots(held.Holder.Owner); n > 0 {
+			return fmt.Errorf("%w: %q has holders of %d slots, and this one was asked for %d; changing the number of slots means stopping every holder first (the marker %q expires a TTL after the last one stopped)",
+				ErrSlotsMismatch, s.resource, n, s.slots, MarkerName(s.resource))
 		}
-		held[slot] = r
+		return fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, MarkerName(s.resource), held.Holder.Owner, err)
+	default:
+		return fmt.Errorf("tenure: semaphore %q: marker: %w", s.resource, err)
 	}
-	return held, nil
 }
 
 // TryAcquire makes one attempt to acquire a free slot for ttl: it tries the
-// free slots in a random order, which spreads contenders over them. It
-// returns a *SlotsHeldError (errors.Is ErrHeld) naming the holders when
-// every slot is held, an error wrapping ErrSlotsMismatch when holders with
-// another number of slots exist (before or right after the grant; a slot
-// granted then is released at once), and otherwise what Locker.TryAcquire
-// returns. Bad input is refused before any I/O.
+// slots in a random order, which spreads contenders over them, one store
+// call each. It returns a *SlotsHeldError (errors.Is ErrHeld) naming the
+// holders when every slot is held, an error wrapping ErrSlotsMismatch when
+// holders with another number of slots exist, and otherwise what
+// Locker.TryAcquire returns. Bad input is refused before any I/O.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLease, error) {
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	held, err := s.check(ctx)
-	if err != nil {
+	if err := s.marker(ctx, ttl); err != nil {
 		return nil, err
 	}
-	free := make([]int, 0, s.slots)
-	for slot := 1; slot <= s.slots; slot++ {
-		if _, ok := held[slot]; !ok {
-			free = append(free, slot)
-		}
-	}
-	rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
-	for _, slot := range free {
+	order := rand.Perm(s.slots)
+	e := &SlotsHeldError{Resource: s.resource, Slots: s.slots}
+	for _, i := range order {
+		slot := i + 1
 		l, err := s.lk.TryAcquire(ctx, SlotName(s.resource, slot, s.slots), ttl)
 		var h *HeldError
 		switch {
 		case err == nil:
-			if _, err := s.check(ctx); err != nil {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
-				_ = l.Release(rctx)
-				cancel()
-				return nil, err
-			}
-			return &SlotLease{Lease: l, Slot: slot}, nil
+			sl := &SlotLease{Lease: l, Slot: slot}
+			go s.keepMarker(sl)
+			return sl, nil
 		case errors.As(err, &h):
-			held[slot] = h.Holder // taken since the list
+			e.Holders = append(e.Holders, h.Holder)
 		default:
 			return nil, err
 		}
 	}
-	e := &SlotsHeldError{Resource: s.resource, Slots: s.slots}
-	for slot := 1; slot <= s.slots; slot++ {
-		if r, ok := held[slot]; ok {
-			e.Holders = append(e.Holders, r)
+	slices.SortFunc(e.Holders, func(a, b Record) int { return strings.Compare(a.Resource, b.Resource) })
+	return nil, e
+}
+
+// keepMarker renews the semaphore's marker with the slot's lease, until the
+// lease ends. A marker found taken by holders of another number of slots
+// ends the slot's lease as lost.
+func (s *Semaphore) keepMarker(sl *SlotLease) {
+	l := sl.Lease
+	for {
+		t := s.lk.clock.NewTimer(l.interval)
+		select {
+		case <-l.opCtx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		err := s.marker(l.opCtx, l.ttl)
+		if errors.Is(err, ErrSlotsMismatch) {
+			l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err), reasonNotOwner, false)
+			return
+		}
+		if err != nil && l.opCtx.Err() == nil {
+			s.lk.log.Warn("semaphore marker not renewed; retrying with the next renewal", "resource", s.resource, "err", err)
 		}
 	}
-	return nil, e
 }
 
 // Acquire blocks until a slot is granted for ttl or ctx ends, waiting
@@ -241,8 +284,12 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	notify, stop := s.subscribe(ctx)
-	defer stop()
+	// Subscribe once every slot was found held (see Locker.Acquire), then
+	// try again at once.
+	var notify <-chan struct{}
+	stop := func() {}
+	defer func() { stop() }()
+	subscribed := false
 	start := s.lk.clock.Now()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
@@ -250,11 +297,25 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 		if err == nil {
 			return l, nil
 		}
+		if !subscribed && errors.Is(err, ErrHeld) {
+			subscribed = true
+			if notify, stop = s.subscribe(ctx); notify != nil {
+				if l, err = s.TryAcquire(ctx, ttl); err == nil {
+					return l, nil
+				}
+			}
+		}
 		var held *SlotsHeldError
 		var one *HeldError
+		var remaining time.Duration // until the first slot's lease would expire, when the store said
 		switch {
 		case errors.As(err, &held):
 			lastErr = err
+			for i, h := range held.Holders {
+				if i == 0 || h.Remaining < remaining {
+					remaining = h.Remaining
+				}
+			}
 			if ac.onSlotsWait != nil {
 				ac.onSlotsWait(held, s.lk.clock.Now().Sub(start))
 			}
@@ -266,7 +327,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 			lastErr = err
 			s.lk.log.Warn("semaphore acquire attempt failed; retrying", "resource", s.resource, "err", err)
 		}
-		if err := s.lk.wait(ctx, s.lk.cfg.retry.Delay(attempt), notify); err != nil {
+		if err := s.lk.wait(ctx, s.lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
 			}

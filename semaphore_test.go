@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/store/memory"
-	"github.com/tenure-go/tenure/store/storetest"
 )
 
 func TestSemaphoreSlots(t *testing.T) {
@@ -105,29 +105,62 @@ func TestSemaphoreSlotsMismatch(t *testing.T) {
 		t.Fatalf("holders after the refusals: %v", recs)
 	}
 
-	// A holder with another number appears between the check and the grant:
-	// the slot just granted is given back.
-	f := storetest.NewFaulty(mem)
-	c, _ := tenure.New(f)
-	sem4c, _ := c.Semaphore("s", 4)
-	other, _ := tenure.New(mem)
-	var once sync.Once
-	f.OnCall(func(op string) {
-		if op == storetest.OpAcquire {
-			once.Do(func() {
-				if _, err := other.TryAcquire(ctx, tenure.SlotName("s", 1, 2), ttl); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-	})
-	if _, err := sem4c.TryAcquire(ctx, ttl); !errors.Is(err, tenure.ErrSlotsMismatch) {
-		t.Fatalf("a mismatch that appears during the acquire: %v; want ErrSlotsMismatch", err)
+	// The holders share one marker lease, which names their number.
+	rec, err := mem.Get(ctx, tenure.MarkerName("r"))
+	if err != nil || !strings.Contains(rec.Owner, "3 slots") {
+		t.Fatalf("marker: %+v, %v", rec, err)
 	}
-	f.OnCall(nil)
-	recs, _ := mem.List(ctx, "s/")
-	if len(recs) != 1 || recs[0].Resource != tenure.SlotName("s", 1, 2) {
-		t.Fatalf("after the refusal the store holds %v; want only the other holder's slot", recs)
+	// A marker held by something that is not a semaphore: a clear error.
+	if _, err := mem.Acquire(ctx, tenure.MarkerName("s"), "someone#else.1", ttl); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := tenure.New(mem)
+	semS, _ := c.Semaphore("s", 2)
+	if _, err := semS.TryAcquire(ctx, ttl); err == nil || !strings.Contains(err.Error(), "not a semaphore holder") {
+		t.Fatalf("marker held by a plain lease: %v", err)
+	}
+	if recs, _ := mem.List(ctx, "s/slot-"); len(recs) != 0 {
+		t.Fatalf("slots taken although the marker is not the semaphore's: %v", recs)
+	}
+}
+
+// A holder whose marker was taken by holders of another number of slots
+// (its renewals of the marker failed for a whole TTL) gives its slot up, as
+// lost.
+func TestSemaphoreMarkerTakenEndsTheSlot(t *testing.T) {
+	fc := clock.NewFake()
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	ctx := ctxT(t)
+	lost := make(chan error, 1)
+	a, _ := tenure.New(mem, tenure.WithClock(fc), tenure.WithOnLost(func(_ *tenure.Lease, cause error) { lost <- cause }))
+	sem, _ := a.Semaphore("r", 3)
+	l, err := sem.TryAcquire(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operator frees the marker; a holder of 5 slots takes it.
+	rec, _ := mem.Get(ctx, tenure.MarkerName("r"))
+	if err := mem.Release(ctx, rec.Resource, rec.Owner, rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := tenure.New(mem, tenure.WithClock(fc))
+	sem5, _ := b.Semaphore("r", 5)
+	if _, err := sem5.TryAcquire(ctx, ttl); err != nil {
+		t.Fatalf("the holder of 5 slots: %v", err)
+	}
+	for i := 0; ; i++ {
+		fc.Advance(ttl / 3) // the first holder renews its slot and the marker
+		select {
+		case cause := <-lost:
+			if !errors.Is(cause, tenure.ErrSlotsMismatch) || !errors.Is(l.Err(), tenure.ErrLeaseLost) {
+				t.Fatalf("cause %v, Err %v", cause, l.Err())
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if i > 100 {
+			t.Fatal("the slot was kept although its marker names another number of slots")
+		}
 	}
 }
 

@@ -8,8 +8,9 @@
 // wall clocks of Cassandra, PostgreSQL, etcd and Redis servers. A laptop or
 // VM that holds a lease with a 3 s TTL, sleeps for 10 s and resumes would
 // otherwise go on trusting a lease that others were granted meanwhile
-// (field case C14). Real therefore reads CLOCK_BOOTTIME, which counts
-// suspended time and never steps (see clock_gettime(2)).
+// (field case C14). Real therefore reads CLOCK_BOOTTIME on Linux (macOS:
+// CLOCK_MONOTONIC), which counts suspended time and never steps (see
+// clock_gettime(2)).
 package clock
 
 import (
@@ -48,8 +49,8 @@ func Since(c Clock, t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // Real returns the real clock. Its readings are time.Now() moved forward by
 // the time the machine has spent suspended since the process started, as
-// measured by CLOCK_BOOTTIME on Linux (elsewhere Go's monotonic clock alone,
-// which on some systems stops during sleep). Deadlines compared between two
+// measured by CLOCK_BOOTTIME on Linux and CLOCK_MONOTONIC on macOS
+// (elsewhere Go's monotonic clock alone, which may stop during sleep). Deadlines compared between two
 // of its readings therefore count suspended time; while the machine has
 // never been suspended, a reading equals time.Now().
 //

@@ -99,8 +99,19 @@ type Notifier interface {
 	// Subscribe returns a channel that receives a value, coalesced and
 	// without blocking the sender, whenever resource may have become free,
 	// and a function that ends the subscription. A notification is only a
-	// hint: the waiter still acquires through Store.Acquire.
+	// hint: the waiter still acquires through Store.Acquire. A store that
+	// also implements Watcher may wake only one of its waiting subscribers
+	// per release (the one that has waited longest, as Hub does), so that a
+	// hand-over costs a few store calls whatever the number of waiters; a
+	// store without Watcher wakes them all.
 	Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error)
+}
+
+// Watcher is implemented by Notifier stores whose Subscribe wakes one waiter
+// per release. Watch subscribes to every release notification of resource,
+// as a holder does that watches its own lease (tenure.WithReleaseWatch).
+type Watcher interface {
+	Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error)
 }
 
 // TTLChecker is implemented by stores with limits on TTLs (a resolution, a

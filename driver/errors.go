@@ -78,7 +78,7 @@ func (e *HeldError) Error() string {
 		// request ran (Cassandra gives up after two attempts).
 		return fmt.Sprintf("tenure: %q changed hands while the request ran (token %d); try again", e.Holder.Resource, e.Holder.Token)
 	}
-	s := fmt.Sprintf("tenure: %q is held by %s", e.Holder.Resource, e.Holder.Owner)
+	s := fmt.Sprintf("tenure: %q is held by %q", e.Holder.Resource, e.Holder.Owner)
 	if e.Holder.Token != 0 {
 		s += fmt.Sprintf(" (token %d", e.Holder.Token)
 	} else {

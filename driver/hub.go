@@ -32,7 +32,7 @@ type Hub struct {
 	cancel    context.CancelFunc // ends Listen; nil until it started
 	stopped   chan struct{}      // closed when Listen returned, or at Close
 	closed    bool
-	subs      map[string]map[chan struct{}]struct{}
+	subs      map[string][]*hubSub // by resource, oldest first
 	listening bool
 	changed   chan struct{} // closed at the next change of listening; nil until asked for
 	lastErr   error
@@ -103,24 +103,51 @@ func notify(ch chan struct{}) {
 	}
 }
 
-// Wake wakes the subscribers of resource.
+// hubSub is one subscription: a waiter (Subscribe) or a watcher (Watch).
+type hubSub struct {
+	ch    chan struct{}
+	watch bool
+}
+
+// Wake tells the subscribers of resource that it may have become free:
+// every watcher, and one waiter, the one that has waited longest (it keeps
+// its place until it unsubscribes, so waiters in this process are served in
+// the order they came). Only one waiter can be granted the resource, so
+// waking one keeps a hand-over to a few store calls whatever the number of
+// waiters; the woken waiter that is not granted it waits again, and the next
+// release wakes the next one.
 func (h *Hub) Wake(resource string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.subs[resource] {
-		notify(ch)
+	woke := false
+	for _, s := range h.subs[resource] {
+		if s.watch {
+			notify(s.ch)
+		} else if !woke {
+			notify(s.ch)
+			woke = true
+		}
 	}
 }
 
-// WakeAll wakes every subscriber.
+// WakeAll wakes every subscriber of every resource: after the listening
+// connection (re)connected, notifications may have been missed.
 func (h *Hub) WakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, set := range h.subs {
-		for ch := range set {
-			notify(ch)
+	for _, subs := range h.subs {
+		for _, s := range subs {
+			notify(s.ch)
 		}
 	}
+}
+
+// Watch is like Subscribe, for a watcher rather than a waiter: every
+// release notification of resource wakes it (a holder that watches its own
+// lease, to learn at once that someone else freed it; see
+// driver.Watcher).
+func (h *Hub) Watch(ctx context.Context, resource string, wait time.Duration) (<-chan struct{}, func(), error) {
+	return h.subscribe(ctx, resource, wait, true)
 }
 
 // Subscribe implements Notifier.Subscribe for the store: it registers a
@@ -131,7 +158,15 @@ func (h *Hub) WakeAll() {
 // when ctx ends (its cause), or when the hub is closed; then it unregisters
 // the subscriber. The returned function ends the subscription; it is
 // idempotent.
+//
+// A waiter keeps its place in the queue of its resource until it ends its
+// subscription; ending it with a wake-up pending passes the wake-up on to the
+// next waiter, so a waiter that gives up never swallows a release.
 func (h *Hub) Subscribe(ctx context.Context, resource string, wait time.Duration) (<-chan struct{}, func(), error) {
+	return h.subscribe(ctx, resource, wait, false)
+}
+
+func (h *Hub) subscribe(ctx context.Context, resource string, wait time.Duration, watch bool) (<-chan struct{}, func(), error) {
 	if err := ValidateResource(resource); err != nil {
 		return nil, nil, err
 	}
@@ -141,23 +176,41 @@ func (h *Hub) Subscribe(ctx context.Context, resource string, wait time.Duration
 	}
 	// Register first, then wait for the connection: a reconnection after
 	// this point wakes the new subscriber.
-	ch := make(chan struct{}, 1)
+	sub := &hubSub{ch: make(chan struct{}, 1), watch: watch}
+	ch := sub.ch
 	h.mu.Lock()
 	if h.subs == nil {
-		h.subs = make(map[string]map[chan struct{}]struct{})
+		h.subs = make(map[string][]*hubSub)
 	}
-	if h.subs[resource] == nil {
-		h.subs[resource] = make(map[chan struct{}]struct{})
-	}
-	h.subs[resource][ch] = struct{}{}
+	h.subs[resource] = append(h.subs[resource], sub)
 	h.mu.Unlock()
 	unsubscribe := func() {
 		h.mu.Lock()
-		delete(h.subs[resource], ch)
-		if len(h.subs[resource]) == 0 {
-			delete(h.subs, resource)
+		defer h.mu.Unlock()
+		subs := h.subs[resource]
+		for i, s := range subs {
+			if s == sub {
+				subs = append(subs[:i:i], subs[i+1:]...)
+				break
+			}
 		}
-		h.mu.Unlock()
+		if len(subs) == 0 {
+			delete(h.subs, resource)
+		} else {
+			h.subs[resource] = subs
+		}
+		if !watch {
+			select {
+			case <-ch: // a wake-up this waiter will never act on: pass it on
+				for _, s := range subs {
+					if !s.watch {
+						notify(s.ch)
+						break
+					}
+				}
+			default:
+			}
+		}
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

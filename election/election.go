@@ -83,6 +83,12 @@ type Config struct {
 	// ErrResignInCallback without waiting.
 	OnNewLeader func(identity string)
 
+	// ReleaseWatch makes the leader's lease watch its resource's release
+	// notifications (tenure.WithReleaseWatch), on stores that send them: a
+	// leadership freed or taken by someone else ends within a round trip of
+	// the notification instead of at the next renewal.
+	ReleaseWatch bool
+
 	// Clock, Logger, MeterProvider and TracerProvider are passed to the
 	// candidate's tenure.Locker; defaults as there.
 	Clock          clock.Clock
@@ -156,6 +162,9 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if cfg.Identity != "" {
 		opts = append(opts, tenure.WithOwnerID(cfg.Identity))
 	}
+	if cfg.ReleaseWatch {
+		opts = append(opts, tenure.WithReleaseWatch())
+	}
 	if cfg.MeterProvider != nil {
 		opts = append(opts, tenure.WithMeterProvider(cfg.MeterProvider))
 	}
@@ -199,6 +208,17 @@ func ttlError(cfg Config, err error) error {
 	}
 	return fmt.Errorf("election: TTL %v: %w", cfg.TTL, err)
 }
+
+// Close ends the candidate for good, for a program that is about to exit:
+// it closes the candidate's Locker (tenure.Locker.Close), which releases a
+// term's lease that is still held and waits, bounded by ctx, for the
+// acquires and clean-ups in flight. Among them is a campaign attempt that
+// ctx's end or Resign interrupted after it was sent: its outcome is
+// resolved and what it may have taken is freed, so a candidate that exits
+// does not hold the lease for a whole TTL. Call it after Run has returned;
+// Run returns tenure.ErrClosed afterwards. It is safe to call more than
+// once.
+func (c *Candidate) Close(ctx context.Context) error { return c.lk.Close(ctx) }
 
 // Identity returns the candidate's readable id.
 func (c *Candidate) Identity() string { return tenure.OwnerID(c.lk.Owner()) }

@@ -404,3 +404,52 @@ func TestOneLeaderAtATime(t *testing.T) {
 		}
 	}
 }
+
+// Close after Run frees what a campaign attempt interrupted in flight took:
+// the attempt was applied by the store after Run's context ended, and the
+// candidate's Locker resolves and frees it before Close returns.
+func TestCloseFreesAnInterruptedAttempt(t *testing.T) {
+	ctx := ctxT(t)
+	mem := memory.New()
+	faulty := storetest.NewFaulty(mem)
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	faulty.Set(storetest.OpAcquire, storetest.DropReply, 1) // applied, its answer lost
+	faulty.AfterCall(func(op string) {
+		if op == storetest.OpAcquire {
+			once.Do(func() {
+				close(entered)
+				<-proceed // Run's context ends before the outcome is resolved
+			})
+		}
+	})
+	faulty.OnCall(func(op string) {
+		if op == storetest.OpRelease {
+			time.Sleep(100 * time.Millisecond) // a store some way off
+		}
+	})
+	c, err := election.New(faulty, election.Config{Resource: "e", Identity: "a", TTL: time.Minute, RetryPeriod: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	campaign, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(campaign) }()
+	<-entered
+	stop()
+	close(proceed)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if rec, err := mem.Get(ctx, "e"); !errors.Is(err, tenure.ErrNotHeld) {
+		t.Fatalf("after Close the interrupted attempt's lease is held: %+v, %v", rec, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Run(rctx); !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("Run after Close: %v", err)
+	}
+}

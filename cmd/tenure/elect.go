@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
-	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
 )
 
@@ -36,14 +35,21 @@ leads only while the lease can be trusted: until TTL·0.99 after its last
 confirmed renewal was sent. While following on a terminal, a status line
 shows the current leader.
 
-COMMAND is executed directly, not through a shell, in its own process group,
-exactly as "tenure run" does (stdin, stdout and stderr passed through, the
-terminal's foreground on a terminal), with these variables added to its
-environment for the current term:
+COMMAND is looked up before tenure campaigns (127 or 126 at once when it
+cannot run). It is executed directly, not through a shell, in its own
+process group, exactly as "tenure run" does (stdin, stdout and stderr passed
+through, the terminal's foreground on a terminal), with these variables
+added to its environment for the current term:
 
   TENURE_RESOURCE  the resource name
   TENURE_OWNER     the lease's owner: the --owner id, "#", and a random nonce
   TENURE_TOKEN     the fencing token of the term; it grows with every term
+
+A resource name that starts with "-" goes after "--", with a second "--"
+before the command: tenure elect -- -name -- COMMAND. The TTL must be at
+least 1s, and the command starts only while the term's lease has at least
+half its TTL left (tenure renews it first if needed; a term whose lease
+cannot be renewed in time is given up, and the candidate campaigns again).
 
 When leadership is lost (the lease could not be renewed within its TTL: the
 store was unreachable, tenure was paused, an operator freed the lease with
@@ -53,31 +59,39 @@ candidate may start the command as soon as this one's lease has expired, so
 keep --grace short, and pass TENURE_TOKEN to what the command writes to so
 that a late write of an old term can be rejected.
 
-When COMMAND exits by itself while this candidate leads, tenure releases the
-lease and exits with the command's status. It does not start it again: one
-of the other candidates takes over within one retry period and starts it
-there. (To restart it on the same host as well, run tenure elect under a
-service manager that restarts it, such as systemd with Restart=always.)
+When COMMAND exits by itself while this candidate leads, tenure stops what
+it left in its process group (SIGTERM, then SIGKILL after --grace), checks
+that the store still has the term's lease (if not, the term was lost while
+the command ran, and tenure campaigns again), releases the lease and exits
+with the command's status. It does not start it again: one of the other
+candidates takes over within one retry period and starts it there. (To
+restart it on the same host as well, run tenure elect under a service
+manager that restarts it, such as systemd with Restart=always.)
 
 SIGINT, SIGTERM and SIGHUP sent to tenure while the command runs are passed
-on to the command's process group; tenure then waits for the command,
-releases the lease (another candidate takes over within one retry period,
-instead of waiting out the TTL) and exits with the command's status. While
-following, they make tenure exit at once with 128+N.
+on to the command's process group, and if it has not exited --grace later,
+the group gets SIGKILL; tenure then releases the lease (another candidate
+takes over within one retry period, instead of waiting out the TTL) and
+exits with the command's status. SIGQUIT, SIGUSR1 and SIGUSR2 are passed on
+too, and nothing else happens. While following, SIGINT, SIGTERM, SIGHUP and
+SIGQUIT make tenure exit at once with 128+N (if a campaign attempt was in
+flight, what it may have taken is freed first, within 5s); SIGUSR1 and
+SIGUSR2 are ignored.
 
 Exit codes:
   0-125  the command's own exit status, after it exited by itself (or after a
          signal passed on to it) while this candidate led; the lease was
          released
-  64     bad arguments or input, or a TTL that the store does not accept;
-         nothing was written to the store
+  64     bad arguments or input, or a TTL below 1s or that the store does
+         not accept; nothing was written to the store
   69     the store cannot be opened or reached at start (later outages are
          ridden out: a leader stops leading at its deadline, followers keep
          trying)
   70     internal error
+  74     tenure could not write to its standard output (--help)
   79     the lease was lost while the command was stopping after a signal
-  126    the command was found but cannot be executed (the lease is released)
-  127    the command was not found (the lease is released)
+  126    the command was found but cannot be executed
+  127    the command was not found
   128+N  the command was killed by signal N while this candidate led, or
          tenure received signal N while following (130 for SIGINT, 143 for
          SIGTERM, 129 for SIGHUP)`
@@ -104,9 +118,9 @@ func (a *app) newElectCmd() *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.DurationVar(&f.ttl, "ttl", election.DefaultTTL, "lease TTL: a leader that dies is replaced within TTL plus one retry period")
+	fl.DurationVar(&f.ttl, "ttl", election.DefaultTTL, "lease TTL, at least 1s: a leader that dies is replaced within TTL plus one retry period")
 	fl.DurationVar(&f.retry, "retry", election.DefaultRetryPeriod, "how often a follower tries to take the lease")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after leadership is lost, time between SIGTERM and SIGKILL to the command")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM (or the signal passed on) and SIGKILL to the command's process group, after leadership is lost, after tenure is told to stop, and for processes the command left behind")
 	fl.StringVar(&f.owner, "owner", "", `readable candidate id, such as "calc@web-3" (default HOST:PID)`)
 	return c
 }
@@ -122,28 +136,6 @@ func validateElect(c *cobra.Command, f *electFlags, args []string) (resource str
 	return resource, argv, ownerID, nil
 }
 
-// interruptible runs f with a context that the first signal from sigCh
-// cancels, and returns that signal, or nil.
-func interruptible(sigCh <-chan os.Signal, f func(ctx context.Context)) os.Signal {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	var got os.Signal
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case s := <-sigCh:
-			got = s
-			cancel(fmt.Errorf("received %s", signalName(s)))
-		case <-stop:
-		}
-	}()
-	f(ctx)
-	close(stop)
-	<-done
-	return got
-}
-
 func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	resource, argv, ownerID, err := validateElect(c, f, args)
 	if err != nil {
@@ -153,9 +145,14 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	path, err := lookCommand("elect", argv[0])
+	if err != nil {
+		return err
+	}
 
-	// From here on SIGINT, SIGTERM and SIGHUP are tenure's to handle: they end
-	// the campaign, and are passed on to the command while it runs.
+	// From here on SIGINT, SIGTERM, SIGHUP and SIGQUIT are tenure's to
+	// handle: they end the campaign, and are passed on to the command while
+	// it runs, as are SIGUSR1 and SIGUSR2.
 	sigCh := make(chan os.Signal, 16)
 	signal.Notify(sigCh, forwardedSignals...)
 	defer signal.Stop(sigCh)
@@ -163,55 +160,37 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 		return fail(exitSignalBase+signalNumber(s), "stopped campaigning for %s: received %s", quoteName(resource), signalName(s))
 	}
 
-	// Open the store and read the current leader: a store that cannot be
-	// reached at start is exit code 69, as for tenure run.
-	var store driver.Store
-	var current tenure.Record
-	if s := interruptible(sigCh, func(ctx context.Context) {
-		if store, err = a.openStore(ctx, u, false); err != nil {
-			return
-		}
-		gctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-		current, err = store.Get(gctx, resource)
-		if errors.Is(err, tenure.ErrNotHeld) {
-			err = nil
-		} else if err != nil {
-			err = storeErr(err, "elect: read the leader of %s", quoteName(resource))
-		}
-	}); s != nil {
-		if store != nil {
-			store.Close()
-		}
-		return interrupted(s)
-	}
+	// Open the store: a store that cannot be reached at start is exit code
+	// 69, as for tenure run.
+	ctx, stopWatch := a.watchSignals(sigCh)
+	store, err := a.openStore(ctx, u, false)
 	if err != nil {
-		if store != nil {
-			store.Close()
+		if s := stopWatch(); s != nil {
+			return interrupted(s)
 		}
 		return err
 	}
 	defer store.Close()
 
 	st := &followStatus{a: a, resource: resource, self: ownerID, since: time.Now(), notify: make(chan struct{}, 1)}
-	if current.Owner != "" {
-		st.leader = tenure.OwnerID(current.Owner)
-	}
 	if isTerminal(a.errFile) {
 		st.tty = a.errFile
 	}
 	defer st.clear()
 
 	// OnStartedLeading hands each term's lease to the loop below; a term that
-	// ends before the loop takes it is dropped.
+	// ends before the loop takes it is dropped. New validates the whole
+	// configuration without I/O, before the leader is read.
 	starts := make(chan *tenure.Lease)
-	var cand *election.Candidate
-	cand, err = election.New(store, election.Config{
+	cand, err := election.New(store, election.Config{
 		Resource:    resource,
 		Identity:    ownerID,
 		TTL:         f.ttl,
 		RetryPeriod: f.retry,
 		Logger:      a.log,
+		// A forced release or a takeover stops the singleton within a round
+		// trip on stores that notify, as for tenure run.
+		ReleaseWatch: true,
 		OnStartedLeading: func(term context.Context) {
 			l := tenure.LeaseFromContext(term)
 			select {
@@ -222,7 +201,26 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 		OnNewLeader: st.observe,
 	})
 	if err != nil {
+		stopWatch()
 		return storeErr(err, "elect")
+	}
+	// Every way out of elect closes the candidate, bounded: a campaign
+	// attempt that a signal interrupted after it was sent is resolved and
+	// what it may have taken is freed before tenure exits.
+	defer a.closeLocker(cand, resource, f.ttl)
+
+	// Read the current leader, for the status line.
+	gctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	current, err := store.Get(gctx, resource)
+	cancel()
+	if s := stopWatch(); s != nil {
+		return interrupted(s)
+	}
+	switch {
+	case err == nil:
+		st.leader = tenure.OwnerID(current.Owner)
+	case !errors.Is(err, tenure.ErrNotHeld):
+		return storeErr(err, "elect: read the leader of %s", quoteName(resource))
 	}
 
 	campaign, stopCampaign := context.WithCancel(context.Background())
@@ -247,6 +245,10 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	for {
 		select {
 		case s := <-sigCh:
+			if !isWaitStop(s) {
+				a.log.Info("ignoring a signal: no command is running", "signal", signalName(s))
+				continue
+			}
 			st.clear()
 			leave()
 			return interrupted(s)
@@ -257,10 +259,32 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 			}
 			st.clear()
 			a.log.Info("leading: starting the command", "resource", resource, "token", lease.Token())
-			out, err := a.supervise("elect", lease, argv, f.grace, sigCh)
+			cmd := command{name: "elect", resource: resource, path: path, argv: argv, grace: f.grace}
+			out, err := a.supervise(cmd, lease, sigCh)
+			var ns *notStartedError
+			if errors.As(err, &ns) {
+				// The term's lease is not usable: give it up, so that this
+				// candidate (or another) campaigns again.
+				a.errorf("%s; campaigning again", ns.msg)
+				a.release(lease)
+				st.restart()
+				continue
+			}
 			if err != nil {
 				leave()
 				return err
+			}
+			if out.lost == nil {
+				// The command ended while this candidate led. Make sure the
+				// store still has this term's lease: one freed or taken while
+				// the command ran (found at the next renewal otherwise) means
+				// the command did not run as the only leader.
+				rctx, cancel := context.WithTimeout(context.Background(), tenure.DefaultReleaseTimeout)
+				if err := lease.Renew(rctx); lostAtRelease(err) {
+					out.lost = err
+					a.errorf("%s was lost while the command ran: %s", describeLease(lease), describeLoss(err))
+				}
+				cancel()
 			}
 			switch {
 			case out.lost == nil:
@@ -342,7 +366,7 @@ func (s *followStatus) show() {
 		// Nobody else seen leading since this candidate's own term.
 		line = fmt.Sprintf("tenure: campaigning %s: %s has no leader yet", waited, quoteName(s.resource))
 	} else {
-		line = fmt.Sprintf("tenure: following %s: %s is led by %s", waited, quoteName(s.resource), leader)
+		line = fmt.Sprintf("tenure: following %s: %s is led by %s", waited, quoteName(s.resource), quoteName(leader))
 	}
 	if width := terminalWidth(s.tty); width > 1 && utf8.RuneCountInString(line) > width-1 {
 		r := []rune(line)

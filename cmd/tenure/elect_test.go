@@ -277,6 +277,8 @@ func TestElectExitCodes(t *testing.T) {
 		{"two resources", []string{"elect", "a", "b", "--", cmd[0]}},
 		{"empty resource", []string{"elect", "", "--", cmd[0]}},
 		{"ttl 0", []string{"elect", "--ttl", "0", "job", "--", cmd[0]}},
+		{"ttl 1ms", []string{"elect", "--ttl", "1ms", "job", "--", cmd[0]}},
+		{"ttl 999ms", []string{"elect", "--ttl", "999ms", "job", "--", cmd[0]}},
 		{"retry 0", []string{"elect", "--retry", "0", "job", "--", cmd[0]}},
 		{"negative retry", []string{"elect", "--retry", "-1s", "job", "--", cmd[0]}},
 		{"negative grace", []string{"elect", "--grace", "-1s", "job", "--", cmd[0]}},
@@ -296,6 +298,7 @@ func TestElectExitCodes(t *testing.T) {
 		t.Fatalf("unreachable store: exit %d, want %d:\n%s", code, exitUnavailable, stderr)
 	}
 
+	e.init()
 	notExec := e.path("not-executable")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -340,7 +343,7 @@ func TestElectOnTerminal(t *testing.T) {
 	waitFor(t, 20*time.Second, "the status line", func() bool {
 		return strings.Count(screen.String(), "\r\x1b[Ktenure: following") >= 2
 	})
-	if s := screen.String(); !strings.Contains(s, `"job" is led by alpha`) {
+	if s := screen.String(); !strings.Contains(s, `"job" is led by "alpha"`) {
 		t.Fatalf("the status line should name the leader alpha:\n%q", s)
 	}
 	a.stdin.Close()
@@ -357,5 +360,52 @@ func TestElectOnTerminal(t *testing.T) {
 	}
 	if code := a.wait(10 * time.Second); code != 0 {
 		t.Fatalf("alpha exited %d", code)
+	}
+}
+
+// On stores that notify releases, a forced release stops the leader's
+// command within a round trip of the notification, not at the next renewal
+// (20 s away here): C17 for tenure elect.
+func TestElectForcedReleaseStopsTheCommand(t *testing.T) {
+	t.Parallel()
+	stores := networkStoresOrNone()
+	delete(stores, "cassandra") // no release notifications
+	if len(stores) == 0 {
+		t.Skip("no store with release notifications configured: set TENURE_POSTGRES, TENURE_REDIS or TENURE_ETCD (scripts/test does)")
+	}
+	for name, url := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.store = url
+			e.init()
+			res := uniqueResource("c17-elect")
+			out := e.path("events")
+			a := e.start("alpha", startOpt{}, "elect", "--ttl", "60s", "--owner", "alpha", res, "--",
+				helper("-out", out, "-ready", e.path("ready"), "-hold", "1h", "-signals", "exit42"))
+			waitReady(t, e.path("ready"), 30*time.Second)
+			defer func() {
+				syscall.Kill(a.pid(), syscall.SIGTERM)
+				a.wait(20 * time.Second)
+			}()
+			freed := mono()
+			if code, stdout, stderr := e.run("release", "--force", res); code != 0 {
+				t.Fatalf("release --force: exit %d\n%s%s", code, stdout, stderr)
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				if sigs := filter(readEvents(t, out), "signal"); len(sigs) > 0 {
+					if sigs[0].sig != "SIGTERM" {
+						t.Fatalf("the command got %s, want SIGTERM", sigs[0].sig)
+					}
+					t.Logf("%s: forced release to SIGTERM of the singleton: %v", name, time.Duration(sigs[0].mono-freed).Round(time.Millisecond))
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the singleton still ran 15 s after its leadership was freed:\n%s", a.stderr())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }

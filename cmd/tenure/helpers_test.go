@@ -40,12 +40,19 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
+	if bin := os.Getenv("TENURE_TEST_BIN"); bin != "" {
+		// Run the tests against another build of tenure, such as an older
+		// one, to see which of them it fails.
+		tenureBin = bin
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "tenure-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	tenureBin = filepath.Join(dir, "tenure")
+	os.Chmod(dir, 0o755) // tests run it as another user too
 	args := []string{"build", "-o", tenureBin}
 	if raceEnabled {
 		args = append(args, "-race")
@@ -93,13 +100,18 @@ func appendLine(path, format string, args ...any) {
 
 // helperMain is the command that tenure runs in the tests.
 //
-//	-out FILE    append "start MONO TOKEN", "beat MONO TOKEN" (every 20ms with
-//	             -beat), "signal NAME MONO TOKEN", "end MONO TOKEN" to FILE
+//	-out FILE    append "start MONO TOKEN SLOT TAG", "beat ..." (every 20ms
+//	             with -beat), "signal NAME MONO TOKEN SLOT TAG", "end ..."
+//	             to FILE (SLOT is $TENURE_SLOT, TAG is -tag; "-" if empty)
 //	-ready FILE  once started, write "PID TOKEN OWNER" to FILE (atomically)
 //	-hold D      run for D; "stdin" runs until stdin is closed
 //	-beat        append a beat line every 20ms while running
-//	-signals M   on SIGINT, SIGTERM and SIGHUP: "default" (die), "ignore"
-//	             (record it and go on), "exit42" (record it and exit 42)
+//	-signals M   on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2:
+//	             "default" (the default action), "ignore" (record it and go
+//	             on), "exit42" (record it and exit 42), "background" (as a
+//	             background job of a shell: record and ignore SIGINT and
+//	             SIGQUIT; record SIGTERM and SIGHUP and exit 43)
+//	-tag T       a word recorded with every line
 //	-readline F  read a line from stdin into the file F, before -hold
 //	-exit N      exit status at the end
 func helperMain(args []string) int {
@@ -109,30 +121,46 @@ func helperMain(args []string) int {
 	hold := fs.String("hold", "0s", "")
 	beat := fs.Bool("beat", false, "")
 	sigMode := fs.String("signals", "default", "")
+	tag := fs.String("tag", "-", "")
 	exitCode := fs.Int("exit", 0, "")
 	readLine := fs.String("readline", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	token := os.Getenv("TENURE_TOKEN")
-	record := func(format string, args ...any) {
-		if *out != "" {
-			appendLine(*out, format, args...)
+	if token == "" {
+		token = "0"
+	}
+	slot := os.Getenv("TENURE_SLOT")
+	if slot == "" {
+		slot = "-"
+	}
+	record := func(kind string, name string) {
+		if *out == "" {
+			return
 		}
+		if name != "" {
+			appendLine(*out, "%s %s %d %s %s %s", kind, name, mono(), token, slot, *tag)
+			return
+		}
+		appendLine(*out, "%s %d %s %s %s", kind, mono(), token, slot, *tag)
 	}
 	if *sigMode != "default" {
-		ch := make(chan os.Signal, 4)
-		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		ch := make(chan os.Signal, 8)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 		go func() {
 			for s := range ch {
-				record("signal %s %d %s", unix.SignalName(s.(syscall.Signal)), mono(), token)
-				if *sigMode == "exit42" {
+				record("signal", unix.SignalName(s.(syscall.Signal)))
+				switch {
+				case *sigMode == "exit42":
 					os.Exit(42)
+				case *sigMode == "background" && (s == syscall.SIGTERM || s == syscall.SIGHUP):
+					os.Exit(43)
 				}
 			}
 		}()
 	}
-	record("start %d %s", mono(), token)
+	record("start", "")
 	if *ready != "" {
 		tmp := *ready + ".tmp"
 		content := fmt.Sprintf("%d %s %s\n", os.Getpid(), token, os.Getenv("TENURE_OWNER"))
@@ -173,7 +201,7 @@ func helperMain(args []string) int {
 		for {
 			select {
 			case <-t.C:
-				record("beat %d %s", mono(), token)
+				record("beat", "")
 			case <-stop:
 				break loop
 			}
@@ -181,7 +209,7 @@ func helperMain(args []string) int {
 	} else {
 		<-stop
 	}
-	record("end %d %s", mono(), token)
+	record("end", "")
 	return *exitCode
 }
 
@@ -200,6 +228,8 @@ type event struct {
 	kind  string // start, beat, signal, end
 	mono  int64
 	token uint64
+	slot  int    // TENURE_SLOT, 0 if none
+	tag   string // the helper's -tag
 	sig   string // for kind "signal"
 }
 
@@ -217,15 +247,14 @@ func readEvents(t *testing.T, path string) []event {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		var e event
-		switch {
-		case len(f) == 3:
-			e.kind = f[0]
-		case len(f) == 4 && f[0] == "signal":
-			e.kind, e.sig = f[0], f[1]
-			f = []string{f[0], f[2], f[3]}
-		default:
+		if len(f) == 6 && f[0] == "signal" {
+			e.sig = f[1]
+			f = append(f[:1], f[2:]...)
+		}
+		if len(f) != 5 {
 			t.Fatalf("%s: bad line %q", path, sc.Text())
 		}
+		e.kind, e.tag = f[0], f[4]
 		e.mono, err = strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			t.Fatalf("%s: bad line %q", path, sc.Text())
@@ -233,6 +262,11 @@ func readEvents(t *testing.T, path string) []event {
 		e.token, err = strconv.ParseUint(f[2], 10, 64)
 		if err != nil {
 			t.Fatalf("%s: bad line %q", path, sc.Text())
+		}
+		if f[3] != "-" {
+			if e.slot, err = strconv.Atoi(f[3]); err != nil {
+				t.Fatalf("%s: bad line %q", path, sc.Text())
+			}
 		}
 		evs = append(evs, e)
 	}
@@ -332,6 +366,7 @@ type startOpt struct {
 	tty       *os.File // the terminal to run on, as a session leader
 	helper    string   // helper mode for $TENURE_TEST_HELPER (default "on")
 	extraEnv  []string
+	dir       string // the working directory (default the test's)
 }
 
 // flatten turns strings and string slices into one slice.
@@ -377,6 +412,7 @@ func (e *env) start(name string, o startOpt, parts ...any) *proc {
 	p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
 	p.cmd.Env = append(p.cmd.Env, o.extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
+	p.cmd.Dir = o.dir
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if o.tty != nil {
 		// A new session whose controlling terminal is tty, with tenure's

@@ -20,7 +20,8 @@ and its table, or checks an existing one. status, list and release never
 create a store.
 
 Exit codes: 0 done; 64 bad store URL; 69 the store cannot be reached or the
-schema cannot be created (for instance for lack of privileges).`,
+schema cannot be created (for instance for lack of privileges); 74 the
+output cannot be written (the store was prepared).`,
 		Example: `  tenure --store 'postgres://tenure@db.internal/locks?sslmode=verify-full' init
   tenure --store 'cassandra://c1,c2,c3/tenure?replication=dc1:3' init`,
 		Args: func(c *cobra.Command, args []string) error {

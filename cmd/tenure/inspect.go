@@ -8,15 +8,16 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 )
 
-// leaseJSON is a lease as status and list print it with --json.
+// leaseJSON is a lease as status and list print it with --json. A slot
+// lease of a semaphore has the semaphore's resource, its slot and number of
+// slots too. The status of a semaphore has the number of slots held and
+// the slot leases (holders).
 type leaseJSON struct {
 	Resource    string `json:"resource"`
 	Held        bool   `json:"held"`
@@ -25,10 +26,16 @@ type leaseJSON struct {
 	Token       uint64 `json:"token,omitempty"`
 	TTLMs       int64  `json:"ttl_ms,omitempty"`
 	RemainingMs int64  `json:"remaining_ms,omitempty"`
+
+	Semaphore string      `json:"semaphore,omitempty"`
+	Slot      int         `json:"slot,omitempty"`
+	Slots     int         `json:"slots,omitempty"`
+	SlotsHeld int         `json:"slots_held,omitempty"`
+	Holders   []leaseJSON `json:"holders,omitempty"`
 }
 
 func toJSON(rec tenure.Record) leaseJSON {
-	return leaseJSON{
+	j := leaseJSON{
 		Resource:    rec.Resource,
 		Held:        true,
 		Owner:       rec.Owner,
@@ -37,6 +44,10 @@ func toJSON(rec tenure.Record) leaseJSON {
 		TTLMs:       rec.TTL.Milliseconds(),
 		RemainingMs: rec.Remaining.Milliseconds(),
 	}
+	if sem, slot, slots, ok := semaphoreOf(rec.Resource); ok {
+		j.Semaphore, j.Slot, j.Slots = sem, slot, slots
+	}
+	return j
 }
 
 func (a *app) printJSON(v any) error {
@@ -46,15 +57,6 @@ func (a *app) printJSON(v any) error {
 		return fail(exitSoftware, "write JSON: %v", err)
 	}
 	return nil
-}
-
-// display makes a name safe for a table cell: names with spaces or control
-// characters are quoted.
-func display(s string) string {
-	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
-		return strconv.Quote(s)
-	}
-	return s
 }
 
 // withStore opens the store to inspect it (creating nothing) and runs f.

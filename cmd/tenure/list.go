@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -19,10 +20,21 @@ func (a *app) newListCmd() *cobra.Command {
 RESOURCE, OWNER, TOKEN, TTL and LEFT (the time before the store expires the
 lease unless it is renewed), or with --json an array of objects with the
 fields resource, held, owner, owner_id, token, ttl_ms and remaining_ms.
-With PREFIX, only resources whose name starts with it.
+With PREFIX, only resources whose name starts with it. Names read from the
+store are quoted when they contain spaces or characters that do not print.
 
-Exit codes: 0, also when no lease is held; 64 for bad arguments; 69 when the
-store cannot be opened or reached.`,
+The slots of a semaphore ("tenure run --slots N R") are leases named
+R/slot-I-of-N; the table shows them under a line such as
+"R  (2 of 3 slots held)", and in JSON they have the fields semaphore, slot
+and slots.
+
+List never changes the store: it creates no file, table or keyspace, and
+opens a file it may only read read-only.
+
+Exit codes: 0, also when no lease is held; 64 for bad arguments; 66 when
+there is no tenure store at the URL (nothing was created); 69 when the
+store cannot be opened or reached, or is not a tenure store; 74 when the
+output cannot be written.`,
 		Example: `  tenure list
   tenure list jobs/
   tenure list --json | jq -r '.[] | select(.remaining_ms < 5000) | .resource'`,
@@ -38,7 +50,7 @@ store cannot be opened or reached.`,
 				prefix = args[0]
 			}
 			if err := driver.ValidatePrefix(prefix); err != nil {
-				return usage("list: prefix %q: %s", prefix, errText(err))
+				return usage("list: prefix %s: %s", quoteName(prefix), errText(err))
 			}
 			return a.withStore(func(ctx context.Context, s driver.Store) error {
 				recs, err := s.List(ctx, prefix)
@@ -52,9 +64,21 @@ store cannot be opened or reached.`,
 					}
 					return a.printJSON(out)
 				}
+				// The slots of each semaphore, whatever their number of slots,
+				// under one line that says how many are held.
+				bySem := map[string][]tenure.Record{}
+				for _, r := range recs {
+					if sem, _, _, ok := semaphoreOf(r.Resource); ok {
+						bySem[sem] = append(bySem[sem], r)
+					}
+				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "RESOURCE\tOWNER\tTOKEN\tTTL\tLEFT")
 				for _, r := range recs {
+					if sem, _, _, ok := semaphoreOf(r.Resource); ok && bySem[sem] != nil {
+						fmt.Fprintf(tw, "%s\t(%s)\t-\t-\t-\n", display(sem), slotsSummary(bySem[sem]))
+						bySem[sem] = nil
+					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", display(r.Resource), display(r.Owner), tokenCell(r.Token), durCell(r.TTL), durCell(r.Remaining))
 				}
 				return tw.Flush()

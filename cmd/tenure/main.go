@@ -19,7 +19,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,10 +38,12 @@ const (
 	exitOK          = 0
 	exitFree        = 1   // status: not held; release: nothing released
 	exitUsage       = 64  // EX_USAGE: bad arguments or input
+	exitNoStore     = 66  // EX_NOINPUT: status, list, release: no tenure store there (nothing was created)
 	exitUnavailable = 69  // EX_UNAVAILABLE: the store cannot be opened or reached
 	exitSoftware    = 70  // EX_SOFTWARE: an internal error
+	exitIOErr       = 74  // EX_IOERR: tenure's own output could not be written (stdout closed or full)
 	exitNotAcquired = 75  // EX_TEMPFAIL: the lease is held by another owner
-	exitLost        = 79  // the lease was lost while the command ran
+	exitLost        = 79  // the lease was lost while the command ran (or before it could start)
 	exitCannotExec  = 126 // the command was found but cannot be executed
 	exitNotFound    = 127 // the command was not found
 	exitSignalBase  = 128 // 128+N: the command (or tenure, while waiting) was killed by signal N
@@ -55,6 +60,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == reaperArg {
 		os.Exit(reaperMain(os.Args[2:], os.Stdin, os.Stderr))
 	}
+	// A write to a closed pipe returns EPIPE instead of killing tenure with
+	// SIGPIPE (Go does that for stdout and stderr unless SIGPIPE is
+	// notified), so that it exits with exitIOErr in every subcommand. A
+	// notified signal is reset to its default in the commands tenure runs.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -78,14 +88,18 @@ func exitWith(code int) error { return &exitError{code: code} }
 // usage returns an exitError with code 64.
 func usage(format string, args ...any) error { return fail(exitUsage, format, args...) }
 
-// oneLine turns an error message into one line without a leading "tenure: "
-// (the library's errors start with it, and so will ours when printed).
+// oneLine turns an error message into one safe line without a leading
+// "tenure: " (the library's errors start with it, and so will ours when
+// printed): control characters and other non-printing characters are
+// escaped (see escapeText), so that nothing in a message (a name read from
+// the store, a driver's message) can move the cursor or change the
+// terminal, and a line longer than maxLine bytes is shortened.
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 	for strings.HasPrefix(s, "tenure: ") {
 		s = strings.TrimPrefix(s, "tenure: ")
 	}
-	return s
+	return shorten(escapeText(s), maxLine)
 }
 
 // errText is oneLine(err.Error()) with the "tenure: " inside wrapped and
@@ -115,16 +129,30 @@ func Main(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		a.errFile = f
 	}
 	root := a.newRoot()
+	out := &outWriter{w: stdout}
+	a.stdout = out
 	root.SetArgs(args)
 	root.SetIn(stdin)
-	root.SetOut(stdout)
+	root.SetOut(out)
 	root.SetErr(stderr)
 	err := root.Execute()
-	if err == nil {
-		return exitOK
-	}
 	var xe *exitError
-	if errors.As(err, &xe) {
+	isExit := errors.As(err, &xe)
+	if werr := out.Err(); werr != nil {
+		// What tenure printed did not reach its reader (a closed pipe, a
+		// full disk): say so, with one exit code in every subcommand. The
+		// command's own message, if any, is printed too; an error that is
+		// only the failed write is not repeated.
+		if isExit && xe.msg != "" {
+			fmt.Fprintf(stderr, "tenure: %s\n", oneLine(xe.msg))
+		}
+		fmt.Fprintf(stderr, "tenure: cannot write to standard output: %s\n", oneLine(werr.Error()))
+		return exitIOErr
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case isExit:
 		if xe.msg != "" {
 			fmt.Fprintf(stderr, "tenure: %s\n", oneLine(xe.msg))
 		}
@@ -134,6 +162,44 @@ func Main(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	// number of arguments.
 	fmt.Fprintf(stderr, "tenure: %s (see tenure --help)\n", oneLine(err.Error()))
 	return exitUsage
+}
+
+// outWriter is tenure's standard output. It keeps the first write error
+// (a pipe whose reader is gone, a full disk, an I/O error) for Main, which
+// then exits with exitIOErr, and writes nothing after it. (A standard
+// output that was closed before tenure started cannot be told apart from
+// /dev/null: the Go runtime opens /dev/null in its place at start-up.)
+type outWriter struct {
+	w   io.Writer
+	mu  sync.Mutex
+	err error
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // "write /dev/stdout: ..." names a path the user did not give
+		}
+		o.err = err
+	}
+	return n, err
+}
+
+// Err returns the first write error.
+func (o *outWriter) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
 }
 
 func (a *app) newRoot() *cobra.Command {
@@ -153,6 +219,13 @@ it writes to, so that a writer that lost its lease is turned away.
 
 Leases live in a store named by a URL: --store, else $TENURE_STORE, else the
 SQLite file ` + defaultSQLitePathDoc + `.
+
+Exit codes shared by every command: 64 bad arguments or input (nothing was
+written to the store); 66 no tenure store at the URL (status, list and
+release, which never create one); 69 the store cannot be opened or reached,
+or is not a tenure store; 74 tenure's own output could not be written (a
+pipe whose reader is gone, a full disk). Each command's help gives the
+others.
 
 Store URLs:
 ` + schemeHelp(),
@@ -229,7 +302,7 @@ func (a *app) setup(cmd *cobra.Command, args []string) error {
 			if at.Key == slog.TimeKey && len(groups) == 0 {
 				return slog.String(slog.TimeKey, at.Value.Time().Format("15:04:05.000"))
 			}
-			return at
+			return safeAttr(at)
 		},
 	})).With("prog", "tenure")
 	setDriverLoggers(a.log)
@@ -237,6 +310,24 @@ func (a *app) setup(cmd *cobra.Command, args []string) error {
 		return usage("--store is empty; give a store URL such as sqlite:/var/lib/tenure/leases.db")
 	}
 	return nil
+}
+
+// safeAttr shortens a long log value, and escapes what is not printable in
+// an error's message (the text handler quotes strings that need it, with
+// escapes, but neither shortens them nor quotes an error's text).
+func safeAttr(at slog.Attr) slog.Attr {
+	v := at.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		if s := v.String(); len(s) > maxName {
+			return slog.String(at.Key, shorten(s, maxName))
+		}
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			return slog.String(at.Key, shorten(escapeText(err.Error()), maxLine))
+		}
+	}
+	return at
 }
 
 // storeURLOrDefault returns the store URL that --store, $TENURE_STORE or
@@ -307,10 +398,16 @@ func (a *app) openStore(ctx context.Context, u *store.URL, inspect bool) (driver
 	return s, nil
 }
 
-// storeOpenErr maps an error of store.Parse, Open or Init to an exit code.
+// storeOpenErr maps an error of store.Parse, Open or Init to an exit code:
+// a bad URL is 64, no store at all (status, list and release create none)
+// is 66, anything else 69.
 func storeOpenErr(err error) error {
-	if errors.Is(err, store.ErrBadURL) {
+	switch {
+	case errors.Is(err, store.ErrBadURL):
 		return usage("%s", errText(err))
+	case errors.Is(err, store.ErrNoStore):
+		return fail(exitNoStore, "no tenure store: %s; nothing was created (tenure init creates a store)",
+			strings.TrimPrefix(errText(err), store.ErrUnavailable.Error()+": "))
 	}
 	return fail(exitUnavailable, "%s", errText(err))
 }
@@ -340,9 +437,10 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
-// describeHolder says who holds a lease, for messages.
+// describeHolder says who holds a lease, for messages. The names come from
+// the store: they are quoted.
 func describeHolder(rec tenure.Record) string {
-	s := fmt.Sprintf("%s is held by %s", quoteName(rec.Resource), rec.Owner)
+	s := fmt.Sprintf("%s is held by %s", quoteName(rec.Resource), quoteName(rec.Owner))
 	var parts []string
 	if rec.Token != 0 {
 		parts = append(parts, fmt.Sprintf("token %d", rec.Token))
@@ -354,6 +452,3 @@ func describeHolder(rec tenure.Record) string {
 	}
 	return s + " (" + strings.Join(parts, ", ") + ")"
 }
-
-// quoteName quotes a resource name for messages.
-func quoteName(s string) string { return fmt.Sprintf("%q", s) }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -8,8 +10,27 @@ import (
 )
 
 // networkStores returns the store URLs of the real servers named by the
-// test environment (scripts/test starts them all).
+// test environment (scripts/test starts them all), and skips the test when
+// there is none.
 func networkStores(t *testing.T) map[string]string {
+	urls := networkStoresOrNone()
+	if len(urls) == 0 {
+		t.Skip("no network store configured: set TENURE_CASSANDRA, TENURE_POSTGRES, TENURE_ETCD or TENURE_REDIS (scripts/test does)")
+	}
+	return urls
+}
+
+// uniqueResource returns a resource name under a prefix of its own, so that
+// tests sharing a server do not meet.
+func uniqueResource(name string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "cli-test/" + hex.EncodeToString(b[:]) + "/" + name
+}
+
+// networkStoresOrNone returns the store URLs of the real servers named by
+// the test environment, by store name; none when none is set.
+func networkStoresOrNone() map[string]string {
 	urls := map[string]string{}
 	if h := os.Getenv("TENURE_CASSANDRA"); h != "" {
 		urls["cassandra"] = "cassandra://" + h + "/tenure_cli_test"
@@ -22,9 +43,6 @@ func networkStores(t *testing.T) map[string]string {
 	}
 	if u := os.Getenv("TENURE_REDIS"); u != "" {
 		urls["redis"] = u
-	}
-	if len(urls) == 0 {
-		t.Skip("no network store configured: set TENURE_CASSANDRA, TENURE_POSTGRES, TENURE_ETCD or TENURE_REDIS (scripts/test does)")
 	}
 	return urls
 }

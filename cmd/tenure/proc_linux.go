@@ -4,7 +4,10 @@ package main
 
 import (
 	"errors"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -106,4 +109,54 @@ func sigaddset(set *unix.Sigset_t, sig unix.Signal) {
 	bits := uint(unsafe.Sizeof(set.Val[0])) * 8
 	n := uint(sig - 1)
 	set.Val[n/bits] |= 1 << (n % bits)
+}
+
+// groupRunning reports whether a process of the group pgid is running (or
+// stopped): one that is not a zombie. The command, which leads the group,
+// is a zombie until tenure reaps it (see waitExited), so groupAlive would
+// count it; this reads the group of every process in /proc instead. Where
+// /proc cannot be read it falls back to groupAlive.
+func groupRunning(pgid int) bool {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return groupAlive(pgid)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return groupAlive(pgid)
+	}
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may contain spaces and ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+			return true
+		}
+	}
+	return false
+}
+
+// stopSelf stops tenure with SIGSTOP (a failpoint of the tests). The signal
+// goes to this very thread, which is stopped before it returns from the
+// call: a signal to the process may be taken by another thread while this
+// one runs on for a while.
+func stopSelf() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), unix.SIGSTOP)
 }

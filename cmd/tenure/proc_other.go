@@ -2,6 +2,8 @@
 
 package main
 
+import "syscall"
+
 // canForeground is false: reclaimTTY is not implemented here.
 const canForeground = false
 
@@ -19,3 +21,11 @@ func reclaimTTY(fd, pgid int) {}
 
 // suspend is not needed where the command never takes the foreground.
 func suspend(fd, pgid int) {}
+
+// groupRunning reports whether a process of the group pgid is left. The
+// command is reaped as soon as it exits here, so groupAlive counts only the
+// others.
+func groupRunning(pgid int) bool { return groupAlive(pgid) }
+
+// stopSelf stops tenure with SIGSTOP (a failpoint of the tests).
+func stopSelf() { _ = syscall.Kill(syscall.Getpid(), syscall.SIGSTOP) }

@@ -12,8 +12,21 @@ import (
 )
 
 // forwardedSignals are the signals that tenure passes on to the command's
-// process group (and that stop tenure while it waits for a lease).
-var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+// process group. SIGINT, SIGTERM and SIGHUP also tell tenure to stop (see
+// isStopSignal); SIGQUIT, SIGUSR1 and SIGUSR2 are only passed on (a JVM
+// prints its threads on SIGQUIT and goes on). While tenure waits for a
+// lease, all but SIGUSR1 and SIGUSR2 end the wait (see isWaitStop).
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// isStopSignal reports whether s tells tenure to stop the command: SIGINT,
+// SIGTERM or SIGHUP. The command gets it, then SIGKILL after --grace if it
+// has not exited by then.
+func isStopSignal(s os.Signal) bool {
+	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP
+}
+
+// isUserSignal reports whether s is SIGUSR1 or SIGUSR2.
+func isUserSignal(s os.Signal) bool { return s == syscall.SIGUSR1 || s == syscall.SIGUSR2 }
 
 // signalNumber returns the number of a signal, for the 128+N exit codes.
 func signalNumber(s os.Signal) int {
@@ -57,7 +70,8 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 	return err
 }
 
-// groupAlive reports whether any process of the group pgid is left.
+// groupAlive reports whether any process of the group pgid is left, a
+// zombie included.
 func groupAlive(pgid int) bool {
 	err := unix.Kill(-pgid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)

@@ -29,14 +29,24 @@ that owner and its fencing token, so a lease that changed hands in between is
 left alone.
 
 --force frees the lease whoever holds it. It is meant for operators, and it
-is dangerous: the holder is not told. A "tenure run" holding it notices only
-when its next renewal fails (within a third of its TTL) and then stops its
-command, which until then runs on while another process may take the lease.
-Prefer stopping the holder.
+is dangerous: the holder is not told directly. A "tenure run" holding it
+stops its command within about a second on PostgreSQL, Redis and etcd, which
+announce releases, and otherwise when its next renewal fails (within a third
+of its TTL); until then its command runs on while another process may take
+the lease. Either way that tenure run exits 79. Prefer stopping the holder.
+
+The slots of a semaphore ("tenure run --slots N R") are leases of their own:
+release them by the names "tenure status R" and "tenure list" show, such as
+R/slot-2-of-3.
+
+Release changes nothing but the lease it frees: it creates no file, table
+or keyspace.
 
 Exit codes: 0 released; 1 nothing released (the resource is not held, or it
 is held by another owner than ID); 64 bad arguments, or neither --owner nor
---force; 69 the store cannot be opened or reached.`,
+--force; 66 no tenure store at the URL (nothing was created); 69 the store
+cannot be opened or reached, or is not a tenure store; 74 the output cannot
+be written (the lease was released).`,
 		Example: `  # Free the lease that web-3:4711 holds on the backup lease.
   tenure release nightly-backup --owner web-3:4711
 
@@ -60,18 +70,22 @@ is held by another owner than ID); 64 bad arguments, or neither --owner nor
 				return usage("release: --owner is empty")
 			}
 			if err := driver.ValidateResource(resource); err != nil {
-				return usage("release: resource %q: %s", resource, errText(err))
+				return usage("release: resource %s: %s", quoteName(resource), errText(err))
 			}
 			return a.withStore(func(ctx context.Context, s driver.Store) error {
 				rec, err := s.Get(ctx, resource)
 				if errors.Is(err, tenure.ErrNotHeld) {
+					if slots, serr := slotHolders(ctx, s, resource); serr == nil && len(slots) > 0 {
+						return fail(exitFree, "release: %s is a semaphore (%s); nothing released: release a slot by its name, such as %s",
+							quoteName(resource), slotsSummary(slots), quoteName(slots[0].Resource))
+					}
 					return fail(exitFree, "release: %s is not held; nothing to release", quoteName(resource))
 				}
 				if err != nil {
 					return storeErr(err, "release %s", quoteName(resource))
 				}
 				if !force && rec.Owner != owner && tenure.OwnerID(rec.Owner) != owner {
-					return fail(exitFree, "release: %s; not by %s: nothing released (use --force to free it anyway)", describeHolder(rec), owner)
+					return fail(exitFree, "release: %s; not by %s: nothing released (use --force to free it anyway)", describeHolder(rec), quoteName(owner))
 				}
 				err = s.Release(ctx, resource, rec.Owner, rec.Token)
 				if errors.Is(err, tenure.ErrLeaseLost) {
@@ -81,7 +95,7 @@ is held by another owner than ID); 64 bad arguments, or neither --owner nor
 					return storeErr(err, "release %s", quoteName(resource))
 				}
 				a.log.Info("lease released", "resource", resource, "owner", rec.Owner, "token", rec.Token, "force", force)
-				fmt.Fprintf(a.stdout, "released %s (owner %s, token %d)\n", quoteName(resource), rec.Owner, rec.Token)
+				fmt.Fprintf(a.stdout, "released %s (owner %s, token %d)\n", quoteName(resource), quoteName(rec.Owner), rec.Token)
 				return nil
 			})
 		},

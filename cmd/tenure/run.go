@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -17,61 +14,111 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/store"
 )
 
 type runFlags struct {
-	ttl    time.Duration
-	wait   time.Duration
-	noWait bool
-	grace  time.Duration
-	owner  string
+	ttl         time.Duration
+	wait        time.Duration
+	noWait      bool
+	grace       time.Duration
+	owner       string
+	slots       int
+	holdAtLeast time.Duration
 }
 
 const runLong = `Run acquires the lease on RESOURCE, runs COMMAND while holding it, and
 releases it when COMMAND exits. At most one "tenure run" per resource runs
-its command at a time, across every process that uses the same store.
+its command at a time, across every process that uses the same store; with
+--slots N, at most N.
 
 By default run waits for the lease as long as it takes, like flock(1);
 --wait bounds the wait and --no-wait makes a single attempt. While it waits
-on a terminal, a status line shows who holds the lease. SIGINT, SIGTERM or
-SIGHUP while waiting stop the wait.
+on a terminal, a status line shows who holds the lease. SIGINT, SIGTERM,
+SIGHUP or SIGQUIT while waiting stop the wait; if tenure had asked the store
+for the lease at that moment, it finds out whether it got it and frees it
+before it exits (within 5s), so a stopped tenure never keeps the lease.
 
-COMMAND is executed directly, not through a shell, in its own process group,
-with stdin, stdout and stderr passed through, and with these variables added
-to its environment:
+COMMAND is looked up (in $PATH unless it contains a slash) before the lease
+is acquired: a command that does not exist or cannot be executed is exit
+code 127 or 126 at once. It is executed directly, not through a shell, in
+its own process group, with stdin, stdout and stderr passed through, and
+with these variables added to its environment:
 
   TENURE_RESOURCE  the resource name
   TENURE_OWNER     the lease's owner: the --owner id, "#", and a random nonce
   TENURE_TOKEN     the fencing token, a number that grows with every grant
+  TENURE_SLOT      with --slots N: the slot held, 1 to N
 
 Pass TENURE_TOKEN to what the command writes to when it can, so that a late
 write from a holder that lost its lease can be rejected.
+
+A resource name that starts with "-" goes after "--", with a second "--"
+before the command: tenure run -- -name -- COMMAND.
+
+The command starts only while the lease is live with at least half its TTL
+left; tenure renews it first if needed. The TTL must be at least 1s: the
+lease is renewed every TTL/3, each renewal a round trip to the store.
 
 On a terminal, the command's process group gets the terminal's foreground,
 so an interactive command can read from it and Ctrl-C reaches it directly.
 Ctrl-Z stops the command and tenure together, as one job; the lease is not
 renewed while tenure is stopped, so a stop longer than the TTL loses it.
 
-The lease is renewed in the background every TTL/3. SIGINT, SIGTERM and
-SIGHUP sent to tenure are passed on to the command's process group. When the
-command exits, tenure releases the lease and exits with the command's exit
+While the command runs, SIGINT, SIGTERM and SIGHUP sent to tenure are passed
+on to the command's process group, and if the command has not exited
+--grace later, its group gets SIGKILL. SIGQUIT, SIGUSR1 and SIGUSR2 are
+passed on too, and nothing else happens.
+
+When the command exits, tenure makes sure nothing of its process group runs
+on: processes the command left in its group (background jobs of a shell
+script, which ignore SIGINT) get SIGTERM, then SIGKILL after --grace. Only
+then does tenure release the lease, and it exits with the command's exit
 status. If the release cannot be confirmed, tenure warns that the lease will
-expire by its TTL, and still exits with the command's status.
+expire by its TTL, and still exits with the command's status. Processes
+that left the group (setsid, daemons) are not found: run tenure under a
+service manager that stops the whole cgroup (systemd) to cover those. If
+tenure itself is killed (SIGKILL, a crash), a small reaper process kills the
+command's group at once (Linux).
 
 If the lease is lost while the command runs (it could not be renewed within
-its TTL, or an operator freed it with "tenure release --force"), tenure says
-why, sends SIGTERM to the command's process group, then SIGKILL after
---grace, and exits with 79 whatever the command returned: the command can no
-longer rely on holding the lease.
+its TTL, or an operator freed it with "tenure release --force", or another
+owner took it), tenure says why, sends SIGTERM to the command's process
+group, then SIGKILL after --grace, and exits with 79 whatever the command
+returned: the command can no longer rely on holding the lease. A lease found
+gone when tenure releases it after the command finished is lost as well
+(79). With PostgreSQL, Redis and etcd, which tell tenure when a lease is
+freed, the command is stopped within about a second of such a release; with
+SQLite and Cassandra, at the next renewal (within TTL/3).
+
+--slots N makes RESOURCE a semaphore of N slots: the command runs when one
+of the N slots is free. Each slot is a lease of its own, named
+RESOURCE/slot-I-of-N in "tenure list", with its own fencing tokens; every
+holder of RESOURCE must use the same N.
+
+--hold-at-least D keeps the lease for at least D after it was granted, even
+when the command finishes sooner (however it ended): tenure then stops
+renewing it and has the store keep it for the rest of D, and exits with the
+command's status at once. A job started by cron on several hosts whose
+clocks differ by a few seconds then runs once per tick (see the example):
+a host that starts it a little later finds the lease held (exit 75). D must
+be a TTL the store accepts.
 
 Exit codes:
   0-125  the command's own exit status (it may itself exit with a code below)
-  64     bad arguments or input; nothing was written to the store
-  69     the store cannot be opened or reached
+  64     bad arguments or input (a TTL below 1s or beyond what the store can
+         keep, holders of RESOURCE started with another --slots); nothing
+         was written to the store
+  69     the store cannot be opened or reached, or does not renew the lease
+         fast enough for --ttl (then the command did not run)
   70     internal error
+  74     tenure could not write to its standard output (--help)
   75     the lease is held by another owner (--no-wait, or --wait ran out);
-         the holder is printed
-  79     the lease was lost while the command ran
+         the holder is printed (with --slots: every slot is held; the
+         holders are printed)
+  79     the lease was lost while the command ran (or was found gone when
+         tenure released it), or before the command could start (then the
+         command did not run)
   126    the command was found but cannot be executed
   127    the command was not found
   128+N  the command was killed by signal N, or tenure was stopped by signal
@@ -86,8 +133,18 @@ const runExample = `  # Run the nightly backup; wait while another backup holds 
   # Wait at most five minutes; a 2-minute TTL survives short store outages.
   tenure run --wait 5m --ttl 2m db-migrate -- ./migrate up
 
+  # At most 3 backups at once across the fleet; $TENURE_SLOT is 1, 2 or 3.
+  tenure run --slots 3 backups -- /usr/local/bin/backup --part "$HOSTNAME"
+
+  # In the crontab of every host: once per minute across all of them, even
+  # if their clocks differ by a few seconds (75: another host ran it).
+  * * * * *  tenure run --no-wait --hold-at-least 50s minutely-report -- /usr/local/bin/report
+
   # Use a shell for pipes and redirections; the token fences the writes.
   tenure run report -- sh -c 'make-report --token "$TENURE_TOKEN" > /srv/report.html'
+
+  # A resource name that starts with "-".
+  tenure run -- -odd-name -- ./job
 
   # Keep the leases in another file (see tenure --help for store URLs).
   TENURE_STORE=sqlite:/var/lib/myapp/leases.db tenure run cron-cleanup -- ./cleanup`
@@ -105,70 +162,18 @@ func (a *app) newRunCmd() *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL: how long the lease outlives a holder that stops renewing it")
+	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL, at least 1s: how long the lease outlives a holder that stops renewing it")
 	fl.DurationVar(&f.wait, "wait", 0, "wait at most this long for the lease, then exit 75; 0 makes one attempt (default: wait as long as it takes)")
 	fl.BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 at once if the lease is held")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after the lease is lost, time between SIGTERM and SIGKILL to the command")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM (or the signal passed on) and SIGKILL to the command's process group, after the lease is lost, after tenure is told to stop, and for processes the command left behind")
 	fl.StringVar(&f.owner, "owner", "", `readable owner id, such as "backup@web-3" (default HOST:PID)`)
+	fl.IntVar(&f.slots, "slots", 0, fmt.Sprintf("run when one of this many slots of RESOURCE is free (a semaphore, 1 to %d); every holder must use the same number", tenure.MaxSlots))
+	fl.DurationVar(&f.holdAtLeast, "hold-at-least", 0, "keep the lease at least this long after it was granted, even if the command finishes sooner (cron jobs on several hosts)")
 	return c
 }
 
 // errWaitTimeout is the cause of the wait context when --wait runs out.
 var errWaitTimeout = errors.New("--wait ran out")
-
-// splitCommandArgs splits "RESOURCE -- COMMAND [ARGS...]", the arguments of
-// tenure run and tenure elect (name).
-func splitCommandArgs(name string, args []string, dash int) (string, []string, error) {
-	form := "usage: tenure " + name + " [flags] RESOURCE -- COMMAND [ARGS...]"
-	switch {
-	case len(args) == 0:
-		return "", nil, usage("%s: missing RESOURCE and COMMAND; %s", name, form)
-	case dash < 0 && len(args) == 1:
-		return "", nil, usage("%s: missing COMMAND after RESOURCE %q; %s", name, args[0], form)
-	case dash < 0:
-		return "", nil, usage("%s: put -- between RESOURCE and COMMAND, as in: tenure %s %s -- %s", name, name, args[0], strings.Join(args[1:], " "))
-	case dash == 0:
-		return "", nil, usage("%s: missing RESOURCE before --; %s", name, form)
-	case dash > 1:
-		return "", nil, usage("%s: one RESOURCE before --, got %d (%s); %s", name, dash, strings.Join(args[:dash], " "), form)
-	case len(args) == 1:
-		return "", nil, usage("%s: missing COMMAND after --; %s", name, form)
-	}
-	return args[0], args[1:], nil
-}
-
-// validateCommand checks the arguments and flags that tenure run and tenure
-// elect (name) share, before any I/O: RESOURCE -- COMMAND, --ttl, --grace
-// and --owner. It returns the readable owner id to use.
-func validateCommand(name string, c *cobra.Command, args []string, ttl, grace time.Duration, owner string) (resource string, argv []string, ownerID string, err error) {
-	resource, argv, err = splitCommandArgs(name, args, c.ArgsLenAtDash())
-	if err != nil {
-		return "", nil, "", err
-	}
-	if err := driver.ValidateResource(resource); err != nil {
-		return "", nil, "", usage("%s: resource %q: %s", name, resource, errText(err))
-	}
-	if argv[0] == "" {
-		return "", nil, "", usage("%s: the command name is empty", name)
-	}
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return "", nil, "", usage("%s: --ttl %v: the TTL must be positive, such as 30s", name, ttl)
-	}
-	if ttl < time.Millisecond {
-		return "", nil, "", usage("%s: --ttl %v: the TTL must be at least 1ms", name, ttl)
-	}
-	if grace < 0 {
-		return "", nil, "", usage("%s: --grace %v: the grace period cannot be negative", name, grace)
-	}
-	ownerID = owner
-	if !c.Flags().Changed("owner") {
-		ownerID = tenure.DefaultOwnerID()
-	}
-	if _, err := tenure.NewOwner(ownerID); err != nil {
-		return "", nil, "", usage("%s: --owner %q: %s", name, ownerID, errText(err))
-	}
-	return resource, argv, ownerID, nil
-}
 
 // validateRun checks every argument before any I/O.
 func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string, argv []string, ownerID string, err error) {
@@ -182,6 +187,16 @@ func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string,
 		return "", nil, "", usage("run: --wait and --no-wait cannot be used together")
 	case f.wait < 0:
 		return "", nil, "", usage("run: --wait %v: the wait cannot be negative", f.wait)
+	case c.Flags().Changed("slots") && (f.slots < 1 || f.slots > tenure.MaxSlots):
+		return "", nil, "", usage("run: --slots %d: the number of slots must be 1 to %d", f.slots, tenure.MaxSlots)
+	case f.holdAtLeast < 0:
+		return "", nil, "", usage("run: --hold-at-least %v: cannot be negative", f.holdAtLeast)
+	}
+	if f.slots > 0 {
+		if err := driver.ValidateResource(tenure.SlotName(resource, f.slots, f.slots)); err != nil {
+			return "", nil, "", usage("run: --slots %d: the slots of %s are leases named %s, which is not a valid name: %s",
+				f.slots, quoteName(resource), quoteName(tenure.SlotName(resource, f.slots, f.slots)), errText(err))
+		}
 	}
 	return resource, argv, ownerID, nil
 }
@@ -195,72 +210,72 @@ func (a *app) run(c *cobra.Command, f *runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	if f.holdAtLeast > 0 {
+		if err := u.CheckTTL(f.holdAtLeast); err != nil {
+			return usage("run: --hold-at-least %v: the store keeps the lease for the rest of it as a TTL, and %s", f.holdAtLeast, errText(err))
+		}
+	}
+	path, err := lookCommand("run", argv[0])
+	if err != nil {
+		return err
+	}
 
-	// From here on SIGINT, SIGTERM and SIGHUP are tenure's to handle: they
-	// stop the wait, and are passed on to the command once it runs.
+	// From here on SIGINT, SIGTERM, SIGHUP and SIGQUIT are tenure's to
+	// handle: they stop the wait, and are passed on to the command once it
+	// runs, as are SIGUSR1 and SIGUSR2.
 	sigCh := make(chan os.Signal, 16)
 	signal.Notify(sigCh, forwardedSignals...)
 	defer signal.Stop(sigCh)
-
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	var got os.Signal
-	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case s := <-sigCh:
-			got = s
-			cancel(fmt.Errorf("received %s", signalName(s)))
-		case <-stopWatch:
-		}
-	}()
-	endWatch := func() os.Signal {
-		close(stopWatch)
-		<-watchDone
-		return got
-	}
+	ctx, stopWatch := a.watchSignals(sigCh)
 	interrupted := func(s os.Signal) error {
 		return fail(exitSignalBase+signalNumber(s), "stopped waiting for %s: received %s", quoteName(resource), signalName(s))
 	}
 
-	store, err := a.openStore(ctx, u, false)
+	st, err := a.openStore(ctx, u, false)
 	if err != nil {
-		if s := endWatch(); s != nil {
+		if s := stopWatch(); s != nil {
 			return interrupted(s)
 		}
 		return err
 	}
-	defer store.Close()
+	defer st.Close()
 
-	lk, err := tenure.New(store, tenure.WithOwnerID(ownerID), tenure.WithLogger(a.log))
+	// WithReleaseWatch: on stores that announce releases, a lease freed or
+	// taken by someone else ends within a round trip, and the command is
+	// stopped then, not at the next renewal.
+	lk, err := tenure.New(st, tenure.WithOwnerID(ownerID), tenure.WithLogger(a.log), tenure.WithReleaseWatch())
 	if err != nil {
-		endWatch()
+		stopWatch()
 		return fail(exitSoftware, "run: %s", errText(err))
 	}
-	lease, timedOut, err := a.acquire(ctx, lk, resource, f, c.Flags().Changed("wait"))
-	if s := endWatch(); s != nil {
+	// Every way out of run closes the Locker, bounded: an acquire that a
+	// signal interrupted after it was sent is resolved and what it may have
+	// taken is freed before tenure exits.
+	defer a.closeLocker(lk, resource, f.ttl)
+
+	lease, slot, timedOut, err := a.acquire(ctx, lk, resource, f, c.Flags().Changed("wait"))
+	granted := time.Now()
+	if s := stopWatch(); s != nil {
 		if lease != nil {
 			a.release(lease)
 		}
 		return interrupted(s)
 	}
 	if err != nil {
-		return a.notAcquired(store, resource, f, timedOut, err)
+		return a.notAcquired(st, resource, f, timedOut, err)
 	}
-	a.log.Info("lease acquired", "resource", resource, "owner", lease.Owner(), "token", lease.Token(), "ttl", f.ttl)
-	return a.runCommand(lease, argv, f, sigCh)
+	a.log.Info("lease acquired", "resource", lease.Resource(), "owner", lease.Owner(), "token", lease.Token(), "ttl", f.ttl)
+	cmd := command{name: "run", resource: resource, slot: slot, path: path, argv: argv, grace: f.grace}
+	return a.runCommand(cmd, lease, f, u, granted, sigCh)
 }
 
-// acquire gets the lease: one attempt with --no-wait (or --wait 0), else a
-// blocking acquire bounded by --wait. timedOut reports that --wait ran out.
-func (a *app) acquire(ctx context.Context, lk *tenure.Locker, resource string, f *runFlags, waitSet bool) (lease *tenure.Lease, timedOut bool, err error) {
-	if f.noWait || (waitSet && f.wait == 0) {
-		lease, err = lk.TryAcquire(ctx, resource, f.ttl)
-		return lease, false, err
-	}
+// acquire gets the lease (with --slots, a slot's): one attempt with
+// --no-wait (or --wait 0), else a blocking acquire bounded by --wait.
+// timedOut reports that --wait ran out.
+func (a *app) acquire(ctx context.Context, lk *tenure.Locker, resource string, f *runFlags, waitSet bool) (lease *tenure.Lease, slot int, timedOut bool, err error) {
+	once := f.noWait || (waitSet && f.wait == 0)
 	wctx := ctx
-	if waitSet {
+	if waitSet && !once {
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithTimeoutCause(ctx, f.wait, errWaitTimeout)
 		defer cancel()
@@ -270,31 +285,94 @@ func (a *app) acquire(ctx context.Context, lk *tenure.Locker, resource string, f
 		st.tty = a.errFile
 	}
 	defer st.clear()
+	if f.slots > 0 {
+		sem, err := lk.Semaphore(resource, f.slots)
+		if err != nil {
+			return nil, 0, false, usage("run: --slots %d: %s", f.slots, errText(err))
+		}
+		var sl *tenure.SlotLease
+		if once {
+			sl, err = sem.TryAcquire(wctx, f.ttl)
+		} else {
+			sl, err = sem.Acquire(wctx, f.ttl, tenure.OnSlotsWait(st.updateSlots))
+		}
+		if err != nil {
+			return nil, 0, err != nil && errors.Is(context.Cause(wctx), errWaitTimeout), err
+		}
+		return sl.Lease, sl.Slot, false, nil
+	}
+	if once {
+		lease, err = lk.TryAcquire(wctx, resource, f.ttl)
+		return lease, 0, false, err
+	}
 	lease, err = lk.Acquire(wctx, resource, f.ttl, tenure.OnWait(st.update))
-	return lease, err != nil && errors.Is(context.Cause(wctx), errWaitTimeout), err
+	return lease, 0, err != nil && errors.Is(context.Cause(wctx), errWaitTimeout), err
 }
 
 // notAcquired turns a failed acquire into an exit code and a message.
-func (a *app) notAcquired(store driver.Store, resource string, f *runFlags, timedOut bool, err error) error {
+func (a *app) notAcquired(st driver.Store, resource string, f *runFlags, timedOut bool, err error) error {
+	gaveUp := ""
+	if timedOut {
+		gaveUp = "; gave up after waiting " + fmtDur(f.wait)
+	}
+	var slots *tenure.SlotsHeldError
+	if errors.As(err, &slots) {
+		return fail(exitNotAcquired, "%s%s", describeSlotsHeld(slots), gaveUp)
+	}
+	if errors.Is(err, tenure.ErrSlotsMismatch) {
+		return usage("run: --slots %d: %s", f.slots, errText(err))
+	}
 	var held *tenure.HeldError
 	if errors.As(err, &held) {
-		msg := describeHolder(held.Holder)
-		if timedOut {
-			msg += "; gave up after waiting " + fmtDur(f.wait)
-		}
-		return fail(exitNotAcquired, "%s", msg)
+		return fail(exitNotAcquired, "%s%s", describeHolder(held.Holder), gaveUp)
 	}
 	if timedOut {
 		// The wait ran out during a store call: say who holds it if the store
 		// answers quickly.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if rec, gerr := store.Get(ctx, resource); gerr == nil {
-			return fail(exitNotAcquired, "%s; gave up after waiting %s", describeHolder(rec), fmtDur(f.wait))
+		if f.slots > 0 {
+			return fail(exitNotAcquired, "no slot of %s was acquired within %s", quoteName(resource), fmtDur(f.wait))
+		}
+		if rec, gerr := st.Get(ctx, resource); gerr == nil {
+			return fail(exitNotAcquired, "%s%s", describeHolder(rec), gaveUp)
 		}
 		return fail(exitNotAcquired, "%s was not acquired within %s", quoteName(resource), fmtDur(f.wait))
 	}
 	return storeErr(err, "run: acquire %s", quoteName(resource))
+}
+
+// maxHoldersShown bounds the holders named in one message.
+const maxHoldersShown = 10
+
+// describeSlotsHeld says that every slot is held, and by whom; the names
+// come from the store and are quoted.
+func describeSlotsHeld(e *tenure.SlotsHeldError) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "all %d slots of %s are held:", e.Slots, quoteName(e.Resource))
+	for i, h := range e.Holders {
+		if i == maxHoldersShown {
+			fmt.Fprintf(&b, ", and %d more", len(e.Holders)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		slot, _, _ := tenure.ParseSlotName(h.Resource)
+		fmt.Fprintf(&b, " slot %d by %s (%s", slot, quoteName(h.Owner), tokenText(h.Token))
+		if h.Remaining > 0 {
+			fmt.Fprintf(&b, ", %s left", fmtDur(h.Remaining))
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+func tokenText(t uint64) string {
+	if t == 0 {
+		return "no fencing token"
+	}
+	return fmt.Sprintf("token %d", t)
 }
 
 // waitStatus shows who holds the lease while run waits: a status line
@@ -305,20 +383,38 @@ type waitStatus struct {
 	resource string
 	tty      *os.File
 	shown    bool
-	last     tenure.Record
+	last     string // the holders last logged
 }
 
 func (w *waitStatus) update(h *tenure.HeldError, waited time.Duration) {
 	rec := h.Holder
-	if rec.Owner != w.last.Owner || rec.Token != w.last.Token {
+	if key := fmt.Sprint(rec.Owner, rec.Token); key != w.last {
 		w.clear()
 		w.a.log.Info("resource is held; waiting", "resource", w.resource, "holder", rec.Owner, "token", rec.Token, "left", rec.Remaining)
-		w.last = rec
+		w.last = key
 	}
+	w.show(waited, describeHolder(rec))
+}
+
+func (w *waitStatus) updateSlots(h *tenure.SlotsHeldError, waited time.Duration) {
+	var key strings.Builder
+	for _, r := range h.Holders {
+		fmt.Fprint(&key, r.Resource, r.Owner, r.Token, ";")
+	}
+	if key.String() != w.last {
+		w.clear()
+		w.a.log.Info("every slot is held; waiting", "resource", w.resource, "slots", h.Slots, "holders", len(h.Holders))
+		w.last = key.String()
+	}
+	w.show(waited, describeSlotsHeld(h))
+}
+
+func (w *waitStatus) show(waited time.Duration, what string) {
 	if w.tty == nil {
 		return
 	}
-	line := fmt.Sprintf("tenure: waiting %s: %s", waited.Truncate(time.Second), describeHolder(rec))
+	line := oneLine(fmt.Sprintf("waiting %s: %s", waited.Truncate(time.Second), what))
+	line = "tenure: " + line
 	if width := terminalWidth(w.tty); width > 1 && utf8.RuneCountInString(line) > width-1 {
 		r := []rune(line)
 		line = string(r[:width-2]) + "…"
@@ -335,9 +431,9 @@ func (w *waitStatus) clear() {
 }
 
 // release frees the lease, bounded by tenure.DefaultReleaseTimeout and not
-// by any cancelled context. A release that the store did not confirm prints
-// a warning; it never changes the exit status.
-func (a *app) release(lease *tenure.Lease) {
+// by any cancelled context, and returns the store's answer. A release that
+// the store did not confirm prints a warning.
+func (a *app) release(lease *tenure.Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), tenure.DefaultReleaseTimeout)
 	defer cancel()
 	err := lease.Release(ctx)
@@ -351,69 +447,76 @@ func (a *app) release(lease *tenure.Lease) {
 		if !strings.Contains(msg, "will expire by its TTL") {
 			msg += fmt.Sprintf("; it will expire by its TTL (%s)", fmtDur(lease.TTL()))
 		}
-		fmt.Fprintf(a.stderr, "tenure: warning: could not release %s: %s\n", quoteName(lease.Resource()), msg)
+		a.errorf("warning: could not release %s: %s", quoteName(lease.Resource()), msg)
 	}
+	return err
 }
 
-// commandEnv returns env with the lease's variables set.
-func commandEnv(env []string, lease *tenure.Lease) []string {
-	out := make([]string, 0, len(env)+3)
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "TENURE_RESOURCE=") || strings.HasPrefix(kv, "TENURE_OWNER=") || strings.HasPrefix(kv, "TENURE_TOKEN=") {
-			continue
-		}
-		out = append(out, kv)
+// lostAtRelease reports whether err, from a release (or ReleaseAfter) made
+// after the command exited while the lease was trusted, means that the
+// store no longer had this grant: it was freed (an operator's forced
+// release) or expired in the store and maybe taken, while the command ran.
+// A lease that only passed its local deadline after the command exited is
+// not lost for the command, which finished while it was trusted.
+func lostAtRelease(err error) bool {
+	if !errors.Is(err, tenure.ErrLeaseLost) || errors.Is(err, tenure.ErrInvalidTTL) {
+		return false
 	}
-	return append(out,
-		"TENURE_RESOURCE="+lease.Resource(),
-		"TENURE_OWNER="+lease.Owner(),
-		"TENURE_TOKEN="+strconv.FormatUint(lease.Token(), 10),
-	)
+	var le *tenure.LostError
+	if errors.As(err, &le) {
+		return errors.Is(le.Reason, tenure.ErrNotHolder)
+	}
+	return true
 }
 
-// runCommand runs argv while the lease is held and returns the exit code to
-// use (see runLong).
-func (a *app) runCommand(lease *tenure.Lease, argv []string, f *runFlags, sigCh <-chan os.Signal) error {
-	out, err := a.supervise("run", lease, argv, f.grace, sigCh)
+// runCommand runs the command while the lease is held, then releases the
+// lease (or, with --hold-at-least, keeps it for the rest of that time) and
+// returns the exit code to use (see runLong).
+func (a *app) runCommand(cmd command, lease *tenure.Lease, f *runFlags, u *store.URL, granted time.Time, sigCh <-chan os.Signal) error {
+	out, err := a.supervise(cmd, lease, sigCh)
 	if err != nil {
-		a.release(lease)
-		return err
+		return err // the Locker's Close frees the lease
 	}
 	if out.lost != nil {
 		return exitWith(exitLost)
 	}
-	a.release(lease)
+	var rerr error
+	if rest := f.holdAtLeast - time.Since(granted); f.holdAtLeast > 0 && rest > 0 {
+		rerr = a.keep(lease, rest, u)
+	} else {
+		rerr = a.release(lease)
+	}
+	if rerr != nil && lostAtRelease(rerr) {
+		a.errorf("%s was lost while the command ran: the store no longer had it when tenure released it after the command exited (it was freed by someone else, or expired in the store); exit %d instead of the command's %d",
+			describeLease(lease), exitLost, out.code)
+		return exitWith(exitLost)
+	}
 	return exitWith(out.code)
 }
 
-func (a *app) signal(pgid int, sig syscall.Signal) {
-	if err := signalGroup(pgid, sig); err != nil {
-		fmt.Fprintf(a.stderr, "tenure: warning: cannot send %s to the command's process group %d: %v\n", signalName(sig), pgid, err)
+// keep ends the lease but has the store keep it for rest (--hold-at-least),
+// rounded up to a whole second on stores that keep whole seconds, and
+// returns the store's answer. When the store cannot keep it, the lease is
+// released as usual.
+func (a *app) keep(lease *tenure.Lease, rest time.Duration, u *store.URL) error {
+	d := rest
+	if u.CheckTTL(d) != nil {
+		if up := d.Truncate(time.Second) + time.Second; u.CheckTTL(up) == nil {
+			d = up
+		}
 	}
-}
-
-// exitCode returns the command's exit status, or 128+N when signal N killed
-// it.
-func exitCode(cmd *exec.Cmd, waitErr error) int {
-	ps := cmd.ProcessState
-	if ps == nil {
-		return exitSoftware
+	ctx, cancel := context.WithTimeout(context.Background(), tenure.DefaultReleaseTimeout)
+	defer cancel()
+	err := lease.ReleaseAfter(ctx, d)
+	switch {
+	case err == nil:
+		a.log.Info("command done; the lease stays held for the rest of --hold-at-least", "resource", lease.Resource(), "token", lease.Token(), "for", d)
+	case errors.Is(err, tenure.ErrInvalidTTL):
+		a.log.Info("the store cannot keep the lease that briefly; releasing it", "resource", lease.Resource(), "rest", d, "err", err)
+		return a.release(lease)
+	case lostAtRelease(err):
+	default:
+		a.errorf("warning: could not keep %s for the rest of --hold-at-least (%s): %s", quoteName(lease.Resource()), fmtDur(d), errText(err))
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exitSignalBase + int(ws.Signal())
-	}
-	if c := ps.ExitCode(); c >= 0 {
-		return c
-	}
-	return exitSoftware
-}
-
-func describeExit(cmd *exec.Cmd, waitErr error) string {
-	if cmd.ProcessState != nil {
-		return cmd.ProcessState.String()
-	}
-	if waitErr != nil {
-		return waitErr.Error()
-	}
-	return "unknown"
+	return err
 }

@@ -212,9 +212,25 @@ func TestRunStoppedHolderLosesLease(t *testing.T) {
 		helper("-out", bOut, "-hold", "stdin"))
 	waitFor(t, 10*time.Second, "beta to wait", func() bool { return strings.Contains(b.stderr(), "resource is held; waiting") })
 
-	stopped := mono()
-	syscall.Kill(-a.pid(), syscall.SIGSTOP)
-	syscall.Kill(-ai.pid, syscall.SIGSTOP)
+	// Stop the holder, but not in the middle of a write to the store: a
+	// SQLite writer stopped inside its transaction keeps the database's write
+	// lock, and nobody could take the lease until it resumes.
+	var stopped int64
+	for try := 0; ; try++ {
+		stopped = mono()
+		syscall.Kill(-a.pid(), syscall.SIGSTOP)
+		syscall.Kill(-ai.pid, syscall.SIGSTOP)
+		waitFor(t, 10*time.Second, "alpha to stop", func() bool { return processState(a.pid()) == "T" })
+		if !holdsWriteLock(a.pid(), e.db) && !holdsWriteLock(a.pid(), e.db+"-shm") {
+			break
+		}
+		if try == 100 {
+			t.Fatalf("alpha always holds the store's write lock")
+		}
+		syscall.Kill(-a.pid(), syscall.SIGCONT)
+		syscall.Kill(-ai.pid, syscall.SIGCONT)
+		time.Sleep(20 * time.Millisecond)
+	}
 	var bStart event
 	waitFor(t, 15*time.Second, "beta's command to start", func() bool {
 		s := filter(readEvents(t, bOut), "start")
@@ -467,7 +483,9 @@ func TestRunExitCodes(t *testing.T) {
 		t.Fatalf("unreachable store: took %v", d)
 	}
 
-	// A command that cannot be run: 127 or 126, and the lease is released.
+	// A command that cannot be run: 127 or 126 (found before the lease is
+	// acquired: see TestCommandLookedUpFirst), and the lease is free.
+	e.init()
 	notExec := e.path("not-executable")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -714,8 +732,16 @@ func TestLimitsCheckedBeforeIO(t *testing.T) {
 	}{
 		{"sqlite ttl above the maximum", []string{"run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
 		{"sqlite elect ttl above the maximum", []string{"elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
-		{"etcd ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "minimum"},
-		{"cassandra ttl below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "minimum"},
+		{"etcd ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"etcd elect ttl below a second", []string{"--store", "etcd://127.0.0.1:1", "elect", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"etcd hold below a second", []string{"--store", "etcd://127.0.0.1:1", "run", "--hold-at-least", "500ms", "job", "--", cmd[0]}, "minimum"},
+		{"cassandra ttl below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "500ms", "job", "--", cmd[0]}, "at least 1s"},
+		{"cassandra hold below a second", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--hold-at-least", "900ms", "job", "--", cmd[0]}, "minimum"},
+		{"cassandra ttl above the maximum", []string{"--store", "cassandra://127.0.0.1:1/ks", "run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"etcd elect ttl above the maximum", []string{"--store", "etcd://127.0.0.1:1", "elect", "--ttl", "2560000h", "job", "--", cmd[0]}, "maximum"},
+		{"sqlite hold above the maximum", []string{"run", "--hold-at-least", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"redis elect ttl above the maximum", []string{"--store", "redis://127.0.0.1:1", "elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
+		{"postgres elect ttl above the maximum", []string{"--store", "postgres://u:s3cret@127.0.0.1:1/db", "elect", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
 		{"redis ttl above the maximum", []string{"--store", "redis://127.0.0.1:1", "run", "--ttl", "1300000h", "job", "--", cmd[0]}, "maximum"},
 		{"redis port out of range", []string{"--store", "redis://127.0.0.1:99999", "list"}, "65535"},
 		{"etcd port out of range", []string{"--store", "etcd://127.0.0.1:70000", "list"}, "65535"},
@@ -735,4 +761,26 @@ func TestLimitsCheckedBeforeIO(t *testing.T) {
 	if _, err := os.Stat(e.db); !os.IsNotExist(err) {
 		t.Fatalf("the SQLite file exists after limit errors only (%v)", err)
 	}
+}
+
+// holdsWriteLock reports whether process pid holds an exclusive POSIX lock
+// on the file path (a SQLite writer in its transaction), from /proc/locks.
+func holdsWriteLock(pid int, path string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return false
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	ino := ":" + strconv.FormatUint(st.Ino, 10)
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		// 1: POSIX  ADVISORY  WRITE 31014 fe:00:9994449 120 120
+		if len(f) >= 6 && f[1] == "POSIX" && f[3] == "WRITE" && f[4] == strconv.Itoa(pid) && strings.HasSuffix(f[5], ino) {
+			return true
+		}
+	}
+	return false
 }

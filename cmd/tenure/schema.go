@@ -21,7 +21,8 @@ keyspace and its table, mode and replication parameters, for example
 replication=3 (SimpleStrategy) or replication=dc1:3,dc2:3
 (NetworkTopologyStrategy). See docs/cassandra.md.
 
-Exit codes: 0 printed; 64 bad arguments or URL.`,
+Exit codes: 0 printed; 64 bad arguments or URL; 74 the output cannot be
+written.`,
 		Example: `  tenure schema cassandra
   tenure schema cassandra 'cassandra://c1/tenure?replication=dc1:3,dc2:3'
   tenure schema cassandra 'cassandra://c1/jaeger_v1_dc1?mode=jaeger&table=leases' | cqlsh c1`,

@@ -4,14 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tenure-go/tenure"
 )
+
+// command is what tenure run and tenure elect run under a lease.
+type command struct {
+	name     string // the subcommand, "run" or "elect", for messages
+	resource string // the resource the user named (TENURE_RESOURCE)
+	slot     int    // the slot held (TENURE_SLOT), 0 without --slots
+	path     string // the executable, as lookCommand found it
+	argv     []string
+	grace    time.Duration
+}
 
 // outcome is how a command that supervise ran ended.
 type outcome struct {
@@ -19,46 +30,102 @@ type outcome struct {
 	// status, or 128+N when signal N killed it (see exitCode).
 	code int
 	// lost is the cause of the lease's loss when the lease was lost while
-	// the command ran, or was found lost when it exited. The command was
-	// then stopped (SIGTERM, SIGKILL after the grace period), and whatever
-	// was left of its process group was killed.
+	// the command or what it left in its process group ran, or was found
+	// lost when it exited. The command was then stopped (SIGTERM, SIGKILL
+	// after the grace period), and whatever was left of its process group
+	// was killed.
 	lost error
-	// signal is the first signal that was passed on to the command, if any.
+	// signal is the first signal that told tenure to stop (SIGINT, SIGTERM,
+	// SIGHUP) and that was passed on to the command, if any.
 	signal os.Signal
 }
 
-// supervise runs argv while lease is held, for tenure run and tenure elect
-// (name is the subcommand, for messages):
-// the command runs in its own process group (in the terminal's foreground
-// when tenure has it), with the lease's variables in its environment (see
-// commandEnv); signals from sigCh are passed on to its group; Ctrl-Z stops
-// tenure with it; when the lease is lost, the group gets SIGTERM, then
-// SIGKILL after grace. supervise returns when the command has exited (and,
-// after a loss, when its group was killed). It neither releases the lease
-// nor exits: the caller does, according to the outcome. A command that
-// cannot be started returns an exit error (126 or 127), the lease untouched.
-func (a *app) supervise(name string, lease *tenure.Lease, argv []string, grace time.Duration, sigCh <-chan os.Signal) (outcome, error) {
-	resource := lease.Resource()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	if errors.Is(cmd.Err, exec.ErrDot) {
-		cmd.Err = nil // found through a relative $PATH entry, as a shell would run it
+// notStartedError is returned by supervise when the lease was not live with
+// a usable margin right before the command would have started: the command
+// did not run.
+type notStartedError struct{ exitError }
+
+// Unwrap returns the exit error, for Main.
+func (e *notStartedError) Unwrap() error { return &e.exitError }
+
+// leftoverPoll is how often supervise looks for processes left in the
+// command's group after the command exited.
+const leftoverPoll = 20 * time.Millisecond
+
+// killWait bounds the wait for a process group to be gone after SIGKILL (a
+// process in uninterruptible sleep dies when its I/O ends).
+const killWait = 5 * time.Second
+
+// usableLease checks, right before the command starts, that the lease is
+// live and has at least half its TTL left, the margin it has in steady state
+// just before a renewal. A lease with less (its acquire was answered
+// slowly, or tenure was paused since) is renewed first, up to three times.
+// A lease that is lost is exit code 79 and one that the store cannot renew
+// with that margin 69; the command does not start in either case.
+func (a *app) usableLease(c command, lease *tenure.Lease) error {
+	for attempt := 0; ; attempt++ {
+		if err := lease.Err(); err != nil {
+			return &notStartedError{exitError{code: exitLost, msg: fmt.Sprintf(
+				"%s: the %s was lost before the command could start; the command did not run: %s",
+				c.name, describeLease(lease), describeLoss(err))}}
+		}
+		left := lease.Remaining()
+		if left >= lease.TTL()/2 {
+			return nil
+		}
+		if attempt == 3 {
+			return &notStartedError{exitError{code: exitUnavailable, msg: fmt.Sprintf(
+				"%s: the store does not renew the lease on %s fast enough for --ttl %v (%s left after three renewals, and the command needs half the TTL to start); the command did not run; use a longer --ttl",
+				c.name, quoteName(lease.Resource()), lease.TTL(), fmtDur(left))}}
+		}
+		a.log.Info("the lease has less than half its TTL left; renewing it before the command starts", "resource", lease.Resource(), "left", left)
+		ctx, cancel := context.WithTimeout(context.Background(), left)
+		if err := lease.Renew(ctx); err != nil {
+			a.log.Info("renewal before the command starts failed", "resource", lease.Resource(), "err", err)
+		}
+		cancel()
 	}
-	cmd.Env = commandEnv(os.Environ(), lease)
+}
+
+// supervise runs the command while lease is held, for tenure run and tenure
+// elect: it checks right before starting it that the lease is live with a
+// usable margin (usableLease; otherwise a *notStartedError); the command
+// runs in its own process group (in the terminal's foreground when tenure
+// has it), with the lease's variables in its environment (see commandEnv);
+// signals from sigCh are passed on to its group, and after SIGINT, SIGTERM
+// or SIGHUP the group gets SIGKILL once the grace period has passed; Ctrl-Z
+// stops tenure with it; when the lease is lost, the group gets SIGTERM,
+// then SIGKILL after the grace period. When the command has exited, the
+// processes it left in its group get SIGTERM, then SIGKILL after the grace
+// period (at once when the lease was lost), and supervise returns when none
+// is left. It neither releases the lease nor exits: the caller does,
+// according to the outcome. A command that cannot be started returns an
+// exit error (126 or 127), the lease untouched.
+func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) (outcome, error) {
+	failpoint("stop-before-start")
+	if err := a.usableLease(c, lease); err != nil {
+		return outcome{}, err
+	}
+	cmd := &exec.Cmd{Path: c.path, Args: c.argv}
+	cmd.Env = commandEnv(os.Environ(), lease, c.resource, c.slot)
 	if a.stdin != nil {
 		cmd.Stdin = a.stdin
 	}
 	cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
+	if f, ok := a.stdout.(*outWriter); ok {
+		cmd.Stdout = f.w // the command writes to the same stdout, not through tenure's
+	}
 	ttyFD := foregroundTTY(a.stdin)
 	cmd.SysProcAttr = procAttr(ttyFD)
 	if err := cmd.Start(); err != nil {
 		code := exitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, os.ErrNotExist) {
 			code = exitNotFound
 		}
-		return outcome{}, fail(code, "%s: cannot run %s: %s", name, argv[0], errText(err))
+		return outcome{}, fail(code, "%s: cannot run %s: %s", c.name, quoteName(c.argv[0]), errText(err))
 	}
 	pgid := cmd.Process.Pid
-	a.log.Debug("command started", "pid", pgid, "command", argv[0], "foreground", ttyFD >= 0, "token", lease.Token())
+	a.log.Debug("command started", "pid", pgid, "command", c.argv[0], "foreground", ttyFD >= 0, "token", lease.Token())
 	// If tenure dies (SIGKILL, a crash), the reaper kills the command's
 	// group: nobody renews the lease any more, so the command must not run
 	// on. It is disarmed before the command is reaped.
@@ -91,19 +158,37 @@ func (a *app) supervise(name string, lease *tenure.Lease, argv []string, grace t
 
 	var out outcome
 	lostCh := lease.Done()
-	var graceC <-chan time.Time
+	// kill fires when the grace period after a loss or a stop signal has
+	// passed: the group then gets SIGKILL.
+	var kill *time.Timer
+	var killC <-chan time.Time
+	var killAt time.Time
+	startGrace := func() {
+		if kill != nil {
+			return
+		}
+		killAt = time.Now().Add(c.grace)
+		kill = time.NewTimer(c.grace)
+		killC = kill.C
+	}
+	defer func() {
+		if kill != nil {
+			kill.Stop()
+		}
+	}()
 	stopForLoss := func(cause error) {
 		out.lost = cause
 		lostCh = nil
-		a.errorf("lease on %s (token %d) lost while the command ran: %s", quoteName(resource), lease.Token(), errText(cause))
-		if grace == 0 {
+		a.errorf("%s lost while the command ran: %s", describeLease(lease), describeLoss(cause))
+		if c.grace == 0 {
 			a.errorf("stopping the command: SIGKILL")
 			a.signal(pgid, syscall.SIGKILL)
 			return
 		}
-		a.errorf("stopping the command: SIGTERM now, SIGKILL in %s", fmtDur(grace))
+		a.errorf("stopping the command: SIGTERM now, SIGKILL in %s", fmtDur(c.grace))
 		a.signal(pgid, syscall.SIGTERM)
-		graceC = time.After(grace)
+		a.signal(pgid, syscall.SIGCONT)
+		startGrace()
 	}
 loop:
 	for {
@@ -112,12 +197,20 @@ loop:
 			break loop
 		case s := <-sigCh:
 			a.log.Info("passing a signal on to the command", "signal", signalName(s), "pgid", pgid)
-			if out.signal == nil {
-				out.signal = s
-			}
 			if sig, ok := s.(syscall.Signal); ok {
 				a.signal(pgid, sig)
 			}
+			if !isStopSignal(s) || out.signal != nil {
+				continue
+			}
+			out.signal = s
+			if c.grace == 0 {
+				a.errorf("received %s: passed on to the command; --grace is 0: SIGKILL", signalName(s))
+				a.signal(pgid, syscall.SIGKILL)
+				continue
+			}
+			a.log.Info("told to stop: the command gets SIGKILL if it has not exited after the grace period", "signal", signalName(s), "grace", c.grace)
+			startGrace()
 		case <-stops:
 			a.log.Debug("the command was stopped; stopping tenure too", "pgid", pgid)
 			suspend(ttyFD, pgid)
@@ -128,9 +221,13 @@ loop:
 				continue
 			}
 			stopForLoss(cause)
-		case <-graceC:
-			graceC = nil
-			a.errorf("the command did not stop within %s of SIGTERM: SIGKILL", fmtDur(grace))
+		case <-killC:
+			killC = nil
+			why := "SIGTERM"
+			if out.lost == nil && out.signal != nil {
+				why = signalName(out.signal)
+			}
+			a.errorf("the command did not exit within %s of %s: SIGKILL", fmtDur(c.grace), why)
 			a.signal(pgid, syscall.SIGKILL)
 		}
 	}
@@ -141,35 +238,176 @@ loop:
 	if out.lost == nil {
 		if err := lease.Err(); err != nil {
 			out.lost = err
-			a.errorf("lease on %s (token %d) lost by the time the command exited: %s", quoteName(resource), lease.Token(), errText(err))
+			a.errorf("%s lost by the time the command exited: %s", describeLease(lease), describeLoss(err))
 		}
 	}
-	if out.lost != nil {
-		// Whatever the command left in its group must not run on either. The
-		// command is not reaped yet, so its group id is still its own.
-		if !reaped {
-			a.signal(pgid, syscall.SIGKILL)
-			rp.disarm()
-			waitErr = cmd.Wait()
-		}
-		out.code = exitCode(cmd, waitErr)
-		a.log.Debug("command ended after the lease was lost", "status", describeExit(cmd, waitErr))
-		return out, nil
-	}
+	// Nothing of the command's group may outlive tenure, nor run once the
+	// lease is released. The command is not reaped yet (on Linux), so its
+	// group id is still its own.
+	a.stopLeftovers(c, pgid, &out, lease, sigCh, killAt)
 	if !reaped {
 		rp.disarm()
 		waitErr = cmd.Wait()
 	}
-	// The group id stays in use, and cannot be reused, while a member is left.
-	if groupAlive(pgid) {
-		a.errorf("warning: the command exited but left processes running in its process group %d; they do not hold the lease", pgid)
-	}
 	out.code = exitCode(cmd, waitErr)
-	a.log.Debug("command exited", "status", describeExit(cmd, waitErr), "exit_code", out.code)
+	if out.lost != nil {
+		a.log.Debug("command ended after the lease was lost", "status", describeExit(cmd, waitErr))
+	} else {
+		a.log.Debug("command exited", "status", describeExit(cmd, waitErr), "exit_code", out.code)
+	}
 	return out, nil
+}
+
+// stopLeftovers ends the processes that the command left in its process
+// group after it exited (background jobs of a shell script, which ignore
+// SIGINT; children that ignore the signal passed on to the command): they
+// get SIGTERM, then SIGKILL at killAt (when a grace period is already
+// running) or after the grace period, at once when the lease was lost or
+// when tenure is told to stop meanwhile. It returns when none is left (or
+// killWait after SIGKILL). Processes that left the group (setsid, daemons)
+// are not found: see the help text.
+func (a *app) stopLeftovers(c command, pgid int, out *outcome, lease *tenure.Lease, sigCh <-chan os.Signal, killAt time.Time) {
+	if !groupRunning(pgid) {
+		return
+	}
+	killed := false
+	killNow := func(why string) {
+		if !killed {
+			a.errorf("%s: SIGKILL to the processes left in the command's process group %d", why, pgid)
+			a.signal(pgid, syscall.SIGKILL)
+			killed = true
+		}
+	}
+	var deadline time.Time
+	switch {
+	case out.lost != nil:
+		killNow("the lease was lost")
+		deadline = time.Now().Add(killWait)
+	default:
+		if killAt.IsZero() {
+			killAt = time.Now().Add(c.grace)
+		}
+		a.errorf("the command exited, but processes of its process group %d are still running; stopping them before the lease is released: SIGTERM now, SIGKILL in %s",
+			pgid, fmtDur(max(0, time.Until(killAt))))
+		a.signal(pgid, syscall.SIGTERM)
+		a.signal(pgid, syscall.SIGCONT)
+		deadline = killAt
+	}
+	lostCh := lease.Done()
+	tick := time.NewTicker(leftoverPoll)
+	defer tick.Stop()
+	for groupRunning(pgid) {
+		if !time.Now().Before(deadline) {
+			if killed {
+				a.errorf("warning: processes of the command's process group %d are still there %s after SIGKILL", pgid, fmtDur(killWait))
+				return
+			}
+			killNow(fmt.Sprintf("they did not exit within %s of SIGTERM", fmtDur(c.grace)))
+			deadline = time.Now().Add(killWait)
+		}
+		select {
+		case <-tick.C:
+		case s := <-sigCh:
+			if isStopSignal(s) {
+				killNow("received " + signalName(s))
+				deadline = time.Now().Add(killWait)
+			}
+		case <-lostCh:
+			lostCh = nil
+			if cause := context.Cause(lease.Context()); !errors.Is(cause, tenure.ErrReleased) {
+				out.lost = cause
+				a.errorf("%s lost while processes of the command's group ran: %s", describeLease(lease), describeLoss(cause))
+				killNow("the lease was lost")
+				deadline = time.Now().Add(killWait)
+			}
+		}
+	}
+}
+
+// describeLease names a lease for messages: `lease on "R" (token N)`.
+func describeLease(lease *tenure.Lease) string {
+	return fmt.Sprintf("lease on %s (token %d)", quoteName(lease.Resource()), lease.Token())
+}
+
+// describeLoss says why a lease was lost, naming the new holder when the
+// store said who it is; the holder's name is quoted.
+func describeLoss(cause error) string {
+	var le *tenure.LostError
+	if !errors.As(cause, &le) {
+		return errText(cause)
+	}
+	var s string
+	if errors.Is(le.Reason, tenure.ErrNotHolder) {
+		s = "the store says this grant no longer holds it (freed by an operator, expired in the store, or taken)"
+	} else {
+		s = fmt.Sprintf("no renewal was confirmed in time (the last confirmed one was sent %s before; TTL %s)", fmtDur(le.SinceConfirmed), fmtDur(le.TTL))
+	}
+	var held *tenure.HeldError
+	switch {
+	case errors.As(le.Err, &held) && held.Holder.Owner != "":
+		s += fmt.Sprintf("; now held by %s (token %d)", quoteName(held.Holder.Owner), held.Holder.Token)
+	case le.Err != nil && !errors.Is(le.Reason, tenure.ErrNotHolder):
+		s += ": " + errText(le.Err)
+	}
+	return s
+}
+
+// commandEnv returns env with the lease's variables set: TENURE_RESOURCE
+// (the resource the user named), TENURE_OWNER, TENURE_TOKEN, and
+// TENURE_SLOT when slot > 0.
+func commandEnv(env []string, lease *tenure.Lease, resource string, slot int) []string {
+	out := make([]string, 0, len(env)+4)
+	for _, kv := range env {
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case "TENURE_RESOURCE", "TENURE_OWNER", "TENURE_TOKEN", "TENURE_SLOT", failpointEnv:
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out,
+		"TENURE_RESOURCE="+resource,
+		"TENURE_OWNER="+lease.Owner(),
+		"TENURE_TOKEN="+strconv.FormatUint(lease.Token(), 10),
+	)
+	if slot > 0 {
+		out = append(out, "TENURE_SLOT="+strconv.Itoa(slot))
+	}
+	return out
+}
+
+func (a *app) signal(pgid int, sig syscall.Signal) {
+	if err := signalGroup(pgid, sig); err != nil {
+		a.errorf("warning: cannot send %s to the command's process group %d: %v", signalName(sig), pgid, err)
+	}
+}
+
+// exitCode returns the command's exit status, or 128+N when signal N killed
+// it.
+func exitCode(cmd *exec.Cmd, waitErr error) int {
+	ps := cmd.ProcessState
+	if ps == nil {
+		return exitSoftware
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignalBase + int(ws.Signal())
+	}
+	if c := ps.ExitCode(); c >= 0 {
+		return c
+	}
+	return exitSoftware
+}
+
+func describeExit(cmd *exec.Cmd, waitErr error) string {
+	if cmd.ProcessState != nil {
+		return cmd.ProcessState.String()
+	}
+	if waitErr != nil {
+		return waitErr.Error()
+	}
+	return "unknown"
 }
 
 // errorf prints a message to stderr as one line prefixed "tenure: ".
 func (a *app) errorf(format string, args ...any) {
-	fmt.Fprintf(a.stderr, "tenure: "+format+"\n", args...)
+	fmt.Fprintf(a.stderr, "tenure: %s\n", oneLine(fmt.Sprintf(format, args...)))
 }

@@ -134,17 +134,25 @@ type Violation struct {
 
 // Report is the checker's verdict over one run.
 type Report struct {
-	Store             string                `json:"store"`
-	Seed              uint64                `json:"seed"`
-	Workers           int                   `json:"workers"`
-	TTL               string                `json:"ttl"`
-	Duration          string                `json:"duration"`
-	Unsafe            bool                  `json:"unsafe,omitempty"`
-	Processes         int                   `json:"processes"`
-	Grants            int                   `json:"grants"`
-	Handoffs          int                   `json:"handoffs"`
-	WorkSteps         int                   `json:"work_steps"`
-	StoreCalls        int                   `json:"store_calls"`
+	Store      string `json:"store"`
+	Seed       uint64 `json:"seed"`
+	Workers    int    `json:"workers"`
+	TTL        string `json:"ttl"`
+	Duration   string `json:"duration"`
+	Unsafe     bool   `json:"unsafe,omitempty"`
+	Processes  int    `json:"processes"`
+	Grants     int    `json:"grants"`
+	Handoffs   int    `json:"handoffs"`
+	WorkSteps  int    `json:"work_steps"`
+	StoreCalls int    `json:"store_calls"`
+	// StoreCallsFailed counts the store calls answered with an error or an
+	// unknown outcome (not "held" or "lost", which are answers), of which
+	// StoreCallsNoHosts with the driver's "no hosts available";
+	// LongestFailStreak is the longest run of consecutive failed calls in
+	// one worker, from the first one's send to the last one's answer.
+	StoreCallsFailed  int                   `json:"store_calls_failed"`
+	StoreCallsNoHosts int                   `json:"store_calls_no_hosts,omitempty"`
+	LongestFailStreak string                `json:"longest_failed_call_streak"`
 	Faults            map[string]int        `json:"faults"`
 	Violations        int                   `json:"violations"`
 	ViolationsByKind  map[string]int        `json:"violations_by_kind"`
@@ -292,6 +300,7 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 		r.Faults[f.Kind]++
 	}
 	ttl := opt.TTL
+	var longestStreak time.Duration
 	for _, h := range hs {
 		if opt.TTL == 0 {
 			ttl = max(ttl, h.TTL)
@@ -300,15 +309,33 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 			// A line cut by a kill is expected at most at the end; report it.
 			r.violate("history", "%s: %d unreadable lines", h.File, h.Torn)
 		}
+		sent := map[int64]int64{}
+		var streakFrom, streakTo int64
 		for _, e := range h.Events {
 			switch e.Ev {
 			case EvCall:
 				r.StoreCalls++
+				sent[e.ID] = e.T
+			case EvReturn:
+				if e.Res != ResError && e.Res != ResUnknown {
+					streakFrom = 0
+					continue
+				}
+				r.StoreCallsFailed++
+				if strings.Contains(e.Err, "no hosts available") {
+					r.StoreCallsNoHosts++
+				}
+				if streakFrom == 0 {
+					streakFrom = sent[e.ID]
+				}
+				streakTo = e.T
+				longestStreak = max(longestStreak, time.Duration(streakTo-streakFrom))
 			case EvStep:
 				r.WorkSteps++
 			}
 		}
 	}
+	r.LongestFailStreak = longestStreak.Round(time.Millisecond).String()
 	ts := Tenures(hs)
 	r.Grants = len(ts)
 
@@ -606,9 +633,9 @@ func (r *Report) Summary() string {
 	if len(fs) == 0 {
 		fs = []string{"none"}
 	}
-	s := fmt.Sprintf("store=%s seed=%d duration=%s workers=%d ttl=%s handoffs=%d grants=%d faults=%s violations=%d longest-free-gap-while-waiting=%s linearizable=%s ops=%d",
+	s := fmt.Sprintf("store=%s seed=%d duration=%s workers=%d ttl=%s handoffs=%d grants=%d faults=%s violations=%d longest-free-gap-while-waiting=%s linearizable=%s ops=%d failed-calls=%d",
 		r.Store, r.Seed, r.Duration, r.Workers, r.TTL, r.Handoffs, r.Grants, strings.Join(fs, ","), r.Violations, r.LongestFreeGap,
-		r.Linearizability.Result, r.Linearizability.Operations)
+		r.Linearizability.Result, r.Linearizability.Operations, r.StoreCallsFailed)
 	if r.Violations > 0 {
 		var vs []string
 		for k, n := range r.ViolationsByKind {

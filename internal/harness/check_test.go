@@ -184,3 +184,26 @@ func TestMonoOf(t *testing.T) {
 		t.Errorf("MonoOf(now+1s) - MonoNow() - 1s = %v", time.Duration(diff))
 	}
 }
+
+// The report counts the store calls that failed and the longest run of
+// failed calls in one worker.
+func TestCheckCountsFailedCalls(t *testing.T) {
+	h := &History{File: "A", Owner: "A", TTL: time.Second}
+	call := func(id, send, reply int64, res, err string) {
+		h.Events = append(h.Events,
+			Event{Ev: EvCall, T: send * ms, ID: id, Op: OpAcquire, Owner: "A"},
+			Event{Ev: EvReturn, T: reply * ms, ID: id, Res: res, Err: err})
+	}
+	call(1, 0, 5, ResHeld, "")
+	call(2, 10, 20, ResError, "gocql: no hosts available in the pool")
+	call(3, 30, 1030, ResUnknown, "context deadline exceeded")
+	call(4, 1040, 1050, ResHeld, "")
+	call(5, 1100, 1400, ResError, "gocql: no hosts available in the pool")
+	r := check([]*History{h})
+	if r.StoreCalls != 5 || r.StoreCallsFailed != 3 || r.StoreCallsNoHosts != 2 {
+		t.Errorf("calls %d, failed %d, no hosts %d; want 5, 3, 2", r.StoreCalls, r.StoreCallsFailed, r.StoreCallsNoHosts)
+	}
+	if r.LongestFailStreak != "1.02s" {
+		t.Errorf("longest failed-call streak %s, want 1.02s (sent at 10 ms, last answer at 1030 ms)", r.LongestFailStreak)
+	}
+}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -141,9 +142,10 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 func CheckMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var out, store string
+	var out, store, jsonOut string
 	var o Options
 	fs.StringVar(&out, "out", "", "the run's output directory")
+	fs.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	fs.StringVar(&store, "store", "sqlite", "the store's kind: sqlite, cassandra, postgres, etcd or redis")
 	fs.DurationVar(&o.TTL, "ttl", 0, "the workers' TTL (default: from the histories)")
 	fs.DurationVar(&o.RetryInterval, "retry", 250*time.Millisecond, "the workers' retry interval")
@@ -170,6 +172,16 @@ func CheckMain(args []string, stdout, stderr io.Writer) int {
 	}
 	rep := Check(hs, faults, o)
 	fmt.Fprintln(stdout, rep.Summary())
+	if jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(jsonOut, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "check:", err)
+			return ExitError
+		}
+	}
 	for _, v := range rep.Examples {
 		fmt.Fprintf(stderr, "check: VIOLATION %s: %s\n", v.Kind, v.Detail)
 	}

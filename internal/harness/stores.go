@@ -105,7 +105,11 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 				return nil, fmt.Errorf("harness: cassandra host %q: the harness drives nodes on loopback addresses only (scripts/cassandra)", h)
 			}
 			target := net.JoinHostPort(h, strconv.Itoa(port))
-			p, err := netfault.Start(target)
+			// Each node's proxy listens on the node's own address: gocql
+			// tells nodes apart by IP address alone, so proxies sharing
+			// 127.0.0.1 made it see one node (and take one node's failure
+			// for another's).
+			p, err := netfault.StartOn(h, target)
 			if err != nil {
 				env.close()
 				return nil, err

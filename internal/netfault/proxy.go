@@ -43,8 +43,15 @@ type Proxy struct {
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards to target.
-func Start(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func Start(target string) (*Proxy, error) { return StartOn("127.0.0.1", target) }
+
+// StartOn listens on a free port of the address host and forwards to
+// target. Proxies for the nodes of one cluster should listen on addresses of
+// their own (each on its node's address, for nodes on loopback addresses):
+// some drivers tell nodes apart by IP address alone (gocql v2.1.2 does), so
+// proxies that share an address but not a port look like one node to them.
+func StartOn(host, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}

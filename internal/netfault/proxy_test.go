@@ -83,3 +83,30 @@ func TestModes(t *testing.T) {
 		t.Fatal("reset: connection still open")
 	}
 }
+
+// StartOn listens on the address given (here another loopback address)
+// and forwards as Start does.
+func TestStartOn(t *testing.T) {
+	target, _ := echo(t)
+	p, err := StartOn("127.0.0.2", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	host, _, err := net.SplitHostPort(p.Addr())
+	if err != nil || host != "127.0.0.2" {
+		t.Fatalf("proxy listens on %s, want 127.0.0.2:PORT", p.Addr())
+	}
+	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("hi\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "hi\n" {
+		t.Fatalf("read %q, %v through the proxy; want \"hi\\n\"", line, err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,7 +53,11 @@ func clusterConfig(t *testing.T, mode cassandra.Mode) cassandra.Config {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := cassandra.Init(ctx, cfg); err != nil {
+	// Schema changes take seconds on a busy cluster: Init gets the
+	// default timeout, the tests the short one.
+	icfg := cfg
+	icfg.Timeout = cassandra.DefaultTimeout
+	if err := cassandra.Init(ctx, icfg); err != nil {
 		t.Fatalf("Init on the cluster: %v", err)
 	}
 	return cfg
@@ -295,5 +301,193 @@ func TestClusterConformance(t *testing.T) {
 		InvalidTTLs: invalidTTLs,
 		Skip: map[string]string{"C01": onOneNode, "C03": onOneNode, "C04": onOneNode, "C05": onOneNode,
 			"C06c": onOneNode, "C07": onOneNode, "C08": onOneNode, "C10": onOneNode},
+	})
+}
+
+// loadCall is one store call of clusterLoad.
+type loadCall struct {
+	start, end time.Time
+	err        error
+}
+
+// clusterLoad is clients goroutines looping acquire, renew, release on
+// resources of their own through one store, each call bounded by 3 s, as a
+// process serving leases would.
+type clusterLoad struct {
+	mu    sync.Mutex
+	calls []loadCall
+	slow  atomic.Bool // sleep 200 ms between cycles (while a node restarts)
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+func startClusterLoad(t *testing.T, s *cassandra.Store, clients int, ttl time.Duration) *clusterLoad {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &clusterLoad{stop: cancel}
+	for i := 0; i < clients; i++ {
+		own := owner(t, "client"+strconv.Itoa(i))
+		res := resource(t, "c"+strconv.Itoa(i))
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for ctx.Err() == nil {
+				var token uint64
+				if l.call(ctx, func(c context.Context) error {
+					rec, err := s.Acquire(c, res, own, ttl)
+					token = rec.Token
+					return err
+				}) != nil {
+					continue
+				}
+				l.call(ctx, func(c context.Context) error { return s.Renew(c, res, own, token, ttl) })
+				l.call(ctx, func(c context.Context) error { return s.Release(c, res, own, token) })
+				if l.slow.Load() {
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	t.Cleanup(l.end)
+	return l
+}
+
+func (l *clusterLoad) call(ctx context.Context, f func(context.Context) error) error {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := f(cctx)
+	cancel()
+	if ctx.Err() == nil {
+		l.mu.Lock()
+		l.calls = append(l.calls, loadCall{start, time.Now(), err})
+		l.mu.Unlock()
+	}
+	return err
+}
+
+func (l *clusterLoad) end() {
+	l.stop()
+	l.wg.Wait()
+}
+
+// count returns the calls that started at or after from and ended before
+// to, and those of them that failed, with the first few errors.
+func (l *clusterLoad) count(from, to time.Time) (n, failed int, errs []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.calls {
+		if c.start.Before(from) || !c.end.Before(to) {
+			continue
+		}
+		n++
+		if c.err != nil {
+			failed++
+			if len(errs) < 5 {
+				errs = append(errs, c.err.Error())
+			}
+		}
+	}
+	return n, failed, errs
+}
+
+// endedSince counts the calls that ended after from.
+func (l *clusterLoad) endedSince(from time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.calls {
+		if c.end.After(from) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClusterServesThroughNodeLoss: with one node of three paused (SIGSTOP:
+// it stops answering without closing its connections) or killed, at least
+// 99% of the store calls of four clients looping acquire, renew, release
+// succeed, each bounded by 3 s, with the store's default timeout (10 s).
+// Once the node is back (resumed, or restarted), the calls that start a TTL
+// later succeed too (at least 99%). The figures are measured over at least
+// 10 s and 600 calls of each phase; calls per second are logged, not
+// asserted.
+func TestClusterServesThroughNodeLoss(t *testing.T) {
+	cfg := clusterConfig(t, cassandra.ModeNative)
+	cfg.Timeout = cassandra.DefaultTimeout
+	s := openCluster(t, cfg)
+	const (
+		ttl      = 2 * time.Second
+		minFault = 10 * time.Second
+		maxFault = 40 * time.Second
+		minCalls = 600
+	)
+	load := startClusterLoad(t, s, 4, ttl)
+	check := func(t *testing.T, what string, from, to time.Time) {
+		t.Helper()
+		n, failed, errs := load.count(from, to)
+		rate := float64(n-failed) / float64(max(n, 1))
+		t.Logf("%s: %d calls in %v (%.0f/s), %d failed (success %.4f)", what, n, to.Sub(from).Round(time.Millisecond),
+			float64(n)/to.Sub(from).Seconds(), failed, rate)
+		if n == 0 || rate < 0.99 {
+			t.Errorf("%s: %d of %d store calls failed (success %.4f, want at least 0.99); first errors: %q", what, failed, n, rate, errs)
+		}
+	}
+	// phase injects a fault, keeps it for at least minFault and minCalls
+	// calls, heals it (heal returns when the node is back) and checks the
+	// calls during the fault and from one TTL after.
+	phase := func(t *testing.T, inject, heal func()) {
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		inject()
+		for time.Since(start) < minFault || (load.endedSince(start) < minCalls && time.Since(start) < maxFault) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		end := time.Now()
+		heal()
+		back := time.Now()
+		time.Sleep(ttl + 3*time.Second)
+		check(t, "node down", start, end)
+		check(t, "from one TTL after the node is back", back.Add(ttl), time.Now())
+	}
+
+	t.Run("Paused", func(t *testing.T) {
+		pid := nodePID(t, 2)
+		resumed := false
+		resume := func() {
+			if !resumed {
+				resumed = true
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+		}
+		t.Cleanup(resume)
+		phase(t, func() {
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+		}, resume)
+	})
+
+	t.Run("Killed", func(t *testing.T) {
+		pid := nodePID(t, 2)
+		restarted := false
+		restart := func() {
+			if restarted {
+				return
+			}
+			restarted = true
+			// Two shared cores cannot restart a node under the full load.
+			load.slow.Store(true)
+			defer load.slow.Store(false)
+			cmd := exec.Command("../../scripts/cassandra", "restart", "2")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("restarting node 2: %v\n%s", err, out)
+			}
+		}
+		t.Cleanup(restart)
+		phase(t, func() {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}, restart)
 	})
 }

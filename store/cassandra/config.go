@@ -115,9 +115,13 @@ type Config struct {
 	LocalDC string
 
 	// Timeout bounds each query, in addition to the caller's context
-	// (default DefaultTimeout, at most MaxTimeout). A store call makes at
-	// most two conditional writes, each sent once, and at most one
-	// resolving read (which the driver may send to a second replica when the
+	// (default DefaultTimeout, at most MaxTimeout). A conditional write is
+	// also bounded by three quarters of the time left before the context's
+	// deadline, and by half of it when its coordinator stopped answering, so
+	// that a write stuck on a frozen node leaves time to resolve its outcome
+	// on another node and to try again. A store call
+	// makes at most two conditional writes, each sent once, and at most one
+	// resolving read (which the driver may send to a second node when the
 	// first does not answer, and which is sent once more when it failed at
 	// once on a connection that had just broken), so it returns within
 	// about 4·Timeout even when the cluster does not answer; the caller's
@@ -166,7 +170,14 @@ type Config struct {
 	// translator, a fixed protocol version). Do not set a retry or
 	// speculative-execution policy that resends conditional writes, and do
 	// not shorten timeouts below the server's: the store's guarantees rest on
-	// each conditional write being sent once and its outcome resolved.
+	// each conditional write being sent once and its outcome resolved. A
+	// HostSelectionPolicy set here replaces the store's, which tries nodes
+	// that stopped answering last; a StreamObserver set here is called after
+	// the store's own. An AddressTranslator must give every node an IP
+	// address of its own: gocql v2.1.2 tells hosts apart by IP address alone
+	// (HostInfo.Equal, the policies' host lists, marking a host down), so
+	// nodes translated to one address with different ports count as one
+	// node, and one node's failure can be taken for another's.
 	ClusterHook func(*gocql.ClusterConfig)
 
 	// TokenCacheSize bounds the per-store cache of the last fencing token
@@ -407,8 +418,9 @@ func (r resolved) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// cluster builds the driver's cluster configuration.
-func (r resolved) cluster() (*gocql.ClusterConfig, error) {
+// cluster builds the driver's cluster configuration, and the tracker of the
+// requests in flight that it installs as the driver's stream observer.
+func (r resolved) cluster() (*gocql.ClusterConfig, *stallTracker, error) {
 	c := gocql.NewCluster(r.Hosts...)
 	c.Port = r.Port
 	c.Timeout = r.Timeout
@@ -429,24 +441,34 @@ func (r resolved) cluster() (*gocql.ClusterConfig, error) {
 	// replica, so a replica that stopped answering (paused, not yet marked
 	// down) lost the lease although two of three nodes were fine. Round
 	// robin spreads successive attempts over the nodes; any node can
-	// coordinate a Paxos round, at the cost of one more hop.
+	// coordinate a Paxos round, at the cost of one more hop. Nodes that
+	// stopped answering (hosts.go) are tried last.
+	var inner gocql.HostSelectionPolicy
 	if r.LocalDC != "" {
-		c.PoolConfig.HostSelectionPolicy = gocql.DCAwareRoundRobinPolicy(r.LocalDC)
+		inner = gocql.DCAwareRoundRobinPolicy(r.LocalDC)
 	} else {
-		c.PoolConfig.HostSelectionPolicy = gocql.RoundRobinHostPolicy()
+		inner = gocql.RoundRobinHostPolicy()
 	}
+	stalls := newStallTracker(stallAfter)
+	c.PoolConfig.HostSelectionPolicy = &stallAwarePolicy{HostSelectionPolicy: inner, t: stalls}
+	c.StreamObserver = stalls
 	if r.Username != "" {
 		c.Authenticator = gocql.PasswordAuthenticator{Username: r.Username, Password: r.Password}
 	}
 	tc, err := r.tlsConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if tc != nil {
 		c.SslOpts = &gocql.SslOptions{Config: tc, EnableHostVerification: !r.SkipHostVerification}
 	}
 	if r.ClusterHook != nil {
 		r.ClusterHook(c)
+		if c.StreamObserver == nil {
+			c.StreamObserver = stalls
+		} else if c.StreamObserver != gocql.StreamObserver(stalls) {
+			c.StreamObserver = chainObservers{stalls, c.StreamObserver}
+		}
 	}
-	return c, nil
+	return c, stalls, nil
 }

@@ -48,7 +48,14 @@ const (
 
 func newCQLProxy(t testing.TB, target string) *cqlProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Listen on the target's own address (a loopback address in the
+	// tests): gocql tells nodes apart by IP address alone, so proxies of
+	// several nodes must not share one.
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

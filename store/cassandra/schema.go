@@ -75,7 +75,7 @@ func Init(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	session, err := connect(ctx, r)
+	session, _, err := connect(ctx, r)
 	if err != nil {
 		return err
 	}

@@ -27,11 +27,14 @@ import (
 type Store struct {
 	cfg     resolved
 	session *gocql.Session
-	st      statements
-	cache   *tokenCache
+	// stalls follows the requests in flight to each node (hosts.go).
+	stalls *stallTracker
+	st     statements
+	cache  *tokenCache
 	// speculate sends a read to a second replica when the first has not
-	// answered within a quarter of Timeout (reads only: they are idempotent).
-	speculate gocql.SpeculativeExecutionPolicy
+	// answered within a quarter of Timeout (reads only: they are idempotent);
+	// see speculation.
+	speculate *gocql.SimpleSpeculativeExecution
 
 	closeOnce sync.Once
 }
@@ -89,12 +92,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	session, err := connect(ctx, r)
+	session, stalls, err := connect(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: r, session: session, st: newStatements(r), cache: newTokenCache(r.TokenCacheSize),
-		speculate: &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: max(r.Timeout/4, 20*time.Millisecond)}}
+	s := &Store{cfg: r, session: session, stalls: stalls, st: newStatements(r), cache: newTokenCache(r.TokenCacheSize),
+		speculate: &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: max(r.Timeout/4, minSpeculationDelay)}}
 	if r.CreateSchema {
 		if err := createSchema(ctx, r, session); err != nil {
 			session.Close()
@@ -110,10 +113,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 // connect creates the driver session, bounded by ctx and by the
 // configuration's timeouts (gocql's NewSession takes no context).
-func connect(ctx context.Context, r resolved) (*gocql.Session, error) {
-	cluster, err := r.cluster()
+func connect(ctx context.Context, r resolved) (*gocql.Session, *stallTracker, error) {
+	cluster, stalls, err := r.cluster()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bound := time.Duration(len(r.Hosts)+1)*r.ConnectTimeout + r.Timeout
 	type result struct {
@@ -138,15 +141,15 @@ func connect(ctx context.Context, r resolved) (*gocql.Session, error) {
 	select {
 	case res := <-done:
 		if res.err != nil {
-			return nil, fmt.Errorf("cassandra store: connect to %s: %w", r.hostList(), res.err)
+			return nil, nil, fmt.Errorf("cassandra store: connect to %s: %w", r.hostList(), res.err)
 		}
-		return res.s, nil
+		return res.s, stalls, nil
 	case <-ctx.Done():
 		abandon()
-		return nil, fmt.Errorf("cassandra store: connect to %s: %w", r.hostList(), context.Cause(ctx))
+		return nil, nil, fmt.Errorf("cassandra store: connect to %s: %w", r.hostList(), context.Cause(ctx))
 	case <-timer.C:
 		abandon()
-		return nil, fmt.Errorf("cassandra store: connect to %s: no session after %v", r.hostList(), bound)
+		return nil, nil, fmt.Errorf("cassandra store: connect to %s: no session after %v", r.hostList(), bound)
 	}
 }
 
@@ -338,7 +341,7 @@ func definitelyNotApplied(err error) bool {
 // returns whether it was applied and, when not, the current row. The
 // statement is sent once: never retried by the driver.
 func (s *Store) casQuery(ctx context.Context, stmt string, args ...any) (bool, row, error) {
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	qctx, explain, cancel := s.boundWrite(ctx)
 	defer cancel()
 	m := map[string]any{}
 	applied, err := s.session.Query(stmt, args...).
@@ -347,11 +350,100 @@ func (s *Store) casQuery(ctx context.Context, stmt string, args ...any) (bool, r
 		Idempotent(false). // never retried nor sent speculatively,
 		RetryPolicy(nil).  // whatever a ClusterHook set
 		MapScanCASContext(qctx, m)
-	if err != nil {
+	if err = explain(err); err != nil {
 		return false, row{}, err
 	}
 	return applied, rowFrom(m), nil
 }
+
+// boundWrite returns the context for one conditional write, a function
+// that explains an error the write returned, and the function that releases
+// the context. The write's time is split with what follows it when its
+// answer is lost (the serial read that resolves it on another node and, for
+// the caller, say a Locker renewing a lease, another try there):
+//
+//   - once half of the time left on ctx has passed, the write is given up as
+//     soon as its coordinator has been silent (a request unanswered, and no
+//     answer to anything) for a quarter of the time left (at least
+//     stallAfter), so that a frozen coordinator costs about half the time
+//     left;
+//   - a coordinator that still answers, if slowly (a node just restarted,
+//     or collecting garbage, that usually applies the write), is waited for
+//     up to three quarters of the time left, and never longer than
+//     Timeout.
+//
+// A write still waiting for a connection or for its statement to be
+// prepared (no coordinator yet) runs to the second bound.
+//
+// A write that is given up is not lost by that: the serial read finds it
+// applied (its write id) or completes it, or reports the outcome unknown.
+func (s *Store) boundWrite(ctx context.Context) (context.Context, func(error) error, context.CancelFunc) {
+	hard, soft := s.writeBounds(ctx)
+	silence := max(stallAfter, soft/2) // soft is half the time left
+	probe := &writeProbe{}
+	qctx, giveUp := context.WithCancelCause(context.WithValue(ctx, probeKey{}, probe))
+	tctx, cancelTimeout := context.WithTimeout(qctx, hard)
+	var (
+		mu      sync.Mutex
+		timer   *time.Timer
+		stopped bool
+	)
+	if soft > 0 {
+		var check func()
+		check = func() {
+			if id, ok := probe.coordinator(); ok && s.stalls.silent(id) >= silence {
+				giveUp(errCoordinatorStalled)
+				return
+			}
+			mu.Lock()
+			if !stopped {
+				timer = time.AfterFunc(stallAfter/5, check)
+			}
+			mu.Unlock()
+		}
+		mu.Lock()
+		timer = time.AfterFunc(soft, check)
+		mu.Unlock()
+	}
+	explain := func(err error) error {
+		if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && errors.Is(context.Cause(qctx), errCoordinatorStalled) {
+			id, _ := probe.coordinator()
+			return fmt.Errorf("%w (node %s)", errCoordinatorStalled, id)
+		}
+		return err
+	}
+	release := func() {
+		mu.Lock()
+		stopped = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancelTimeout()
+		giveUp(nil)
+	}
+	return tctx, explain, release
+}
+
+// writeBounds returns the longest a conditional write may take (Timeout,
+// and at most three quarters of the time left on ctx) and from when it is
+// given up if its coordinator stopped answering (half the time left; 0 when
+// ctx has no deadline or the first bound comes first).
+func (s *Store) writeBounds(ctx context.Context) (hard, soft time.Duration) {
+	hard = s.cfg.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		hard = min(hard, left*3/4)
+		if left/2 < hard {
+			soft = left / 2
+		}
+	}
+	return hard, soft
+}
+
+// errCoordinatorStalled is why a conditional write was given up when its
+// coordinator stopped answering.
+var errCoordinatorStalled = fmt.Errorf("cassandra store: the coordinator stopped answering: %w", context.DeadlineExceeded)
 
 type batchStmt struct {
 	stmt string
@@ -361,7 +453,7 @@ type batchStmt struct {
 // casBatch runs a single-partition conditional batch: one lightweight
 // transaction.
 func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, error) {
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	qctx, explain, cancel := s.boundWrite(ctx)
 	defer cancel()
 	b := s.session.Batch(gocql.UnloggedBatch).
 		Consistency(s.cfg.CommitConsistency).
@@ -377,7 +469,7 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 			err = cerr
 		}
 	}
-	if err != nil {
+	if err = explain(err); err != nil {
 		return false, row{}, err
 	}
 	return applied, rowFrom(m), nil
@@ -386,9 +478,11 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 // read returns the resource's row from a linearizable (SERIAL or
 // LOCAL_SERIAL) read, which also completes any Paxos round in flight on it.
 // A read is safe to send more than once: when its coordinator has not
-// answered after a quarter of Timeout (a node that stopped answering, and
-// the very one that lost a write's answer, often), the driver sends it to a
-// second replica as well (speculative execution); when an attempt fails,
+// answered after a quarter of Timeout or of the time left (a node that
+// stopped answering, and the very one that lost a write's answer, often),
+// the driver sends it to a second node as well (speculative execution);
+// nodes that stopped answering are tried last anyway (hosts.go); when an
+// attempt fails,
 // the driver tries the next replica, within 2·Timeout in all; and when it
 // failed at once because its connection had just broken while the pool had
 // not noticed yet, it is sent once more.
@@ -413,7 +507,7 @@ func (s *Store) readOnce(ctx context.Context, resource string) (row, error) {
 		Consistency(s.cfg.SerialConsistency).
 		Idempotent(true).
 		RetryPolicy(&gocql.SimpleRetryPolicy{NumRetries: 1}).
-		SetSpeculativeExecutionPolicy(s.speculate).
+		SetSpeculativeExecutionPolicy(s.speculation(qctx)).
 		MapScanContext(qctx, m)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return row{}, nil
@@ -423,6 +517,26 @@ func (s *Store) readOnce(ctx context.Context, resource string) (row, error) {
 	}
 	return rowFrom(m), nil
 }
+
+// speculation is the speculative execution of a read bounded by ctx: a
+// second request to another node when the first has not answered within a
+// quarter of Timeout or of the time left, whichever is shorter (at least
+// minSpeculationDelay).
+func (s *Store) speculation(ctx context.Context) gocql.SpeculativeExecutionPolicy {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return s.speculate
+	}
+	d := max(time.Until(dl)/4, minSpeculationDelay)
+	if d >= s.speculate.TimeoutDelay {
+		return s.speculate
+	}
+	return &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: d}
+}
+
+// minSpeculationDelay is the shortest wait before a read is sent to a
+// second node.
+const minSpeculationDelay = 20 * time.Millisecond
 
 // connectionLost reports whether err says that a connection broke (as
 // opposed to a timeout), so that the request failed at once.

@@ -283,10 +283,16 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 	return out, nil
 }
 
-// Subscribe implements driver.Notifier: the channel receives a value when a
-// lease on resource is released.
+// Subscribe implements driver.Notifier: a release of resource wakes the
+// subscriber that has waited longest (driver.Hub).
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
 	return s.hub.Subscribe(ctx, resource, 0)
+}
+
+// Watch implements driver.Watcher: every release of resource wakes the
+// watcher.
+func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.hub.Watch(ctx, resource, 0)
 }
 
 // Close makes later operations fail. It is idempotent.

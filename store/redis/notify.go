@@ -103,3 +103,13 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 	}
 	return ch, stop, err
 }
+
+// Watch implements driver.Watcher: every release notification of resource
+// wakes the watcher (Subscribe wakes one waiter per release).
+func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	ch, stop, err := s.hub.Watch(ctx, resource, 2*s.rdb.Options().DialTimeout+time.Second)
+	if err != nil && !errors.Is(err, driver.ErrInvalidResource) {
+		err = fmt.Errorf("redis store: %w", err)
+	}
+	return ch, stop, err
+}

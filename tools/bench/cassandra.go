@@ -136,6 +136,7 @@ func openCassandra(ctx context.Context, raw string, u *store.URL, cfg *cassandra
 		&jaegerSystem{session: js.Session(), table: table},
 		&floorSystem{session: js.Session(), table: table},
 	}
+	t.Peers = t.Baselines
 	return nil
 }
 

@@ -22,6 +22,8 @@ const (
 // CostResult is the requests one operation sent, counted by the target's
 // meter around each call.
 type CostResult struct {
+	// Phase is "" for the cost phase, "peers" for the peers phase.
+	Phase   string `json:"phase,omitempty"`
 	Store   string `json:"store"`
 	System  string `json:"system"`
 	Op      string `json:"op"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-go/tenure"
@@ -35,10 +36,22 @@ type OpsConfig struct {
 	Prefix string
 	// Timeout bounds each operation (default 30 s).
 	Timeout time.Duration
+	// Hold is how long a client keeps a grant in contended mode before it
+	// releases it (default 0: at once). The overlap count covers that
+	// time: with 0 it checks only the instant between the acquire's return
+	// and the release's call.
+	Hold time.Duration
+	// Phase names the phase in the results: "" for the ops and contended
+	// phases, PhasePeers for the peers phase.
+	Phase string
 }
 
 // OpsResult is one system's figures in one phase.
 type OpsResult struct {
+	// Phase is "" for the ops and contended phases, "peers" for the peers
+	// phase.
+	Phase    string  `json:"phase,omitempty"`
+	TTLS     float64 `json:"ttl_s,omitempty"`
 	Store    string  `json:"store"`
 	System   string  `json:"system"`
 	Mode     string  `json:"mode"`
@@ -55,6 +68,12 @@ type OpsResult struct {
 	OpsPerS    float64 `json:"ops_per_s"`
 	Errors     int64   `json:"errors"`
 	FirstError string  `json:"first_error,omitempty"`
+	// Overlaps counts, in contended mode, the grants made while another
+	// client of the same system believed it held the resource (between
+	// its acquire's return and its release's call): 0 for a correct lock.
+	Overlaps int64 `json:"overlaps"`
+	// HoldMs is the contended mode's hold time.
+	HoldMs float64 `json:"hold_ms,omitempty"`
 	// Requests are the store requests counted during the measured rounds,
 	// by kind, and PerCycle the primary kind per cycle.
 	Requests Counts  `json:"requests,omitempty"`
@@ -80,6 +99,7 @@ type opsAcc struct {
 	cpu      time.Duration
 	cycles   int64
 	errors   int64
+	overlaps int64
 	firstErr string
 	req      Counts
 }
@@ -124,6 +144,9 @@ func RunOps(ctx context.Context, target *Target, systems []System, cfg OpsConfig
 		if cfg.Mode == ModeContended && !supports(sys, OpRelease) {
 			continue
 		}
+		if nn, ok := sys.(interface{ newNames() bool }); ok && nn.newNames() && cfg.Mode == ModeContended {
+			continue // a new name each time never contends
+		}
 		e := &entry{sys: sys, acc: &opsAcc{samples: map[string][]time.Duration{}}}
 		entries = append(entries, e)
 		for i := 0; i < cfg.Clients; i++ {
@@ -166,6 +189,7 @@ func RunOps(ctx context.Context, target *Target, systems []System, cfg OpsConfig
 	for _, e := range entries {
 		a := e.acc
 		res := &OpsResult{
+			Phase: cfg.Phase, TTLS: cfg.TTL.Seconds(), Overlaps: a.overlaps, HoldMs: ms(cfg.Hold),
 			Store: target.Name, System: e.sys.Name(), Mode: cfg.Mode, Clients: cfg.Clients,
 			ElapsedS: round3(a.elapsed.Seconds()), Cycles: a.cycles, Ops: map[string]*OpResult{},
 			Errors: a.errors, FirstError: a.firstErr, Requests: a.req,
@@ -210,6 +234,7 @@ func runRound(ctx context.Context, store string, sys System, clients []Client, c
 	var wg sync.WaitGroup
 	var endMu sync.Mutex
 	var lastEnd time.Time
+	var holders atomic.Int64 // contended: clients between a grant and its release
 	for i, c := range clients {
 		resource := fmt.Sprintf("%s/%s/%s/c%d/%d", cfg.Prefix, store, sys.Name(), cfg.Clients, i)
 		if cfg.Mode == ModeContended {
@@ -250,6 +275,17 @@ func runRound(ctx context.Context, store string, sys System, clients []Client, c
 						fail(OpAcquire, err)
 					}
 					continue
+				}
+				if cfg.Mode == ModeContended {
+					if holders.Add(1) > 1 {
+						acc.mu.Lock()
+						acc.overlaps++
+						acc.mu.Unlock()
+					}
+					if cfg.Hold > 0 {
+						time.Sleep(cfg.Hold)
+					}
+					holders.Add(-1)
 				}
 				if cfg.Mode == ModeDistinct && supports(sys, OpRenew) {
 					if err := timed(OpRenew, c.Renew); err != nil {

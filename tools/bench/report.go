@@ -24,8 +24,14 @@ type Report struct {
 	Costs    []*CostResult     `json:"costs"`
 	Scale    []*ScaleResult    `json:"scale,omitempty"`
 	Failover []*FailoverResult `json:"failover,omitempty"`
-	Checks   []Check           `json:"checks"`
-	Errors   []string          `json:"errors,omitempty"`
+	// Ratios are tenure's figures over each peer's, from the peers phase
+	// of this run.
+	Ratios     []*Ratio           `json:"ratios,omitempty"`
+	Peers      map[string]string  `json:"peer_versions,omitempty"`
+	Waiters    []*WaitersResult   `json:"waiters,omitempty"`
+	Semaphores []*SemaphoreResult `json:"semaphores,omitempty"`
+	Checks     []Check            `json:"checks"`
+	Errors     []string           `json:"errors,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -77,8 +83,12 @@ type Check struct {
 }
 
 func findOps(ops []*OpsResult, store, system, mode string, clients int) *OpsResult {
+	return findPhaseOps(ops, "", store, system, mode, clients)
+}
+
+func findPhaseOps(ops []*OpsResult, phase, store, system, mode string, clients int) *OpsResult {
 	for _, o := range ops {
-		if o.Store == store && o.System == system && o.Mode == mode && o.Clients == clients {
+		if o.Phase == phase && o.Store == store && o.System == system && o.Mode == mode && o.Clients == clients {
 			return o
 		}
 	}
@@ -87,7 +97,7 @@ func findOps(ops []*OpsResult, store, system, mode string, clients int) *OpsResu
 
 func findCost(costs []*CostResult, store, system, op string) *CostResult {
 	for _, c := range costs {
-		if c.Store == store && c.System == system && c.Op == op {
+		if c.Phase == "" && c.Store == store && c.System == system && c.Op == op {
 			return c
 		}
 	}
@@ -104,6 +114,7 @@ func p50(o *OpsResult, op string) float64 {
 // Evaluate checks the performance targets that this run's figures cover.
 func (r *Report) Evaluate() {
 	r.Checks = nil
+	r.computeRatios()
 	add := func(pass bool, target, format string, args ...any) {
 		r.Checks = append(r.Checks, Check{Target: target, Got: fmt.Sprintf(format, args...), Pass: pass})
 	}
@@ -118,7 +129,7 @@ func (r *Report) Evaluate() {
 	}
 	clients := map[int]bool{}
 	for _, o := range r.Ops {
-		if o.Store == "cassandra" && o.Mode == ModeDistinct {
+		if o.Phase == "" && o.Store == "cassandra" && o.Mode == ModeDistinct {
 			clients[o.Clients] = true
 		}
 	}
@@ -153,12 +164,13 @@ func (r *Report) Evaluate() {
 		add(p99 < 50, "SQLite p99 acquire at 64 clients under 50 ms",
 			"p99 %.1f ms (p50 %.2f ms, %d acquires)", p99, o.Ops[OpAcquire].P50Ms, o.Ops[OpAcquire].N)
 	}
+	r.peerChecks(add)
 	for _, s := range r.Scale {
 		perLease := float64(s.GoroutinesPeak-s.GoroutinesBase) / float64(s.Leases)
 		add(s.Lost == 0 && s.AcquireErrors == 0, fmt.Sprintf("%s: %d leases renewed with 0 lost", s.Store, s.Leases),
 			"%d lost, %d not acquired, %d renewals, %d late (> interval + %.0f ms), %d failed", s.Lost, s.AcquireErrors, s.Renewals, s.Late, s.SlackMs, s.RenewErrors)
 		add(s.Late == 0, fmt.Sprintf("%s: %d leases renewed with 0 late renewals", s.Store, s.Leases),
-			"%d late of %d (confirmed > interval + %.0f ms after the previous send); worst gap %.0f ms", s.Late, s.Renewals, s.SlackMs, s.ConfirmGap.MaxMs)
+			"%d late of %d (confirmed > interval + %.0f ms after the previous send); worst gap %.0f ms (interval %.0f ms)", s.Late, s.Renewals, s.SlackMs, s.ConfirmGap.MaxMs, s.IntervalS*1000)
 		add(s.HeapPerLease <= 2048 && s.HeapPerLeaseEnd <= 2048, fmt.Sprintf("%s: at most 2 KiB of heap per lease", s.Store),
 			"%.0f B per lease after taking them, %.0f B at the end of the hold", s.HeapPerLease, s.HeapPerLeaseEnd)
 		add(perLease <= 0.1, fmt.Sprintf("%s: well under one goroutine per lease (at most 0.1)", s.Store),
@@ -198,52 +210,77 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		return fmt.Sprintf("%s\t%s", fmtMs(o.Ops[op].P50Ms), fmtMs(o.Ops[op].P99Ms))
 	}
-	var distinct, contended []*OpsResult
-	for _, o := range r.Ops {
-		if o.Mode == ModeDistinct {
-			distinct = append(distinct, o)
-		} else {
-			contended = append(contended, o)
+	opsTables := func(phase, title string) {
+		var distinct, contended []*OpsResult
+		for _, o := range r.Ops {
+			if o.Phase != phase {
+				continue
+			}
+			if o.Mode == ModeDistinct {
+				distinct = append(distinct, o)
+			} else {
+				contended = append(contended, o)
+			}
+		}
+		if len(distinct) > 0 {
+			fmt.Fprintf(w, "\n%sOperations, every client on its own resource (latency in ms: p50, p99; throughput: operations per second)\n", title)
+			t := tw()
+			fmt.Fprintln(t, "store\tsystem\tclients\tacquire p50\tp99\trenew p50\tp99\trelease p50\tp99\tcycles/s\tops/s\tclient CPU µs/op\trequests/cycle\terrors\t")
+			for _, o := range distinct {
+				fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%.0f\t%.1f\t%s\t%d\t\n", o.Store, o.System, o.Clients,
+					lat(o, OpAcquire), lat(o, OpRenew), lat(o, OpRelease), perS(o, OpAcquire), o.OpsPerS, o.ClientCPUUsPerOp, perCycle(o, o.Unit), o.Errors)
+			}
+			t.Flush()
+		}
+		if len(contended) > 0 {
+			fmt.Fprintf(w, "\n%sContended: every client on one resource, acquiring in a loop and releasing when granted (ms)\n", title)
+			t := tw()
+			fmt.Fprintln(t, "store\tsystem\tclients\tgrants/s\tattempts/s\tgranted p50\tp99\theld p50\tp99\trelease p50\tp99\trequests/attempt\toverlaps\terrors\t")
+			for _, o := range contended {
+				attempts := 0.0
+				if o.ElapsedS > 0 {
+					attempts = float64(o.Cycles) / o.ElapsedS
+				}
+				fmt.Fprintf(t, "%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t\n", o.Store, o.System, o.Clients, perS(o, OpAcquire), attempts,
+					lat(o, OpAcquire), lat(o, "acquire-held"), lat(o, OpRelease), perCycle(o, o.Unit), o.Overlaps, o.Errors)
+			}
+			t.Flush()
 		}
 	}
-	if len(distinct) > 0 {
-		fmt.Fprintln(w, "\nOperations, every client on its own resource (latency in ms: p50, p99; throughput: operations per second)")
+	opsTables("", "")
+	opsTables(PhasePeers, "Peers: ")
+	if len(r.Ratios) > 0 {
+		fmt.Fprintln(w, "\nPeers: tenure over each peer, same run (p50 against p50 per operation; cycles/s and wins/s: tenure's over the peer's)")
 		t := tw()
-		fmt.Fprintln(t, "store\tsystem\tclients\tacquire p50\tp99\trenew p50\tp99\trelease p50\tp99\tops/s\tclient CPU µs/op\trequests/cycle\terrors\t")
-		for _, o := range distinct {
-			fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%d\t\n", o.Store, o.System, o.Clients,
-				lat(o, OpAcquire), lat(o, OpRenew), lat(o, OpRelease), o.OpsPerS, o.ClientCPUUsPerOp, perCycle(o, o.Unit), o.Errors)
+		fmt.Fprintln(t, "store\ttenure\tpeer\tmode\tclients\tacquire\trenew\trelease\tcycles/s\twins/s (tenure, peer)\toverlaps (tenure, peer)\t")
+		for _, x := range r.Ratios {
+			wins, ov := "-", "-"
+			if x.Mode == ModeContended {
+				wins = fmt.Sprintf("%.0f, %.0f", x.TenureWinsPerS, x.PeerWinsPerS)
+				ov = fmt.Sprintf("%d, %d", x.TenureOverlaps, x.PeerOverlaps)
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Store, x.Tenure, x.Peer, x.Mode, x.Clients,
+				fmtRatio(x.Acquire), fmtRatio(x.Renew), fmtRatio(x.Release), fmtRatio(x.Throughput), wins, ov)
 		}
 		t.Flush()
-	}
-	if len(contended) > 0 {
-		fmt.Fprintln(w, "\nContended: every client on one resource, acquiring in a loop and releasing at once when granted (ms)")
-		t := tw()
-		fmt.Fprintln(t, "store\tsystem\tclients\tgrants/s\tattempts/s\tgranted p50\tp99\theld p50\tp99\trelease p50\tp99\trequests/attempt\terrors\t")
-		for _, o := range contended {
-			grants := 0.0
-			if o.Ops[OpAcquire] != nil {
-				grants = o.Ops[OpAcquire].PerS
-			}
-			attempts := 0.0
-			if o.ElapsedS > 0 {
-				attempts = float64(o.Cycles) / o.ElapsedS
-			}
-			fmt.Fprintf(t, "%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", o.Store, o.System, o.Clients, grants, attempts,
-				lat(o, OpAcquire), lat(o, "acquire-held"), lat(o, OpRelease), perCycle(o, o.Unit), o.Errors)
+		for _, k := range sortedKeys(r.Peers) {
+			fmt.Fprintf(w, "  %s: %s\n", k, r.Peers[k])
 		}
-		t.Flush()
 	}
 	if len(r.Costs) > 0 {
 		fmt.Fprintln(w, "\nStore requests per operation, counted by the driver's hooks, one operation at a time")
 		t := tw()
-		fmt.Fprintln(t, "store\tsystem\toperation\tcounted\tunit\tmin\tmax\tall kinds (mean)\t")
+		fmt.Fprintln(t, "phase\tstore\tsystem\toperation\tcounted\tunit\tmin\tmax\tall kinds (mean)\t")
 		for _, c := range r.Costs {
 			var kinds []string
 			for _, k := range sortedKeys(c.PerOp) {
 				kinds = append(kinds, fmt.Sprintf("%s %g", k, c.PerOp[k]))
 			}
-			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t\n", c.Store, c.System, c.Op, c.Samples, c.Unit, c.Min, c.Max, strings.Join(kinds, ", "))
+			phase := c.Phase
+			if phase == "" {
+				phase = PhaseCost
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t\n", phase, c.Store, c.System, c.Op, c.Samples, c.Unit, c.Min, c.Max, strings.Join(kinds, ", "))
 		}
 		t.Flush()
 	}
@@ -279,6 +316,8 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  store load while held: %s\n", strings.Join(load, ", "))
 		}
 	}
+	r.writeWaiters(w)
+	r.writeSemaphores(w)
 	if len(r.Failover) > 0 {
 		fmt.Fprintln(w, "\nFailover between candidate processes (election.Candidate): signal to the leader → another candidate leads, CLOCK_MONOTONIC (ms)")
 		t := tw()
@@ -311,7 +350,7 @@ func (r *Report) WriteText(w io.Writer) {
 func (r *Report) ratios() []string {
 	var out []string
 	for _, o := range r.Ops {
-		if o.Store != "cassandra" || o.System != "tenure" || o.Mode != ModeDistinct {
+		if o.Phase != "" || o.Store != "cassandra" || o.System != "tenure" || o.Mode != ModeDistinct {
 			continue
 		}
 		j := findOps(r.Ops, "cassandra", "jaeger-protocol", ModeDistinct, o.Clients)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -57,10 +58,8 @@ type ScaleResult struct {
 	Renewals    int64 `json:"renewals"`
 	RenewErrors int64 `json:"renew_errors"`
 	Late        int64 `json:"late"`
-	// Batched says that the store renews many leases in one call
-	// (driver.BatchRenewer), and RenewCalls counts the renewal calls the
-	// Locker made to the store (one per batch, or one per lease).
-	Batched    bool  `json:"batched"`
+	// RenewCalls counts the renewal calls the Locker made to the store
+	// (one per batch, or one per lease), acquisition to release.
 	RenewCalls int64 `json:"renew_calls"`
 	// SendLag is each renewal's send time minus its schedule (the send of
 	// the previous confirmed renewal + interval); ConfirmGap is its
@@ -90,6 +89,11 @@ type ScaleResult struct {
 	// Requests counted while the leases were held, and per second.
 	Requests  Counts             `json:"requests"`
 	PerSecond map[string]float64 `json:"requests_per_s"`
+	// BatchCalls counts the RenewBatch calls while the leases were held,
+	// when the store renews in batches (driver.BatchRenewer); 0 otherwise.
+	BatchCalls int64 `json:"batch_calls,omitempty"`
+	// Batched tells whether the store renewed in batches.
+	Batched bool `json:"batched"`
 }
 
 // scaleStore wraps the target's store to time every renewal of the scale
@@ -138,19 +142,20 @@ func (s *scaleStore) Acquire(ctx context.Context, resource, owner string, ttl ti
 func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	t0 := time.Since(s.base)
 	err := s.Store.Renew(ctx, resource, owner, token, ttl)
+	t1 := time.Since(s.base)
 	s.calls.Add(1)
-	s.record(resource, t0, time.Since(s.base), err)
+	s.mu.Lock()
+	s.record(resource, t0, t1, err)
+	s.mu.Unlock()
 	return err
 }
 
-// record times one renewal of resource, sent at t0 and answered at t1.
+// record notes one renewal of resource, sent at t0 and answered at t1.
 func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 	i := s.index(resource)
 	if i < 0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		s.errs++
 		return
@@ -166,26 +171,33 @@ func (s *scaleStore) record(resource string, t0, t1 time.Duration, err error) {
 	s.last[i] = t0
 }
 
-// scaleBatchStore is scaleStore for a store that renews many leases in one
-// request (driver.BatchRenewer), so that the Locker batches its renewals as
-// it would on that store; each lease of a batch is timed as a renewal.
+// scaleBatchStore is a scaleStore on a store that renews many leases in
+// one call (driver.BatchRenewer): the Locker sees the batch interface, and
+// each lease of a batch is timed by the batch's call. Calls counts the
+// batch calls.
 type scaleBatchStore struct {
 	*scaleStore
-	b driver.BatchRenewer
+	batch driver.BatchRenewer
+	calls atomic.Int64
 }
 
-func (s scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+func (s *scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
 	t0 := time.Since(s.base)
-	errs := s.b.RenewBatch(ctx, leases)
-	s.calls.Add(1)
+	errs := s.batch.RenewBatch(ctx, leases)
 	t1 := time.Since(s.base)
-	for i, r := range leases {
+	s.calls.Add(1)
+	s.scaleStore.calls.Add(1)
+	s.mu.Lock()
+	for i, l := range leases {
 		var err error
 		if i < len(errs) {
 			err = errs[i]
+		} else {
+			err = errors.New("no answer")
 		}
-		s.record(r.Resource, t0, t1, err)
+		s.record(l.Resource, t0, t1, err)
 	}
+	s.mu.Unlock()
 	return errs
 }
 
@@ -241,8 +253,10 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 		opts = append(opts, tenure.WithMaxConcurrentRenewals(cfg.MaxConcurrentRenewals))
 	}
 	var store driver.Store = ss
+	var bs *scaleBatchStore
 	if b, ok := target.Store.(driver.BatchRenewer); ok {
-		store = scaleBatchStore{ss, b}
+		bs = &scaleBatchStore{scaleStore: ss, batch: b}
+		store = bs
 		res.Batched = true
 	}
 	lk, err := tenure.New(store, opts...)
@@ -316,6 +330,10 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 
 	// Hold them.
 	before := target.Meter.Snapshot()
+	var batches0 int64
+	if bs != nil {
+		batches0 = bs.calls.Load()
+	}
 	sample.Store(true)
 	holdStart := time.Now()
 	progress(fmt.Sprintf("scale %s: %d leases taken in %.1fs; holding for %v", target.Name, cfg.Leases-res.AcquireErrors, res.AcquireS, cfg.Duration))
@@ -341,6 +359,9 @@ hold:
 	held := time.Since(holdStart)
 	sample.Store(false)
 	res.Requests = target.Meter.Snapshot().Sub(before)
+	if bs != nil {
+		res.BatchCalls = bs.calls.Load() - batches0
+	}
 	if res.Requests != nil {
 		res.PerSecond = map[string]float64{}
 		for k, v := range res.Requests {

@@ -25,6 +25,10 @@ import (
 const (
 	KindCommand = "command" // Redis commands (a script call is one)
 	KindRPC     = "rpc"     // etcd gRPC calls: unary calls and streams opened
+	// KindStreamMsg counts the messages etcd clients send on streams
+	// (keep-alives on a lease's keep-alive stream, watch requests): not
+	// calls of their own, but work for the server.
+	KindStreamMsg = "stream-msg"
 )
 
 // A Target is a store under test, with the meter that counts its requests
@@ -42,6 +46,10 @@ type Target struct {
 	// Cassandra, tenure acquiring new names each time, the Jaeger protocol
 	// and the raw LWT.
 	Baselines []System
+	// Peers are the libraries measured against tenure by the peers phase
+	// (peers.go): on Redis redislock and redsync, on etcd concurrency's
+	// Mutex, on PostgreSQL advisory locks; on Cassandra the baselines.
+	Peers []System
 
 	closers []func() error
 }
@@ -116,8 +124,9 @@ func (t *Target) open(ctx context.Context, raw string) error {
 		if err := u.Init(ctx); err != nil {
 			return err
 		}
+		t.Peers = []System{&pgAdvisorySystem{cfg: c.Pool.ConnConfig}}
 	case *etcd.Config:
-		t.Meter = NewMeter(KindRPC)
+		t.Meter = NewMeter(KindRPC, KindStreamMsg)
 		m := t.Meter
 		c.Client.DialOptions = append(c.Client.DialOptions,
 			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -126,11 +135,24 @@ func (t *Target) open(ctx context.Context, raw string) error {
 			}),
 			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 				m.Add(KindRPC, 1)
-				return streamer(ctx, desc, cc, method, opts...)
+				s, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				return countingStream{s, m}, nil
 			}))
+		peers, closePeers, err := etcdPeers(c.Client)
+		if err != nil {
+			return err
+		}
+		t.Peers = peers
+		t.closers = append(t.closers, closePeers)
 	case *redis.Config:
 		t.Meter = NewMeter(KindCommand)
 		c.Hooks = append(c.Hooks, redisHook{t.Meter})
+		peers, closePeers := redisPeers(c.Options, t.Meter)
+		t.Peers = peers
+		t.closers = append(t.closers, closePeers)
 	}
 	s, err := u.Open(ctx)
 	if err != nil {
@@ -139,6 +161,17 @@ func (t *Target) open(ctx context.Context, raw string) error {
 	t.Store = s
 	t.closers = append(t.closers, s.Close)
 	return nil
+}
+
+// countingStream counts the messages a client sends on a gRPC stream.
+type countingStream struct {
+	grpc.ClientStream
+	m *Meter
+}
+
+func (s countingStream) SendMsg(msg any) error {
+	s.m.Add(KindStreamMsg, 1)
+	return s.ClientStream.SendMsg(msg)
 }
 
 // pgTracer counts the statements pgx sends (BEGIN and COMMIT included).

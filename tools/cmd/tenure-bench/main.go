@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/store"
 	_ "github.com/tenure-go/tenure/store/all"
 	"github.com/tenure-go/tenure/tools/bench"
@@ -108,12 +110,34 @@ type benchFlags struct {
 	ttl        time.Duration
 	costCycles int
 
-	scaleLeases   int
+	scaleLeases   []int
+	scaleStopLate bool
 	scaleTTL      time.Duration
 	scaleDuration time.Duration
 	lateSlack     time.Duration
 	maxRenewals   int
 	scaleStores   []string
+
+	peerClients   []int
+	peerContended []int
+	peerTTL       time.Duration
+	peerHold      time.Duration
+
+	waiters        int
+	waitersTTL     time.Duration
+	waitersHold    time.Duration
+	waitersSettle  time.Duration
+	waitersWindow  time.Duration
+	waitersLimit   time.Duration
+	waitersStagger time.Duration
+	waitersStores  []string
+
+	semSlots    int
+	semClients  int
+	semDuration time.Duration
+	semTTL      time.Duration
+	semHold     time.Duration
+	semStores   []string
 
 	handoffs       int
 	candidates     int
@@ -151,14 +175,40 @@ Phases (--phases):
              with each --clients level, every client (its own Locker) on its
              own resource; the systems take turns, --rounds times
   contended  --contended clients on one resource, acquiring in a loop
+  peers      tenure against the libraries a user would otherwise pick, on the
+             same server in the same run, the systems taking turns round by
+             round: on Redis bsm/redislock and go-redsync/redsync, on etcd
+             client/v3/concurrency's Mutex (a Session per lock, and one
+             Session shared by a client's locks), on PostgreSQL plain
+             advisory locks (session locks: no TTL, no fencing token), on
+             Cassandra the Jaeger protocol and a raw LWT; the cycle is
+             acquire a free lock (TTL --peer-ttl), renew it once, release it,
+             at --peer-clients clients on distinct names, and
+             --peer-contended clients on one name (wins/s, overlapping
+             grants counted); requests counted by the drivers' hooks, one
+             operation at a time; ratios tenure p50 / peer p50 per operation
+  waiters    --waiters blocked Acquires on one resource (each its own Locker,
+             default options): the store calls while they wait, in the
+             second after one release, and per grant while the resource is
+             handed down the whole queue; the spread of the waits, and how
+             far the order of grants is from the order of arrival; on
+             --waiters-stores
+  semaphore  --sem-clients contenders on one Semaphore of --sem-slots slots,
+             TryAcquire in a loop: latency, wins per client (fairness), most
+             holders at once; on --sem-stores
   scale      one Locker holding --scale-leases leases (TTL --scale-ttl,
              renewed every TTL/3) for --scale-duration: leases lost,
              renewals late, goroutines, heap per lease, store load; on the
-             stores of --scale-stores
+             stores of --scale-stores; several counts (10000,20000,40000)
+             run in turn, and --scale-stop-on-late skips the counts after
+             the first with a late renewal or a lost lease
   failover   --handoffs handoffs between --candidates candidate processes
              (this binary, "tenure-bench candidate", using election.Candidate)
              after SIGKILL of the leader and after the leader releases
              (SIGTERM), timed on CLOCK_MONOTONIC; on --failover-stores
+
+The default phases are cost, ops, contended, scale and failover; peers,
+waiters and semaphore run when --phases names them.
 
 The output is a table per phase, the ratios against the baselines, and a
 PASS or FAIL line for each performance target that the run covers (the
@@ -198,7 +248,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.StringVar(&f.etcd, "etcd", "", "etcd store URL")
 	fl.StringVar(&f.redis, "redis", "", "Redis store URL")
 	fl.StringSliceVar(&f.skip, "skip", nil, "store kinds not to measure, e.g. memory,sqlite")
-	fl.StringSliceVar(&f.phases, "phases", bench.AllPhases, "phases to run: "+strings.Join(bench.AllPhases, ","))
+	fl.StringSliceVar(&f.phases, "phases", bench.DefaultPhases, "phases to run: "+strings.Join(bench.AllPhases, ","))
 	fl.IntSliceVar(&f.clients, "clients", []int{1, 8, 64}, "concurrent clients on distinct resources, per level")
 	fl.IntSliceVar(&f.contended, "contended", []int{8, 64}, "concurrent clients on one resource, per level")
 	fl.DurationVar(&f.duration, "duration", 6*time.Second, "measured time per system and level (split into --rounds rounds)")
@@ -206,12 +256,31 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.IntVar(&f.maxSamples, "max-samples", 300000, "at most this many cycles per system and level (bounds memory on fast stores)")
 	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL in the cost, ops and contended phases")
 	fl.IntVar(&f.costCycles, "cost-cycles", 20, "cycles counted one operation at a time in the cost phase")
-	fl.IntVar(&f.scaleLeases, "scale-leases", 10000, "leases one Locker holds in the scale phase")
+	fl.IntSliceVar(&f.scaleLeases, "scale-leases", []int{10000}, "leases one Locker holds in the scale phase (several counts run in turn)")
+	fl.BoolVar(&f.scaleStopLate, "scale-stop-on-late", false, "skip the larger --scale-leases counts after the first run with a late renewal or a lost lease")
 	fl.DurationVar(&f.scaleTTL, "scale-ttl", 30*time.Second, "TTL of the scale leases (renewed every TTL/3)")
 	fl.DurationVar(&f.scaleDuration, "scale-duration", 5*time.Minute, "how long the scale leases are held")
 	fl.DurationVar(&f.lateSlack, "late-slack", time.Second, "a renewal is late when confirmed more than renew interval + this after the previous send")
 	fl.IntVar(&f.maxRenewals, "max-renewals", 0, "tenure.WithMaxConcurrentRenewals in the scale phase (0: the default, 64)")
 	fl.StringSliceVar(&f.scaleStores, "scale-stores", []string{"sqlite", "cassandra"}, "store kinds the scale phase runs on")
+	fl.IntSliceVar(&f.peerClients, "peer-clients", []int{1, 8, 32}, "peers phase: concurrent clients on distinct names, per level")
+	fl.IntSliceVar(&f.peerContended, "peer-contended", []int{8}, "peers phase: concurrent clients on one name, per level")
+	fl.DurationVar(&f.peerTTL, "peer-ttl", 10*time.Second, "peers phase: lock TTL")
+	fl.DurationVar(&f.peerHold, "peer-hold", 0, "peers phase: how long a contended client keeps a grant before releasing it")
+	fl.IntVar(&f.waiters, "waiters", 200, "waiters phase: blocked Acquires on one resource")
+	fl.DurationVar(&f.waitersTTL, "waiters-ttl", 30*time.Second, "waiters phase: lease TTL")
+	fl.DurationVar(&f.waitersHold, "waiters-hold", 0, "waiters phase: how long each waiter keeps the resource once granted")
+	fl.DurationVar(&f.waitersSettle, "waiters-settle", 3*time.Second, "waiters phase: how long all waiters wait before the first release")
+	fl.DurationVar(&f.waitersWindow, "waiters-window", time.Second, "waiters phase: the span whose calls are counted before and after the first release")
+	fl.DurationVar(&f.waitersStagger, "waiters-stagger", 5*time.Millisecond, "waiters phase: time between two waiters' starts (they arrive in a known order)")
+	fl.DurationVar(&f.waitersLimit, "waiters-timeout", 10*time.Minute, "waiters phase: bound on each store's run")
+	fl.StringSliceVar(&f.waitersStores, "waiters-stores", []string{"sqlite", "postgres", "redis", "etcd"}, "store kinds the waiters phase runs on")
+	fl.IntVar(&f.semSlots, "sem-slots", 3, "semaphore phase: slots")
+	fl.IntVar(&f.semClients, "sem-clients", 8, "semaphore phase: contenders")
+	fl.DurationVar(&f.semDuration, "sem-duration", 6*time.Second, "semaphore phase: measured time per store")
+	fl.DurationVar(&f.semTTL, "sem-ttl", 10*time.Second, "semaphore phase: slot TTL")
+	fl.DurationVar(&f.semHold, "sem-hold", 10*time.Millisecond, "semaphore phase: how long a contender keeps a slot before releasing it")
+	fl.StringSliceVar(&f.semStores, "sem-stores", []string{"memory", "sqlite", "postgres", "redis", "etcd", "cassandra"}, "store kinds the semaphore phase runs on")
 	fl.IntVar(&f.handoffs, "handoffs", 50, "handoffs per store and kind in the failover phase")
 	fl.IntVar(&f.candidates, "candidates", 3, "candidate processes in the failover phase")
 	fl.DurationVar(&f.failoverTTL, "failover-ttl", 3*time.Second, "election TTL in the failover phase")
@@ -230,9 +299,14 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 			return usage("unknown phase %q (phases: %s)", p, strings.Join(bench.AllPhases, ","))
 		}
 	}
-	for _, n := range append(append([]int{}, f.clients...), f.contended...) {
+	for _, n := range slices.Concat(f.clients, f.contended, f.peerClients, f.peerContended) {
 		if n < 1 || n > 4096 {
 			return usage("%d clients: want 1 to 4096", n)
+		}
+	}
+	for _, n := range f.scaleLeases {
+		if n < 1 {
+			return usage("--scale-leases %d: want a positive count", n)
 		}
 	}
 	switch {
@@ -240,8 +314,16 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		return usage("--duration, --rounds and --cost-cycles must be positive")
 	case f.ttl <= 0 || f.scaleTTL <= 0 || f.failoverTTL <= 0 || f.failoverRetry <= 0:
 		return usage("TTLs and the retry period must be positive")
-	case f.scaleLeases < 1 || f.scaleDuration <= 0 || f.lateSlack < 0 || f.maxRenewals < 0:
+	case len(f.scaleLeases) == 0 || f.scaleDuration <= 0 || f.lateSlack < 0 || f.maxRenewals < 0:
 		return usage("--scale-leases and --scale-duration must be positive, --late-slack and --max-renewals not negative")
+	case f.peerTTL <= 0 || f.peerHold < 0:
+		return usage("--peer-ttl must be positive and --peer-hold not negative")
+	case f.waiters < 1 || f.waiters > 10000 || f.waitersTTL <= 0 || f.waitersHold < 0 || f.waitersSettle <= 0 || f.waitersWindow <= 0 || f.waitersLimit <= 0 || f.waitersStagger < 0:
+		return usage("--waiters must be 1 to 10000, its durations positive (--waiters-hold not negative)")
+	case f.waitersSettle < f.waitersWindow:
+		return usage("--waiters-settle must be at least --waiters-window")
+	case f.semSlots < 1 || f.semSlots > tenure.MaxSlots || f.semClients < 1 || f.semClients > 4096 || f.semDuration <= 0 || f.semTTL <= 0 || f.semHold < 0:
+		return usage("--sem-slots must be 1 to %d, --sem-clients 1 to 4096, --sem-duration and --sem-ttl positive, --sem-hold not negative", tenure.MaxSlots)
 	case f.handoffs < 1 || f.candidates < 2:
 		return usage("--handoffs must be positive and --candidates at least 2")
 	}
@@ -294,11 +376,22 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		Clients: f.clients, Contended: f.contended, Duration: f.duration, Rounds: f.rounds,
 		MaxSamples: f.maxSamples, TTL: f.ttl, CostCycles: f.costCycles,
 		Scale: bench.ScaleConfig{
-			Leases: f.scaleLeases, TTL: f.scaleTTL, Duration: f.scaleDuration, Slack: f.lateSlack,
+			Leases: f.scaleLeases[0], TTL: f.scaleTTL, Duration: f.scaleDuration, Slack: f.lateSlack,
 			MaxConcurrentRenewals: f.maxRenewals,
 		},
+		ScaleLeases: f.scaleLeases, ScaleStopOnLate: f.scaleStopLate,
 		ScaleStores: f.scaleStores,
-		Handoffs:    f.handoffs, Candidates: f.candidates, FailoverTTL: f.failoverTTL, FailoverRetry: f.failoverRetry,
+		PeerClients: f.peerClients, PeerContended: f.peerContended, PeerTTL: f.peerTTL, PeerHold: f.peerHold,
+		Waiters: bench.WaitersConfig{
+			Waiters: f.waiters, TTL: f.waitersTTL, Hold: f.waitersHold, Settle: f.waitersSettle,
+			Window: f.waitersWindow, Timeout: f.waitersLimit, Stagger: f.waitersStagger,
+		},
+		WaitersStores: f.waitersStores,
+		Semaphore: bench.SemaphoreConfig{
+			Slots: f.semSlots, Clients: f.semClients, Duration: f.semDuration, TTL: f.semTTL, Hold: f.semHold,
+		},
+		SemaphoreStores: f.semStores,
+		Handoffs:        f.handoffs, Candidates: f.candidates, FailoverTTL: f.failoverTTL, FailoverRetry: f.failoverRetry,
 		FailoverStores: f.failoverStores,
 		Candidate: func(storeURL, resource string, ttl, retry time.Duration) *exec.Cmd {
 			return exec.Command(exe, "--store", storeURL, "candidate",

@@ -156,12 +156,46 @@ func TestBenchShort(t *testing.T) {
 	}
 }
 
+// TestBenchWaitersSemaphore runs the waiters and semaphore phases on a
+// SQLite file with tiny settings and checks the JSON's shape.
+func TestBenchWaitersSemaphore(t *testing.T) {
+	dir := t.TempDir()
+	jsonFile := filepath.Join(dir, "bench.json")
+	cmd := exec.Command(benchBin, "--skip", "memory", "--sqlite", "sqlite:"+filepath.Join(dir, "leases.db"),
+		"--phases", "waiters,semaphore", "--waiters", "5", "--waiters-settle", "300ms", "--waiters-window", "200ms",
+		"--sem-clients", "4", "--sem-slots", "2", "--sem-duration", "300ms", "--json", jsonFile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tenure-bench: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r bench.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Waiters) != 1 || r.Waiters[0].Store != "sqlite" || r.Waiters[0].Grants != 5 || r.Waiters[0].Waiters != 5 {
+		t.Errorf("waiters: %+v", r.Waiters)
+	}
+	if len(r.Semaphores) != 1 || r.Semaphores[0].Slots != 2 || len(r.Semaphores[0].Wins) != 4 || r.Semaphores[0].Overlaps != 0 {
+		t.Errorf("semaphores: %+v", r.Semaphores)
+	}
+	if len(r.Ops) != 0 || len(r.Errors) != 0 {
+		t.Errorf("ops %d, errors %v", len(r.Ops), r.Errors)
+	}
+}
+
 func TestBenchBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--phases", "nope"},
 		{"--clients", "0"},
 		{"extra"},
 		{"--candidates", "1"},
+		{"--peer-clients", "0"},
+		{"--sem-slots", "0"},
+		{"--waiters-settle", "1s", "--waiters-window", "2s"},
+		{"--scale-leases", "0"},
 		{"--store", "bogus://x", "candidate"},
 	} {
 		cmd := exec.Command(benchBin, args...)

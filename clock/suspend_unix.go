@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || darwin
 
 package clock
 
@@ -10,9 +10,12 @@ import (
 )
 
 // The real clock's reading is time.Now() plus the suspended time, which is
-// how far CLOCK_BOOTTIME has run ahead of CLOCK_MONOTONIC since the process
-// started. Reading CLOCK_BOOTTIME is a system call (x/sys/unix does not use
-// the vDSO), so it is read only when it may have moved: a suspend moves the
+// how far the clock that counts suspended time (Linux: CLOCK_BOOTTIME;
+// macOS: CLOCK_MONOTONIC) has run ahead of the one that does not and that
+// Go's monotonic readings follow (Linux: CLOCK_MONOTONIC; macOS:
+// CLOCK_UPTIME_RAW) since the process started. Reading them is a system
+// call (x/sys/unix does not use the vDSO), so they are read only when the
+// suspended time may have moved: a suspend moves the
 // wall clock ahead of Go's monotonic clock too, and time.Now() returns both
 // in one vDSO call. When their difference jumps by more than jumpThreshold
 // (a suspend, or a step of the wall clock), the suspended time is read
@@ -25,7 +28,7 @@ const jumpThreshold = 2 * time.Millisecond
 var (
 	base = time.Now() // carries the monotonic reading all offsets are taken from
 
-	// bootMinusMono0 is CLOCK_BOOTTIME − CLOCK_MONOTONIC at start: the
+	// bootMinusMono0 is the difference of the two clocks at start: the
 	// time suspended before this process started, which does not count.
 	bootMinusMono0 = bootMinusMono()
 
@@ -35,9 +38,11 @@ var (
 
 func init() { wallMinusMon.Store(wallMinusMono(base)) }
 
+// bootMinusMono returns how far the clock that counts suspended time is
+// ahead of the one that does not (see suspendClocks).
 func bootMinusMono() int64 {
 	var b, m unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &m) != nil || unix.ClockGettime(unix.CLOCK_BOOTTIME, &b) != nil {
+	if unix.ClockGettime(withoutSuspend, &m) != nil || unix.ClockGettime(withSuspend, &b) != nil {
 		return 0
 	}
 	return b.Nano() - m.Nano()

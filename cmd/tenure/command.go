@@ -1,0 +1,188 @@
+package main
+
+// What tenure run and tenure elect share before and after the command runs:
+// their arguments, the smallest TTL they accept, finding the command, the
+// signals that stop a wait, and closing the Locker.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
+)
+
+// minTTL is the smallest --ttl of run and elect. A lease is renewed every
+// TTL/3, each renewal a round trip to the store, and the command may only
+// start while the lease has half its TTL left (see usableLease): below a
+// second, a store that answers in a few hundred milliseconds, a busy host
+// or a garbage-collection pause loses the lease before or soon after the
+// command starts, and the command would run on a lease nobody holds.
+const minTTL = time.Second
+
+// minTTLWhy says why, for the usage error.
+const minTTLWhy = "the lease is renewed every TTL/3, each renewal a round trip to the store, and a shorter TTL is lost to a slow answer or a short pause, so the command could not be trusted to run under it"
+
+// closeTimeout bounds closing the Locker when tenure exits: freeing the
+// lease, and resolving and freeing an acquire whose outcome is unknown
+// (tenure was stopped while the store was answering it), so that a tenure
+// that is gone does not keep the lease for a whole TTL.
+const closeTimeout = 5 * time.Second
+
+// commandForm is the usage line of run and elect.
+func commandForm(name string) string {
+	return "usage: tenure " + name + " [flags] RESOURCE -- COMMAND [ARGS...] (or: tenure " + name + " [flags] -- RESOURCE -- COMMAND [ARGS...])"
+}
+
+// splitCommandArgs splits "RESOURCE -- COMMAND [ARGS...]", the arguments of
+// tenure run and tenure elect (name); dash is the number of arguments before
+// the first "--". A resource name that starts with "-" goes after a first
+// "--", which ends the flags, and the command after a second one:
+// "tenure run -- -name -- COMMAND".
+func splitCommandArgs(name string, args []string, dash int) (string, []string, error) {
+	form := commandForm(name)
+	if dash == 0 && len(args) >= 2 && args[1] == "--" {
+		// tenure run [flags] -- RESOURCE -- COMMAND
+		if len(args) == 2 {
+			return "", nil, usage("%s: missing COMMAND after the second --; %s", name, form)
+		}
+		return args[0], args[2:], nil
+	}
+	switch {
+	case len(args) == 0:
+		return "", nil, usage("%s: missing RESOURCE and COMMAND; %s", name, form)
+	case dash < 0 && len(args) == 1:
+		return "", nil, usage("%s: missing COMMAND after RESOURCE %s; %s", name, quoteName(args[0]), form)
+	case dash < 0:
+		return "", nil, usage("%s: put -- between RESOURCE and COMMAND, as in: tenure %s %s -- %s", name, name, display(args[0]), shorten(escapeText(strings.Join(args[1:], " ")), maxName))
+	case dash == 0:
+		return "", nil, usage("%s: missing RESOURCE before --; %s", name, form)
+	case dash > 1:
+		return "", nil, usage("%s: one RESOURCE before --, got %d (%s); %s", name, dash, shorten(escapeText(strings.Join(args[:dash], " ")), maxName), form)
+	case len(args) == 1:
+		return "", nil, usage("%s: missing COMMAND after --; %s", name, form)
+	}
+	return args[0], args[1:], nil
+}
+
+// validateCommand checks the arguments and flags that tenure run and tenure
+// elect (name) share, before any I/O: RESOURCE -- COMMAND, --ttl, --grace
+// and --owner. It returns the readable owner id to use.
+func validateCommand(name string, c *cobra.Command, args []string, ttl, grace time.Duration, owner string) (resource string, argv []string, ownerID string, err error) {
+	resource, argv, err = splitCommandArgs(name, args, c.ArgsLenAtDash())
+	if err != nil {
+		return "", nil, "", err
+	}
+	if err := driver.ValidateResource(resource); err != nil {
+		return "", nil, "", usage("%s: resource %s: %s", name, quoteName(resource), errText(err))
+	}
+	if argv[0] == "" {
+		return "", nil, "", usage("%s: the command name is empty", name)
+	}
+	if ttl <= 0 {
+		return "", nil, "", usage("%s: --ttl %v: the TTL must be positive, such as 30s", name, ttl)
+	}
+	if ttl < minTTL {
+		return "", nil, "", usage("%s: --ttl %v: the TTL must be at least %v: %s", name, ttl, minTTL, minTTLWhy)
+	}
+	if grace < 0 {
+		return "", nil, "", usage("%s: --grace %v: the grace period cannot be negative", name, grace)
+	}
+	ownerID = owner
+	if !c.Flags().Changed("owner") {
+		ownerID = tenure.DefaultOwnerID()
+	}
+	if _, err := tenure.NewOwner(ownerID); err != nil {
+		return "", nil, "", usage("%s: --owner %s: %s", name, quoteName(ownerID), errText(err))
+	}
+	return resource, argv, ownerID, nil
+}
+
+// lookCommand finds the command to run, as exec.Command would, before any
+// I/O: a command that is not found is exit code 127, one that is found but
+// cannot be executed (no execute permission, a directory) 126, without
+// waiting for a lease and without spending a fencing token. It returns the
+// path to execute.
+func lookCommand(name, file string) (string, error) {
+	path, err := exec.LookPath(file)
+	if errors.Is(err, exec.ErrDot) {
+		err = nil // found through a relative $PATH entry, as a shell would run it
+	}
+	if err != nil {
+		code := exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = exitNotFound
+		}
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			err = ee.Err // exec.Error repeats the name
+		}
+		return "", fail(code, "%s: cannot run %s: %s", name, quoteName(file), errText(err))
+	}
+	return path, nil
+}
+
+// isWaitStop reports whether signal s, received while tenure waits for a
+// lease or follows a leader, ends the wait: SIGINT, SIGTERM, SIGHUP and
+// SIGQUIT do; SIGUSR1 and SIGUSR2 (which tenure passes on to a running
+// command) are ignored then.
+func isWaitStop(s os.Signal) bool { return !isUserSignal(s) }
+
+// watchSignals returns a context that the first signal from sigCh that ends
+// a wait (isWaitStop) cancels, and a function that stops watching and
+// returns that signal, or nil. Other signals are logged and dropped.
+func (a *app) watchSignals(sigCh <-chan os.Signal) (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	var got os.Signal
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case s := <-sigCh:
+				if !isWaitStop(s) {
+					a.log.Info("ignoring a signal: no command is running", "signal", signalName(s))
+					continue
+				}
+				got = s
+				cancel(fmt.Errorf("received %s", signalName(s)))
+				return
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return ctx, func() os.Signal {
+		close(stop)
+		<-done
+		cancel(nil)
+		return got
+	}
+}
+
+// closeLocker closes lk (a *tenure.Locker, or an election candidate's)
+// when tenure is about to exit, bounded by
+// closeTimeout: it frees the leases lk still holds and waits for its
+// acquires, releases and clean-ups in flight, among them an acquire that
+// tenure stopped after it was sent, whose outcome is resolved and whose
+// lease, if granted, is freed. What cannot be finished in time is reported;
+// the lease then expires by its TTL.
+func (a *app) closeLocker(lk interface{ Close(context.Context) error }, resource string, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := lk.Close(ctx); err != nil {
+		a.errorf("warning: could not finish with the lease on %s within %s: %s; it expires by its TTL (%s) at the latest",
+			quoteName(resource), fmtDur(closeTimeout), errText(err), fmtDur(ttl))
+		return
+	}
+	a.log.Debug("locker closed", "took", time.Since(start))
+}
