@@ -337,7 +337,7 @@ func TestRunWaitersSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Grants != 10 || res.Errors != 0 || res.Wait.N != 10 || res.Queue.N != 10 || res.Unit != KindStatement {
+	if res.Grants != 10 || res.Errors != 0 || res.Wait.N != 10 || res.Queue.N != 10 || res.Unit != KindTransaction {
 		t.Fatalf("%+v", res)
 	}
 	if res.CallsWaiting <= 0 || res.CallsAfterRelease <= 0 || res.CallsHandDown <= 0 || res.CallsPerGrant <= 0 {
