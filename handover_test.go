@@ -55,11 +55,10 @@ func TestHandOverWakesOneWaiter(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		// The next waiter comes only once this one waits: its first
-		// attempt and the one right after it subscribed (a waiter
-		// subscribes after its first refused attempt, and the store wakes
-		// its subscribers in the order they subscribed).
-		waitFor(t, func() bool { return s.acquires.Load() >= before+2 }, "the waiter's attempt after subscribing")
+		// The next waiter comes only once this one waits: it subscribes
+		// after its first refused attempt, then tries again, and waiters
+		// are woken in the order they subscribed.
+		waitFor(t, func() bool { return s.acquires.Load() >= before+2 }, "the waiter's attempt after it subscribed")
 	}
 	time.Sleep(50 * time.Millisecond)
 	before := s.acquires.Load()
