@@ -63,13 +63,19 @@ func newStatements(r resolved) statements {
 			find:    `SELECT name, owner FROM ` + t + ` WHERE name = ?`,
 		}
 	}
+	// Every statement that writes fencing_token or write_id without the
+	// lease's TTL says USING TTL 0: a table created or altered with
+	// default_time_to_live would otherwise give those cells its default
+	// TTL, and a token that expires lets the next grant start over.
+	// Cassandra applies each statement's own TTL inside a conditional batch
+	// (TestTokenIgnoresDefaultTTL).
 	return statements{
-		grantNewInsert: `INSERT INTO ` + t + ` (resource, fencing_token) VALUES (?, ?) IF NOT EXISTS`,
+		grantNewInsert: `INSERT INTO ` + t + ` (resource, fencing_token) VALUES (?, ?) IF NOT EXISTS USING TTL 0`,
 		grantNewOwner:  `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ?`,
 		grantFreeOwner: `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = null AND fencing_token = ?`,
-		grantFreeToken: `UPDATE ` + t + ` SET fencing_token = ? WHERE resource = ?`,
+		grantFreeToken: `UPDATE ` + t + ` USING TTL 0 SET fencing_token = ? WHERE resource = ?`,
 		renew:          `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
-		release:        `UPDATE ` + t + ` SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
+		release:        `UPDATE ` + t + ` USING TTL 0 SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
 		get:            `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
 		list:           `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
 		find:           `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` WHERE resource = ?`,
