@@ -1,26 +1,44 @@
 package cassandra
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
-// tokenCache remembers the last fencing token seen per resource, so that an
-// acquire of a free resource can name the expected token in its first
-// conditional write. A stale or missing entry costs one more round trip,
-// never correctness: the conditional write checks the token in the store.
+// tokenCache remembers, per resource, the last fencing token seen, so that
+// an acquire of a free resource can name the expected token in its first
+// conditional write, and the holder last seen, so that a holder whose row
+// never expires can be told from one that keeps renewing (see
+// Store.heldErr). A stale or missing entry costs one more round trip, never
+// correctness: the conditional write checks the token in the store.
 type tokenCache struct {
 	mu  sync.Mutex
 	max int
-	m   map[string]uint64
+	m   map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	token uint64 // last valid token seen; 0 when unknown
+
+	// The holder last seen by an acquire that was refused: its owner and
+	// token (0 when its row had none), since when this store has seen it
+	// hold, and whether a read showed that its owner cell never expires.
+	holder      string
+	holderToken uint64
+	since       time.Time
+	checked     bool
+	forever     bool
 }
 
 func newTokenCache(max int) *tokenCache {
-	return &tokenCache{max: max, m: make(map[string]uint64)}
+	return &tokenCache{max: max, m: make(map[string]cacheEntry)}
 }
 
 func (c *tokenCache) get(resource string) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.m[resource]
-	return t, ok
+	e, ok := c.m[resource]
+	return e.token, ok && e.token > 0
 }
 
 // set records token as the last one seen on resource (0 means nothing is
@@ -32,7 +50,45 @@ func (c *tokenCache) set(resource string, token uint64) {
 		delete(c.m, resource)
 		return
 	}
-	if _, ok := c.m[resource]; !ok && len(c.m) >= c.max {
+	e := c.entry(resource)
+	e.token = token
+	c.m[resource] = e
+}
+
+// seen records that an acquire found resource held by holder with token
+// (0: the row has no valid token) at now, and returns since when this
+// store has seen that very holder hold it, and whether it was found never
+// to expire (checked: a read of its row was made).
+func (c *tokenCache) seen(resource, holder string, token uint64, now time.Time) (since time.Time, checked, forever bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(resource)
+	if token > 0 {
+		e.token = token
+	}
+	if e.holder != holder || e.holderToken != token || e.since.IsZero() {
+		e.holder, e.holderToken, e.since, e.checked, e.forever = holder, token, now, false, false
+	}
+	c.m[resource] = e
+	return e.since, e.checked, e.forever
+}
+
+// checked records the result of a read of holder's row: its owner cell
+// never expires (forever), or it does, and then the holder counts as seen
+// from now on.
+func (c *tokenCache) checked(resource, holder string, token uint64, now time.Time, forever bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(resource)
+	e.holder, e.holderToken, e.since, e.checked, e.forever = holder, token, now, true, forever
+	c.m[resource] = e
+}
+
+// entry returns resource's entry, making room for it first when it is new
+// and the cache is full. c.mu must be held.
+func (c *tokenCache) entry(resource string) cacheEntry {
+	e, ok := c.m[resource]
+	if !ok && len(c.m) >= c.max {
 		// Drop about an eighth of the entries, in Go's random map order.
 		n := c.max/8 + 1
 		for k := range c.m {
@@ -42,5 +98,5 @@ func (c *tokenCache) set(resource string, token uint64) {
 			}
 		}
 	}
-	c.m[resource] = token
+	return e
 }

@@ -250,7 +250,7 @@ func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 		case err != nil:
 			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: %w", resource, err)
 		case !l.owns(rec.Owner):
-			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: held by %s: %w", resource, rec.Owner, driver.ErrLeaseLost)
+			return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: held by %s: %w", resource, quoteForeign(rec.Owner), driver.ErrLeaseLost)
 		}
 		owner, token = rec.Owner, rec.Token
 	}

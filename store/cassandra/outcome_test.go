@@ -147,7 +147,7 @@ func TestLWTCount(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec2.Token != rec.Token+1 {
+		if rec2.Token <= rec.Token {
 			t.Fatalf("token %d after %d", rec2.Token, rec.Token)
 		}
 		c2.expect(t, "acquire of a free resource without a view of its token", 2, 0)
@@ -157,7 +157,7 @@ func TestLWTCount(t *testing.T) {
 		c2.take()
 		// The first store's view is now stale (s2 granted token+1).
 		rec3, err := s.Acquire(ctx, r, b, time.Minute)
-		if err != nil || rec3.Token != rec2.Token+1 {
+		if err != nil || rec3.Token <= rec2.Token {
 			t.Fatalf("acquire with a stale view: %+v, %v", rec3, err)
 		}
 		c.expect(t, "acquire of a free resource with a stale view", 2, 0)
@@ -255,7 +255,7 @@ func TestUnknownOutcomeLostReply(t *testing.T) {
 					t.Fatalf("Acquire whose reply was lost after it was applied: %v; want it resolved as granted", err)
 				}
 				row := serialRow(t, direct.Session(), table, r)
-				if row.owner != me || uint64(row.token) != rec.Token || rec.Token != 1 {
+				if row.owner != me || uint64(row.token) != rec.Token || rec.Token == 0 {
 					t.Fatalf("store answered %+v; serial read shows owner %q token %d", rec, row.owner, row.token)
 				}
 				obs.expectResolved(t, "grant whose reply was lost", action.a == resetAfterWrite)
@@ -282,7 +282,7 @@ func TestUnknownOutcomeLostReply(t *testing.T) {
 					t.Fatalf("Acquire whose reply was lost: %v", err)
 				}
 				row := serialRow(t, direct.Session(), table, r)
-				if row.owner != me || uint64(row.token) != got.Token || got.Token != rec.Token+1 {
+				if row.owner != me || uint64(row.token) != got.Token || got.Token <= rec.Token {
 					t.Fatalf("store answered %+v; serial read shows owner %q token %d", got, row.owner, row.token)
 				}
 				obs.expectResolved(t, "grant of a free resource whose reply was lost", action.a == resetAfterWrite)

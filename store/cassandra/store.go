@@ -31,6 +31,11 @@ type Store struct {
 	stalls *stallTracker
 	st     statements
 	cache  *tokenCache
+	// now is the clock of the token floor and of heldErr (time.Now; tests
+	// change it).
+	now func() time.Time
+	// heldCheckAfter is heldCheckAfter (tests change it).
+	heldCheckAfter time.Duration
 	// speculate sends a read to a second replica when the first has not
 	// answered within a quarter of Timeout (reads only: they are idempotent);
 	// see speculation.
@@ -63,13 +68,19 @@ func newStatements(r resolved) statements {
 			find:    `SELECT name, owner FROM ` + t + ` WHERE name = ?`,
 		}
 	}
+	// Every statement that writes fencing_token or write_id without the
+	// lease's TTL says USING TTL 0: a table created or altered with
+	// default_time_to_live would otherwise give those cells its default
+	// TTL, and a token that expires lets the next grant start over.
+	// Cassandra applies each statement's own TTL inside a conditional batch
+	// (TestTokenIgnoresDefaultTTL).
 	return statements{
-		grantNewInsert: `INSERT INTO ` + t + ` (resource, fencing_token) VALUES (?, ?) IF NOT EXISTS`,
+		grantNewInsert: `INSERT INTO ` + t + ` (resource, fencing_token) VALUES (?, ?) IF NOT EXISTS USING TTL 0`,
 		grantNewOwner:  `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ?`,
 		grantFreeOwner: `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = null AND fencing_token = ?`,
-		grantFreeToken: `UPDATE ` + t + ` SET fencing_token = ? WHERE resource = ?`,
+		grantFreeToken: `UPDATE ` + t + ` USING TTL 0 SET fencing_token = ? WHERE resource = ?`,
 		renew:          `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
-		release:        `UPDATE ` + t + ` SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
+		release:        `UPDATE ` + t + ` USING TTL 0 SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
 		get:            `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
 		list:           `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
 		find:           `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` WHERE resource = ?`,
@@ -97,6 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: r, session: session, stalls: stalls, st: newStatements(r), cache: newTokenCache(r.TokenCacheSize),
+		now: time.Now, heldCheckAfter: heldCheckAfter,
 		speculate: &gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: max(r.Timeout/4, minSpeculationDelay)}}
 	if r.CreateSchema {
 		if err := createSchema(ctx, r, session); err != nil {
@@ -219,22 +231,65 @@ func (s *Store) Table() string { return s.cfg.table }
 func (s *Store) Session() *gocql.Session { return s.session }
 
 // row is a lease row as Cassandra returned it, read by column name; absent
-// columns and nulls read as zero values (owner is never empty and tokens and
-// write ids are never zero when set).
+// columns and nulls read as zero values. Rows that tenure wrote always have
+// a positive token, and an owner (never empty) only together with its TTL;
+// rows changed by other tools may not (see Acquire).
 type row struct {
-	present   bool   // the partition exists
-	owner     string // "" when free
-	token     uint64
+	present  bool   // the partition exists
+	owner    string // "" when free
+	hasOwner bool   // the owner cell is set (tenure never sets it to "")
+	token    uint64 // the fencing token; 0 when the cell is null, zero or negative
+	// tokenCell is the fencing_token cell as stored, for a condition that
+	// must match it: nil when null, else its int64.
+	tokenCell any
 	ttlMs     int64
 	writeID   int64
-	remaining int // TTL(owner) in seconds; 0 when unknown
+	remaining int // TTL(owner) in seconds; 0 when unknown or without TTL
+}
+
+// newRowMap returns the map a row is scanned into: the columns whose null
+// matters get pointer destinations, so that a null reads as a nil pointer
+// rather than as a zero value; a column the result did not carry keeps its
+// destination (see returned).
+func newRowMap() map[string]any {
+	return map[string]any{"owner": new(*string), "fencing_token": new(*int64)}
+}
+
+// returned reports whether a value of a map from newRowMap came from the
+// result (not the destination newRowMap put there).
+func returned(v any) bool {
+	switch v.(type) {
+	case **string, **int64:
+		return false
+	}
+	return true
 }
 
 func rowFrom(m map[string]any) row {
-	r := row{present: len(m) > 0}
-	r.owner = colString(m["owner"])
-	if t := colInt(m["fencing_token"]); t > 0 {
-		r.token = uint64(t)
+	var r row
+	for k, v := range m {
+		if k != "[applied]" && returned(v) {
+			r.present = true
+			break
+		}
+	}
+	if o, ok := m["owner"].(*string); ok && o != nil {
+		r.owner, r.hasOwner = *o, true
+	} else if o, ok := m["owner"].(string); ok && o != "" {
+		r.owner, r.hasOwner = o, true
+	}
+	var t *int64
+	switch v := m["fencing_token"].(type) {
+	case *int64:
+		t = v
+	case int64:
+		t = &v
+	}
+	if t != nil {
+		r.tokenCell = *t
+		if *t > 0 {
+			r.token = uint64(*t)
+		}
 	}
 	r.ttlMs = colInt(m["ttl_ms"])
 	r.writeID = colInt(m["write_id"])
@@ -275,14 +330,28 @@ func colInt(v any) int64 {
 }
 
 func (r row) String() string {
+	tok := "no token"
+	switch c := r.tokenCell.(type) {
+	case int64:
+		tok = fmt.Sprintf("token %d", c)
+	}
 	switch {
 	case !r.present:
 		return "no row"
-	case r.owner == "":
-		return fmt.Sprintf("free, last token %d", r.token)
+	case !r.hasOwner:
+		return "free, last " + tok
 	default:
-		return fmt.Sprintf("held by %s, token %d", r.owner, r.token)
+		return fmt.Sprintf("held by %s, %s", quoteForeign(r.owner), tok)
 	}
+}
+
+// quoteForeign quotes a string read from the cluster for a message, cut to
+// 100 bytes: another tool may have written anything there.
+func quoteForeign(s string) string {
+	if len(s) > 100 {
+		return strconv.Quote(s[:100]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 // record describes the row as a driver.Record.
@@ -296,6 +365,20 @@ func (r row) record(resource string) driver.Record {
 
 func (r row) held(resource string) error {
 	return &driver.HeldError{Holder: r.record(resource)}
+}
+
+// notHolder is the error of a renewal or release of owner's grant on
+// resource that does not hold it; cur is the row the store saw (the
+// not-applied result, or a serial read), which names the current holder
+// when it has one. It wraps driver.ErrLeaseLost and, with a holder, a
+// *driver.HeldError (driver.NotHolder).
+func notHolder(op, resource, owner string, cur row, format string, args ...any) error {
+	var h *driver.Record
+	if cur.hasOwner && cur.owner != owner {
+		rec := cur.record(resource)
+		h = &rec
+	}
+	return fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), driver.NotHolder(h))
 }
 
 // newWriteID returns a random non-zero id for one conditional write, so
@@ -343,7 +426,7 @@ func definitelyNotApplied(err error) bool {
 func (s *Store) casQuery(ctx context.Context, stmt string, args ...any) (bool, row, error) {
 	qctx, explain, cancel := s.boundWrite(ctx)
 	defer cancel()
-	m := map[string]any{}
+	m := newRowMap()
 	applied, err := s.session.Query(stmt, args...).
 		Consistency(s.cfg.CommitConsistency).
 		SerialConsistency(s.cfg.SerialConsistency).
@@ -462,7 +545,7 @@ func (s *Store) casBatch(ctx context.Context, stmts ...batchStmt) (bool, row, er
 	for _, st := range stmts {
 		b.Query(st.stmt, st.args...)
 	}
-	m := map[string]any{}
+	m := newRowMap()
 	applied, iter, err := b.MapExecCASContext(qctx, m)
 	if iter != nil {
 		if cerr := iter.Close(); err == nil {
@@ -502,7 +585,7 @@ func (s *Store) read(ctx context.Context, resource string) (row, error) {
 func (s *Store) readOnce(ctx context.Context, resource string) (row, error) {
 	qctx, cancel := context.WithTimeout(ctx, 2*s.cfg.Timeout)
 	defer cancel()
-	m := map[string]any{}
+	m := newRowMap()
 	err := s.session.Query(s.st.get, resource).
 		Consistency(s.cfg.SerialConsistency).
 		Idempotent(true).
@@ -570,10 +653,6 @@ func unknownf(op, resource string, cause error, format string, args ...any) erro
 	return driver.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), cause))
 }
 
-func lostf(op, resource string, format string, args ...any) error {
-	return fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), driver.ErrLeaseLost)
-}
-
 // Acquire implements driver.Store. In ModeNative a grant is one conditional
 // batch that sets the owner (with the TTL, see StoreTTL) and the next
 // fencing token together; with the last token of the resource in the
@@ -583,12 +662,23 @@ func lostf(op, resource string, format string, args ...any) error {
 // result is a *driver.HeldError describing the row it saw; its Holder.Owner
 // is empty when the resource was granted and freed again meanwhile.
 //
+// A new grant's token is max(the last token + 1, the client's clock in
+// microseconds since the Unix epoch) (nextToken), so that tokens do not go
+// back when a row is deleted by hand. Rows left half-written by other tools
+// are repaired by the next grant, which keeps the token floor: a free row
+// without a token, or with a zero or negative one, is granted like a free
+// row. A row with an owner but no valid token is held until its owner cell
+// expires; one whose owner cell never expires (no TTL: tenure never writes
+// that) is refused with ErrForeignRow, once a read has shown it.
+//
 // Errors: driver.ErrInvalidResource, ErrInvalidOwner or ErrInvalidTTL before
 // any I/O; *driver.HeldError when another owner holds the resource (Holder
 // carries owner and token; Remaining is 0 because Cassandra's
-// not-applied result carries no TTL); an error wrapping
-// driver.ErrUnknownOutcome when the answer was lost and a serial read could
-// not show that this very write was applied; other driver errors wrapped.
+// not-applied result carries no TTL); an error wrapping ErrForeignRow and
+// driver.ErrHeld (not a *driver.HeldError) for a holder that never expires;
+// an error wrapping driver.ErrUnknownOutcome when the answer was lost and a
+// serial read could not show that this very write was applied; other driver
+// errors wrapped.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
@@ -602,10 +692,11 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	g := grant{s: s, resource: resource, owner: owner, ttl: ttl, secs: secs, ttlMs: driver.Milliseconds(ttl), wid: newWriteID()}
 	var res attempt
-	if last, ok := s.cache.get(resource); ok {
-		res = g.free(ctx, last)
+	last, cached := s.cache.get(resource)
+	if cached {
+		res = g.free(ctx, int64(last), last)
 	} else {
-		res = g.fresh(ctx, 1)
+		res = g.fresh(ctx, 0)
 	}
 	if res.done {
 		return res.rec, res.err
@@ -614,24 +705,89 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	cur := res.row
 	switch {
 	case !cur.present:
-		// The row was deleted behind our back (an operator); start after
-		// the last token we know, so tokens do not go back as far as this
-		// store can tell.
-		last, _ := s.cache.get(resource)
-		res = g.fresh(ctx, last+1)
-	case cur.owner == owner:
+		// The row was deleted behind our back (an operator); start above
+		// the last token this store knows and the clock.
+		res = g.fresh(ctx, last)
+	case cur.hasOwner && cur.owner == owner && cur.token > 0:
 		res = g.renewal(ctx, cur.token)
-	case cur.owner != "":
-		s.cache.set(resource, cur.token)
-		return driver.Record{}, cur.held(resource)
+	case cur.hasOwner:
+		return driver.Record{}, s.heldErr(ctx, resource, cur)
 	default:
-		res = g.free(ctx, cur.token)
+		// Free: grant it on the row's token cell as it is (possibly null
+		// or not positive), above every token known.
+		res = g.free(ctx, cur.tokenCell, max(cur.token, last))
 	}
 	if res.done {
 		return res.rec, res.err
 	}
+	if res.row.hasOwner {
+		return driver.Record{}, s.heldErr(ctx, resource, res.row)
+	}
 	s.cache.set(resource, res.row.token)
 	return driver.Record{}, res.row.held(resource)
+}
+
+// nextToken returns the fencing token of a new grant on a resource whose
+// last known token is last: max(last + 1, the client's clock in
+// microseconds since the Unix epoch). The grant's condition (the row's
+// token is last, or there is no row) keeps tokens strictly increasing per
+// resource whatever the clock says; the clock floor keeps them from going
+// back when the row is lost (deleted by hand, or a table dropped and
+// created again), unless the granting client's clock is behind the one
+// that granted the lost token by more than the time since.
+func (s *Store) nextToken(last uint64) uint64 {
+	return max(last+1, uint64(max(s.now().UnixMicro(), 0)))
+}
+
+// heldCheckAfter is how long the same holder (owner and token) may be
+// seen refusing this store's acquires before the store reads its row to
+// check that the owner cell expires; see Store.heldErr.
+const heldCheckAfter = 30 * time.Second
+
+// ErrForeignRow is wrapped by the error of an Acquire that found the
+// resource held by an owner whose cell has no TTL: a row that tenure never
+// writes (another tool, or a hand-written UPDATE or INSERT without USING
+// TTL), which would otherwise block the resource forever. The error says
+// how to free it.
+var ErrForeignRow = errors.New("lease row not written by tenure")
+
+// heldErr returns the error of an acquire that found resource held by
+// another owner, as the row cur says: a *driver.HeldError naming it, unless
+// the holder's owner cell never expires. An owner cell without TTL cannot
+// be told from a not-applied result (which carries no TTL), so the store
+// reads the row (SERIAL, which also shows Remaining) when the row has no
+// valid token (never written so by tenure), and when this store has seen
+// the same holder for heldCheckAfter; a holder seen by a read never to
+// expire makes this and later acquires fail with ErrForeignRow, until the
+// row changes. Normal contention costs no read: holders change or expire
+// before heldCheckAfter, or are checked once per heldCheckAfter.
+func (s *Store) heldErr(ctx context.Context, resource string, cur row) error {
+	now := s.now()
+	since, checked, forever := s.cache.seen(resource, cur.owner, cur.token, now)
+	if forever {
+		return s.foreignHolder(resource, cur)
+	}
+	if (checked || cur.token > 0) && now.Sub(since) < s.heldCheckAfter {
+		return cur.held(resource)
+	}
+	r, err := s.read(ctx, resource)
+	if err != nil || !r.hasOwner || r.owner != cur.owner || r.token != cur.token {
+		// The row changed, or the read failed: the next acquire tells.
+		return cur.held(resource)
+	}
+	never := r.remaining <= 0 // TTL() of a live cell with a TTL is at least 1
+	s.cache.checked(resource, cur.owner, cur.token, now, never)
+	if never {
+		return s.foreignHolder(resource, r)
+	}
+	return r.held(resource)
+}
+
+func (s *Store) foreignHolder(resource string, cur row) error {
+	return fmt.Errorf("cassandra store: acquire %q: %s, and its owner cell has no TTL, so it never expires: tenure does not write such rows; "+
+		"if that holder is gone, free the resource with UPDATE %s.%s SET owner = null, ttl_ms = null WHERE resource = <resource> IF owner = <owner> "+
+		"(the next grant continues above the row's token): %w: %w",
+		resource, cur, s.cfg.keyspace, s.cfg.table, ErrForeignRow, driver.ErrHeld)
 }
 
 // grant is one Acquire in ModeNative.
@@ -664,8 +820,10 @@ func (g grant) granted(token uint64) attempt {
 	}}
 }
 
-// fresh grants a resource that has no row, with token next.
-func (g grant) fresh(ctx context.Context, next uint64) attempt {
+// fresh grants a resource that has no row, with a token above last (see
+// nextToken).
+func (g grant) fresh(ctx context.Context, last uint64) attempt {
+	next := g.s.nextToken(last)
 	if next > math.MaxInt64 {
 		return attempt{done: true, err: fmt.Errorf("cassandra store: acquire %q: fencing tokens exhausted", g.resource)}
 	}
@@ -682,20 +840,22 @@ func (g grant) fresh(ctx context.Context, next uint64) attempt {
 	return attempt{row: cur}
 }
 
-// free grants a resource whose row is free with fencing token last.
-func (g grant) free(ctx context.Context, last uint64) attempt {
-	if last >= math.MaxInt64 {
+// free grants a resource whose row is free with the token cell cell (an
+// int64, or nil for null), with a token above last (see nextToken).
+func (g grant) free(ctx context.Context, cell any, last uint64) attempt {
+	next := g.s.nextToken(last)
+	if next > math.MaxInt64 {
 		return attempt{done: true, err: fmt.Errorf("cassandra store: acquire %q: fencing tokens exhausted", g.resource)}
 	}
 	applied, cur, err := g.s.casBatch(ctx,
-		batchStmt{g.s.st.grantFreeOwner, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource, int64(last)}},
-		batchStmt{g.s.st.grantFreeToken, []any{int64(last + 1), g.resource}},
+		batchStmt{g.s.st.grantFreeOwner, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource, cell}},
+		batchStmt{g.s.st.grantFreeToken, []any{int64(next), g.resource}},
 	)
 	switch {
 	case err != nil:
-		return g.resolve(ctx, err, func(r row) bool { return r.present && r.owner == "" && r.token == last })
+		return g.resolve(ctx, err, func(r row) bool { return r.present && !r.hasOwner && r.tokenCell == cell })
 	case applied:
-		return g.granted(last + 1)
+		return g.granted(next)
 	}
 	return attempt{row: cur}
 }
@@ -721,7 +881,7 @@ func (g grant) resolve(ctx context.Context, cause error, pending func(row) bool)
 	switch {
 	case err != nil:
 		return attempt{done: true, err: err}
-	case cur.owner == g.owner && cur.writeID == g.wid:
+	case cur.hasOwner && cur.owner == g.owner && cur.writeID == g.wid:
 		// This very write was applied, at or after the request was sent.
 		a := g.granted(cur.token)
 		if cur.remaining > 0 {
@@ -730,12 +890,14 @@ func (g grant) resolve(ctx context.Context, cause error, pending func(row) bool)
 		return a
 	case pending(cur):
 		return attempt{done: true, err: unknownf("acquire", g.resource, cause, "the answer was lost and the write is not applied yet (%s); it may still be", cur)}
-	case cur.owner == g.owner:
+	case cur.hasOwner && cur.owner == g.owner:
 		return attempt{done: true, err: unknownf("acquire", g.resource, cause, "the answer was lost; this owner holds the resource by another write (%s)", cur)}
 	}
 	// Another owner holds it, or the resource changed hands: this write's
 	// condition can no longer hold.
-	g.s.cache.set(g.resource, cur.token)
+	if cur.token > 0 {
+		g.s.cache.set(g.resource, cur.token)
+	}
 	return attempt{done: true, err: cur.held(g.resource)}
 }
 
@@ -744,7 +906,10 @@ func (g grant) resolve(ctx context.Context, cause error, pending func(row) bool)
 // never re-creates an expired or replaced lease). Errors:
 // ErrInvalidResource, ErrInvalidOwner or ErrInvalidTTL before any I/O; an
 // error wrapping driver.ErrLeaseLost when the lease is not this owner's
-// with this token (expired, released or replaced); one wrapping
+// with this token (expired, released or replaced), and then also a
+// *driver.HeldError naming the current holder when the row has one
+// (driver.NotHolder: the not-applied result carries it, at no extra cost;
+// its TTL and Remaining are 0, unknown); one wrapping
 // driver.ErrUnknownOutcome when the answer was lost and a serial read could
 // not show that this write was applied; other driver errors wrapped.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
@@ -759,7 +924,7 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return s.renewJaeger(ctx, resource, owner, token, secs)
 	}
 	if token == 0 || token > math.MaxInt64 {
-		return lostf("renew", resource, "no lease has token %d", token)
+		return notHolder("renew", resource, owner, row{}, "no lease has token %d", token)
 	}
 	wid := newWriteID()
 	applied, cur, err := s.casQuery(ctx, s.st.renew, secs, owner, driver.Milliseconds(ttl), wid, resource, owner, int64(token))
@@ -773,10 +938,10 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		case cur.owner == owner && cur.token == token:
 			return unknownf("renew", resource, err, "the answer was lost and the renewal is not applied yet; it may still be")
 		}
-		return lostf("renew", resource, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
+		return notHolder("renew", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
 	}
 	if !applied {
-		return lostf("renew", resource, "not this owner's lease with token %d (%s)", token, cur)
+		return notHolder("renew", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
 	}
 	return nil
 }
@@ -785,9 +950,11 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 // the resource only if the row has this owner and fencing token, and keeps
 // the token. Errors: ErrInvalidResource or ErrInvalidOwner before any I/O;
 // an error wrapping driver.ErrLeaseLost when the lease is not this owner's
-// with this token (including a lease already gone); one wrapping
-// driver.ErrUnknownOutcome when the answer was lost and a serial read could
-// not show the outcome; other driver errors wrapped.
+// with this token (including a lease already gone), and then also a
+// *driver.HeldError naming the current holder when the row has one
+// (driver.NotHolder); one wrapping driver.ErrUnknownOutcome when the
+// answer was lost and a serial read could not show the outcome; other
+// driver errors wrapped.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
 	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
@@ -796,7 +963,7 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 		return s.releaseJaeger(ctx, resource, owner, token)
 	}
 	if token == 0 || token > math.MaxInt64 {
-		return lostf("release", resource, "no lease has token %d", token)
+		return notHolder("release", resource, owner, row{}, "no lease has token %d", token)
 	}
 	wid := newWriteID()
 	applied, cur, err := s.casQuery(ctx, s.st.release, wid, resource, owner, int64(token))
@@ -805,15 +972,15 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 		switch {
 		case rerr != nil:
 			return rerr
-		case cur.owner == "" && cur.token == token && cur.writeID == wid:
+		case !cur.hasOwner && cur.token == token && cur.writeID == wid:
 			return nil // this release was applied
 		case cur.owner == owner && cur.token == token:
 			return unknownf("release", resource, err, "the answer was lost and the release is not applied yet; it may still be")
 		}
-		return lostf("release", resource, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
+		return notHolder("release", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
 	}
 	if !applied {
-		return lostf("release", resource, "not this owner's lease with token %d (%s)", token, cur)
+		return notHolder("release", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
 	}
 	return nil
 }
@@ -863,7 +1030,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 		IterContext(ctx)
 	var out []driver.Record
 	for {
-		m := map[string]any{}
+		m := newRowMap()
 		if !iter.MapScan(m) {
 			break
 		}
@@ -929,7 +1096,7 @@ func (s *Store) resolveJaegerGrant(ctx context.Context, resource, owner string, 
 
 func (s *Store) renewJaeger(ctx context.Context, resource, owner string, token uint64, secs int) error {
 	if token != 0 {
-		return lostf("renew", resource, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
+		return notHolder("renew", resource, owner, row{}, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
 	}
 	applied, cur, err := s.casQuery(ctx, s.st.jUpdate, secs, owner, resource, owner)
 	if err != nil {
@@ -940,17 +1107,17 @@ func (s *Store) renewJaeger(ctx context.Context, resource, owner string, token u
 		case cur.owner == owner:
 			return unknownf("renew", resource, err, "the answer was lost; this owner still holds the lease, but in Jaeger mode a read cannot tell whether this renewal was applied")
 		}
-		return lostf("renew", resource, "the answer was lost, and the lease is no longer this owner's (%s)", cur)
+		return notHolder("renew", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's (%s)", cur)
 	}
 	if !applied {
-		return lostf("renew", resource, "not this owner's lease (%s)", cur)
+		return notHolder("renew", resource, owner, cur, "not this owner's lease (%s)", cur)
 	}
 	return nil
 }
 
 func (s *Store) releaseJaeger(ctx context.Context, resource, owner string, token uint64) error {
 	if token != 0 {
-		return lostf("release", resource, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
+		return notHolder("release", resource, owner, row{}, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
 	}
 	applied, cur, err := s.casQuery(ctx, s.st.jDelete, resource, owner)
 	if err != nil {
@@ -967,7 +1134,7 @@ func (s *Store) releaseJaeger(ctx context.Context, resource, owner string, token
 		return unknownf("release", resource, err, "the answer was lost; this owner no longer holds the lease (%s), but in Jaeger mode a read cannot tell whether this release or the TTL freed it", cur)
 	}
 	if !applied {
-		return lostf("release", resource, "not this owner's lease (%s)", cur)
+		return notHolder("release", resource, owner, cur, "not this owner's lease (%s)", cur)
 	}
 	return nil
 }

@@ -148,8 +148,8 @@ func TestTokenSurvivesExpiryAndRelease(t *testing.T) {
 	}
 	fresh := openStore(t, cassandra.ModeNative, nil)
 	next, err := fresh.Acquire(ctx, r, a, time.Minute)
-	if err != nil || next.Token != rec.Token+1 {
-		t.Fatalf("grant after expiry from a store without a cached view: %+v, %v; want token %d", next, err, rec.Token+1)
+	if err != nil || next.Token <= rec.Token {
+		t.Fatalf("grant after expiry from a store without a cached view: %+v, %v; want a token above %d", next, err, rec.Token)
 	}
 	if err := fresh.Release(ctx, r, a, next.Token); err != nil {
 		t.Fatal(err)
