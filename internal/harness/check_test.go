@@ -70,14 +70,19 @@ func TestCheckPasses(t *testing.T) {
 	}
 }
 
-func TestCheckContinuationOfAGrant(t *testing.T) {
-	// A lost its lease locally (slow renewal) and was granted the same
-	// token again: the store kept it, no one else held it in between.
+// Every acquire is a grant of its own: a Locker that lost its lease
+// locally and was granted the same token again adopted its earlier grant
+// (the behaviour before grant identity), which the checker reports.
+func TestCheckAdoptedGrantIsAViolation(t *testing.T) {
 	hs := []*History{whist("A", 0,
 		hold{token: 4, send: 0, reply: 2, deadline: 990, steps: []int64{10}, lost: 995},
 		hold{token: 4, send: 1000, reply: 1002, deadline: 1990, steps: []int64{1010}, release: 1100})}
-	if r := check(hs); r.Violations != 0 {
-		t.Fatalf("violations: %+v", r.Examples)
+	r := check(hs)
+	if r.ViolationsByKind["token-order"] != 1 {
+		t.Fatalf("token-order violations: %v; want 1", r.ViolationsByKind)
+	}
+	if r.Regrants != 1 {
+		t.Errorf("regrants after loss = %d, want 1", r.Regrants)
 	}
 }
 

@@ -80,12 +80,13 @@ func ProfileFor(scheme string) (Profile, error) {
 
 // Input is a store operation as the linearizability model sees it.
 type Input struct {
-	Op    string // acquire, renew, release, get
-	Owner string
-	Token uint64 // renew, release
-	TTL   time.Duration
-	Call  int64 // when the request was sent
-	Ret   int64 // when the answer arrived; Never when the effect may come later
+	Op       string // acquire, renew, release, get; delete and reset (an operator's)
+	Resource string // the lease's name; "" for reset (every lease)
+	Owner    string // the grant's owner string
+	Token    uint64 // renew, release
+	TTL      time.Duration
+	Call     int64 // when the request was sent
+	Ret      int64 // when the answer arrived; Never when the effect may come later
 }
 
 // Output is a store operation's result as the model sees it.
@@ -269,6 +270,14 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 		default:
 			add(noop)
 		}
+	case OpDelete, OpReset:
+		// An operator deleted the lease's record (or the whole store): the
+		// resource is free, and the store must still never grant a token
+		// below those it granted before.
+		if out.Res == ResUnknown {
+			add(noop)
+		}
+		add(freed(tLo))
 	case OpGet:
 		switch out.Res {
 		case ResGot:
@@ -303,7 +312,8 @@ func (p Profile) Model() porcupine.Model {
 			}
 			return out
 		},
-		Equal: func(a, b any) bool { return a.(State) == b.(State) },
+		Partition: partitionByResource,
+		Equal:     func(a, b any) bool { return a.(State) == b.(State) },
 		Hash: func(state any) uint64 {
 			s := state.(State)
 			h := fnv.New64a()
@@ -312,6 +322,9 @@ func (p Profile) Model() porcupine.Model {
 		},
 		DescribeOperation: func(input, output any) string {
 			in, out := input.(Input), output.(Output)
+			if in.Op == OpDelete || in.Op == OpReset {
+				return fmt.Sprintf("%s(%s) by the operator", in.Op, in.Resource)
+			}
 			s := fmt.Sprintf("%s(%s", in.Op, short(in.Owner))
 			if in.Token != 0 {
 				s += fmt.Sprintf(", t%d", in.Token)
@@ -334,6 +347,37 @@ func (p Profile) Model() porcupine.Model {
 		},
 	}
 	return nm.ToModel()
+}
+
+// partitionByResource splits a history by lease: each lease's operations
+// are linearizable on their own (a reset, which deletes every lease, goes
+// into every partition).
+func partitionByResource(ops []porcupine.Operation) [][]porcupine.Operation {
+	by := map[string][]porcupine.Operation{}
+	var names []string
+	var resets []porcupine.Operation
+	for _, op := range ops {
+		in := op.Input.(Input)
+		if in.Op == OpReset {
+			resets = append(resets, op)
+			continue
+		}
+		if _, ok := by[in.Resource]; !ok {
+			names = append(names, in.Resource)
+		}
+		by[in.Resource] = append(by[in.Resource], op)
+	}
+	sort.Strings(names)
+	var out [][]porcupine.Operation
+	for _, n := range names {
+		p := append(by[n], resets...)
+		sort.SliceStable(p, func(i, j int) bool { return p[i].Call < p[j].Call })
+		out = append(out, p)
+	}
+	if len(out) == 0 && len(resets) > 0 {
+		out = append(out, resets)
+	}
+	return out
 }
 
 func short(owner string) string {
@@ -376,7 +420,7 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 					continue
 				}
 				done[e.ID] = true
-				in := Input{Op: c.Op, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T}
+				in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T}
 				out := Output{Res: e.Res, Token: e.Token, Holder: e.Holder, HolderToken: e.HolderToken}
 				if e.Res == ResUnknown && p.LateEffects {
 					in.Ret = Never
@@ -396,7 +440,7 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 			if !p.LateEffects && h.Gone != nil {
 				ret = h.Gone.T
 			}
-			in := Input{Op: c.Op, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret}
+			in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret}
 			ops = append(ops, porcupine.Operation{ClientId: ci, Input: in, Call: in.Call, Output: Output{Res: ResUnknown}, Return: ret})
 		}
 	}
