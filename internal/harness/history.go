@@ -106,6 +106,9 @@ const (
 	// orchestrator records them in histories/operator.jsonl.
 	OpDelete = "delete"
 	OpReset  = "reset"
+	// OpTerm is an election of a new leader in an etcd cluster, seen by the
+	// orchestrator between the call and the answer (a new raft term).
+	OpTerm = "term"
 )
 
 // Event is one line of a worker history. T is always CLOCK_MONOTONIC

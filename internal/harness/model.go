@@ -43,6 +43,10 @@ type Profile struct {
 	// some time after the request was sent (a Paxos round completed later
 	// keeps the time of its proposal).
 	ExpiryFromEffect bool
+	// LeaderExtension is how much longer than its TTL a lease may live
+	// after a leader election (OpTerm): etcd's new leader renews every
+	// lease for its TTL plus an extension of up to the election timeout.
+	LeaderExtension time.Duration
 }
 
 func ceilMillis(ttl time.Duration) time.Duration {
@@ -108,6 +112,8 @@ type State struct {
 	// ExpMin and ExpMax bound the store's expiry of the lease: it is live
 	// before ExpMin and expired from ExpMax on.
 	ExpMin, ExpMax int64
+	// TTL is the TTL the lease was last written with (for OpTerm).
+	TTL time.Duration
 	// Lo is a lower bound of the time at which the last operation took
 	// effect: linearization points never go back in time.
 	Lo int64
@@ -175,6 +181,7 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 		n.ExpMin = satAdd(from, p.MinTTL(ttl))
 		n.ExpMax = satAdd(ret, p.MaxTTL(ttl))
 		n.Lo = t0
+		n.TTL = ttl
 		return n
 	}
 	freed := func(t int64) State { return State{Lo: t, NextToken: s.NextToken} }
@@ -270,6 +277,15 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 		default:
 			add(noop)
 		}
+	case OpTerm:
+		// The etcd cluster elected a leader between in.Call and in.Ret: the
+		// new leader gives every lease its full TTL again, plus up to an
+		// election timeout.
+		n := s
+		if s.Holder != "" && live {
+			n.ExpMax = max(s.ExpMax, satAdd(in.Ret, p.MaxTTL(s.TTL)+p.LeaderExtension))
+		}
+		add(n)
 	case OpDelete, OpReset:
 		// An operator deleted the lease's record (or the whole store): the
 		// resource is free, and the store must still never grant a token
@@ -317,13 +333,16 @@ func (p Profile) Model() porcupine.Model {
 		Hash: func(state any) uint64 {
 			s := state.(State)
 			h := fnv.New64a()
-			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken)
+			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%d", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken, s.TTL)
 			return h.Sum64()
 		},
 		DescribeOperation: func(input, output any) string {
 			in, out := input.(Input), output.(Output)
-			if in.Op == OpDelete || in.Op == OpReset {
+			switch in.Op {
+			case OpDelete, OpReset:
 				return fmt.Sprintf("%s(%s) by the operator", in.Op, in.Resource)
+			case OpTerm:
+				return "leader elected"
 			}
 			s := fmt.Sprintf("%s(%s", in.Op, short(in.Owner))
 			if in.Token != 0 {
@@ -358,7 +377,7 @@ func partitionByResource(ops []porcupine.Operation) [][]porcupine.Operation {
 	var resets []porcupine.Operation
 	for _, op := range ops {
 		in := op.Input.(Input)
-		if in.Op == OpReset {
+		if in.Op == OpReset || in.Op == OpTerm {
 			resets = append(resets, op)
 			continue
 		}
@@ -599,12 +618,16 @@ var RedisProfile = Profile{
 // 2 s, is granted at the start of the acquire, and expired leases are
 // revoked by a loop that runs every 500 ms: a lease lives at least the
 // requested TTL and at most max(⌈ttl⌉, 2 s) + 0.5 s after its grant or last
-// keep-alive.
+// keep-alive. In a cluster, a newly elected leader renews every lease for
+// its full TTL plus up to an election timeout (etcd 3.4 keeps no remaining
+// TTLs; docs/stores.md): the orchestrator records each election it sees
+// (OpTerm), and the model extends the live lease then.
 var EtcdProfile = Profile{
 	Name:   "etcd",
 	MinTTL: func(ttl time.Duration) time.Duration { return ttl - clockSlack },
 	MaxTTL: func(ttl time.Duration) time.Duration {
 		return max(ceilSeconds(ttl), 2*time.Second) + 500*time.Millisecond + clockSlack
 	},
-	LateEffects: true,
+	LateEffects:     true,
+	LeaderExtension: 1500 * time.Millisecond,
 }

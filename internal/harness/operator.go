@@ -241,3 +241,60 @@ func resetSQLite(ctx context.Context, path string, replace bool) (string, error)
 func openSQLite(path string) (*sql.DB, error) {
 	return sql.Open("sqlite", "file:"+path+"?_busy_timeout=30000&_txlock=immediate")
 }
+
+// watchTerms records every election of an etcd cluster's leader as an OpTerm
+// operation in the operator's history: it asks each member for its raft
+// term every 100 ms (on the members themselves, not through the proxies),
+// and an operation spans from the last round that saw the old term to the
+// first that saw a new one. It returns when ctx ends.
+func (o *orch) watchTerms(ctx context.Context) error {
+	su, err := store.Parse(o.env.raw)
+	if err != nil {
+		return err
+	}
+	cfg, ok := su.Config().(*etcd.Config)
+	if !ok {
+		return nil
+	}
+	cc := cfg.Client
+	cc.Logger = zap.NewNop()
+	cc.DialTimeout = 2 * time.Second
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	var term uint64
+	var lastSeen int64
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var seen uint64
+		for _, ep := range cc.Endpoints {
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := cli.Status(sctx, ep)
+			cancel()
+			if err == nil && st.RaftTerm > seen {
+				seen = st.RaftTerm
+			}
+		}
+		now := MonoNow()
+		switch {
+		case seen == 0: // no member answered
+		case term == 0:
+			term, lastSeen = seen, now
+		case seen > term:
+			id := o.operator.newID()
+			o.operator.Record(Event{Ev: EvCall, T: lastSeen, ID: id, Op: OpTerm, Token: seen})
+			o.operator.Record(Event{Ev: EvReturn, T: now, ID: id, Res: ResRenewed})
+			term, lastSeen = seen, now
+		default:
+			lastSeen = now
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}

@@ -140,8 +140,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
+	// An etcd cluster's elections extend its leases: record them.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if env.scheme == "etcd" && len(env.nodes) > 1 {
+			if err := o.watchTerms(wctx); err != nil {
+				fmt.Fprintf(cfg.Log, "harness: watching the leader: %v\n", err)
+			}
+		}
+	}()
 	runErr := o.inject(ctx, kinds)
 	o.shutdown()
+	stopWatch()
+	<-watched
 
 	hs, err := ReadHistories(filepath.Join(cfg.Out, "histories"))
 	if err != nil {
@@ -697,7 +710,8 @@ func (o *orch) nodeFault(ctx context.Context, f Fault) (Fault, error) {
 		out, err := runScript(bg, o.env.nodeScript, "move-leader", fmt.Sprint(n))
 		f.End = MonoNow()
 		f.Target = "raft leader"
-		f.Detail = strings.TrimSpace(out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		f.Detail = lines[len(lines)-1] // "leader M -> N"
 		return f, err
 	case FaultNodeKill:
 		d := o.between(1.5, 3)

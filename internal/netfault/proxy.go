@@ -250,6 +250,7 @@ func (p *Proxy) copyRequests(server, client net.Conn) {
 		mu      sync.Mutex
 		q       []chunk
 		eof     bool
+		dead    bool // the sender stopped: later chunks are dropped
 		lastDue time.Time
 		wake    = make(chan struct{}, 1)
 	)
@@ -267,6 +268,10 @@ func (p *Proxy) copyRequests(server, client net.Conn) {
 				now := time.Now()
 				late := time.Duration(p.late.Load())
 				mu.Lock()
+				if dead {
+					mu.Unlock()
+					continue
+				}
 				c := chunk{b: append([]byte(nil), buf[:n]...), due: now.Add(late)}
 				if c.due.Before(lastDue) {
 					c.due = lastDue // in order, behind what is held
@@ -309,7 +314,7 @@ func (p *Proxy) copyRequests(server, client net.Conn) {
 		for _, c := range q {
 			done(c)
 		}
-		q = nil
+		q, dead = nil, true
 		mu.Unlock()
 	}()
 	for {
