@@ -160,18 +160,19 @@ type Violation struct {
 
 // Report is the checker's verdict over one run.
 type Report struct {
-	Store      string `json:"store"`
-	Seed       uint64 `json:"seed"`
-	Workers    int    `json:"workers"`
-	TTL        string `json:"ttl"`
-	Duration   string `json:"duration"`
-	Unsafe     bool   `json:"unsafe,omitempty"`
-	Workload   string `json:"workload,omitempty"`
-	SemWorkers int    `json:"semaphore_workers,omitempty"`
-	Slots      int    `json:"slots,omitempty"`
-	Processes  int    `json:"processes"`
-	Grants     int    `json:"grants"`
-	Handoffs   int    `json:"handoffs"` // consecutive grants of a lease (or slot) to different processes
+	Store       string `json:"store"`
+	Seed        uint64 `json:"seed"`
+	Workers     int    `json:"workers"`
+	TTL         string `json:"ttl"`
+	Duration    string `json:"duration"`
+	Unsafe      bool   `json:"unsafe,omitempty"`
+	Workload    string `json:"workload,omitempty"`
+	SharedOwner bool   `json:"shared_owner,omitempty"`
+	SemWorkers  int    `json:"semaphore_workers,omitempty"`
+	Slots       int    `json:"slots,omitempty"`
+	Processes   int    `json:"processes"`
+	Grants      int    `json:"grants"`
+	Handoffs    int    `json:"handoffs"` // consecutive grants of a lease (or slot) to different processes
 	// SlotGrants and SlotHandoffs count those of semaphore slots, which
 	// Grants and Handoffs include.
 	SlotGrants   int `json:"slot_grants,omitempty"`
@@ -970,6 +971,9 @@ func (r *Report) Summary() string {
 	}
 	if r.Unsafe {
 		s += " client=UNSAFE"
+	}
+	if r.SharedOwner {
+		s += " owners=SHARED-PER-LOCKER"
 	}
 	if len(r.Missing) > 0 {
 		s += " missing-faults=" + strings.Join(r.Missing, ",")

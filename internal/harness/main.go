@@ -41,6 +41,7 @@ func WorkerMain(args []string) int {
 	fs.StringVar(&translate, "translate", "", "Cassandra: node=proxy address pairs")
 	fs.StringVar(&cfg.Workload, "workload", WorkloadLease, "what the worker does: "+strings.Join(Workloads, ", "))
 	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots (-workload semaphore)")
+	fs.BoolVar(&cfg.SharedOwner, "shared-owner", false, "give the store one owner string per Locker, as before grant identity (deliberately unsafe)")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -77,6 +78,7 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.Int64Var(&seed, "seed", 0, "seed of the fault schedule and of the workers' choices (default: from the clock; printed)")
 	fs.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: every kind that applies to the store): "+strings.Join(AllFaults, ","))
 	fs.BoolVar(&cfg.Unsafe, "unsafe", false, "run a deliberately unsafe client, which works while it believes it holds the lease; the checker must report violations")
+	fs.BoolVar(&cfg.SharedOwner, "shared-owner", false, "the workers give the store one owner string per Locker instead of one per grant, as tenure did before grant identity (deliberately unsafe; the checker must report violations)")
 	fs.StringVar(&cfg.Workload, "workload", WorkloadReacquire, "what the -workers workers do: lease (rest before every acquire) or reacquire (after a loss, acquire again at once with the same Locker)")
 	fs.IntVar(&cfg.SemWorkers, "sem-workers", 3, "workers that hold slots of a semaphore (on a resource of their own), besides the -workers workers")
 	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots")

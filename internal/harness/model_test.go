@@ -19,6 +19,7 @@ type op struct {
 	granted uint64 // granted token
 	holder  string // held, got
 	htoken  uint64
+	lease   string // the lease's name ("" for all the same)
 }
 
 // histories builds one history per owner from ops.
@@ -39,7 +40,7 @@ func histories(ttl time.Duration, gone map[string]int64, ops ...op) []*History {
 			order = append(order, owner)
 		}
 		id++
-		h.Events = append(h.Events, Event{Ev: EvCall, T: o.call * ms, ID: id, Op: o.kind, Owner: o.owner, Token: o.token, TTL: int64(ttl)})
+		h.Events = append(h.Events, Event{Ev: EvCall, T: o.call * ms, ID: id, Op: o.kind, Resource: o.lease, Owner: o.owner, Token: o.token, TTL: int64(ttl)})
 		if o.ret != 0 {
 			h.Events = append(h.Events, Event{Ev: EvReturn, T: o.ret * ms, ID: id, Res: o.res, Token: o.granted, Holder: o.holder, HolderToken: o.htoken})
 		}
@@ -82,6 +83,17 @@ func release(owner string, token uint64, call, ret int64, res string) op {
 func get(call, ret int64, res, holder string, token uint64) op {
 	return op{kind: OpGet, call: call, ret: ret, res: res, holder: holder, htoken: token}
 }
+
+// operator's operations: a deletion of the lease's record, an election.
+func del(call, ret int64) op {
+	return op{owner: operatorOwner, kind: OpDelete, call: call, ret: ret, res: ResReleased}
+}
+
+func term(call, ret int64) op {
+	return op{owner: operatorOwner, kind: OpTerm, call: call, ret: ret, res: ResRenewed}
+}
+
+func on(resource string, o op) op { o.lease = resource; return o }
 
 func TestModel(t *testing.T) {
 	sec := time.Second
@@ -242,6 +254,45 @@ func TestModel(t *testing.T) {
 		{"cassandra: granted before ceil(ttl)", CassandraProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			granted("B", 900, 950, 2),
+		}, "Illegal"},
+		{"an operator's deletion frees the lease at once", PostgresProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			granted("B", 200, 210, 6),
+		}, "Ok"},
+		{"tokens do not go back after a deletion", PostgresProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			granted("B", 200, 210, 1),
+		}, "Illegal"},
+		{"a deleted lease is not renewed", RedisProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			renew("A", 5, 200, 210, ResRenewed),
+		}, "Illegal"},
+		{"a deleted lease is lost", RedisProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			renew("A", 5, 200, 210, ResLost),
+		}, "Ok"},
+		{"etcd: an election renews live leases", EtcdProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			term(1000, 1100),
+			held("B", 4000, 4010, "A", 1), // 1.1 s + 2.5 s + 1.5 s
+		}, "Ok"},
+		{"etcd: an election does not revive an expired lease", EtcdProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			term(3000, 3100),
+			held("B", 4000, 4010, "A", 1),
+		}, "Illegal"},
+		{"tokens per lease", SQLiteProfile, nil, []op{
+			on("R1", granted("A", 0, 10, 1)),
+			on("R2", granted("B", 20, 30, 1)),
+			on("R2", held("A", 40, 50, "B", 1)),
+		}, "Ok"},
+		{"a later grant of the same Locker does not adopt its earlier one", SQLiteProfile, nil, []op{
+			granted("A#n.1", 0, 10, 4),
+			granted("A#n.2", 900, 910, 4), // the store renewed grant .1 for grant .2
 		}, "Illegal"},
 	}
 	for _, c := range cases {

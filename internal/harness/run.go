@@ -32,8 +32,11 @@ type Config struct {
 	Seed     uint64        // seeds the fault schedule and the workers
 	Faults   []string      // fault kinds; nil means every kind that applies to the store
 	Unsafe   bool          // run the deliberately unsafe client
-	Out      string        // output directory: histories/, logs/, faults.jsonl, report.json
-	ExitProb float64       // probability that a worker exits without releasing after a piece of work
+	// SharedOwner makes the workers give the store one owner string per
+	// Locker, as tenure did before grant identity (deliberately unsafe).
+	SharedOwner bool
+	Out         string  // output directory: histories/, logs/, faults.jsonl, report.json
+	ExitProb    float64 // probability that a worker exits without releasing after a piece of work
 
 	// Workload is what the Workers workers do: WorkloadLease or
 	// WorkloadReacquire (default).
@@ -179,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Store = fmt.Sprintf("etcd-%dmembers", len(env.nodes))
 	}
 	rep.Seed, rep.Workers, rep.TTL, rep.Duration, rep.Unsafe = cfg.Seed, cfg.Workers, cfg.TTL.String(), cfg.Duration.String(), cfg.Unsafe
-	rep.Workload, rep.SemWorkers = cfg.Workload, cfg.SemWorkers
+	rep.Workload, rep.SemWorkers, rep.SharedOwner = cfg.Workload, cfg.SemWorkers, cfg.SharedOwner
 	if cfg.SemWorkers > 0 {
 		rep.Slots = cfg.Slots
 	}
@@ -284,6 +287,9 @@ func (o *orch) startLocked(s *slot) error {
 	}
 	if o.cfg.Unsafe {
 		args = append(args, "-unsafe")
+	}
+	if o.cfg.SharedOwner {
+		args = append(args, "-shared-owner")
 	}
 	logf, err := os.Create(filepath.Join(o.cfg.Out, "logs", name+".log"))
 	if err != nil {

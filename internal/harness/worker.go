@@ -36,6 +36,10 @@ type WorkerConfig struct {
 	Workload string
 	// Slots is the semaphore's number of slots (WorkloadSemaphore).
 	Slots int
+	// SharedOwner gives the store one owner string per Locker instead of
+	// one per grant, as tenure did before grant identity
+	// (sharedOwnerStore): a deliberately unsafe configuration.
+	SharedOwner bool
 }
 
 // Workloads.
@@ -89,6 +93,9 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 		return err
 	}
 	defer store.Close()
+	if cfg.SharedOwner {
+		store = withSharedOwner(store)
+	}
 	rs := NewRecordingStore(store, rec)
 	lk, err := tenure.New(rs, tenure.WithOwnerID(fmt.Sprintf("w%d-%d", cfg.Worker, os.Getpid())),
 		tenure.WithRetry(min(10*time.Millisecond, cfg.Retry), cfg.Retry))
