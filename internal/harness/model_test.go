@@ -227,13 +227,13 @@ func TestModel(t *testing.T) {
 			release("A", 1, 100, 300, ResLost),
 			granted("B", 120, 200, 2),
 		}, "Illegal"},
-		{"etcd: a 1s lease may live 2.5s (etcd's minimum TTL and revoke loop)", EtcdProfile, nil, []op{
+		{"etcd: a 1s lease may live 3.5s (etcd's minimum TTL, revoke loop and the revocation's commit)", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			held("B", 2400, 2410, "A", 1),
+			held("B", 3400, 3410, "A", 1),
 		}, "Ok"},
-		{"etcd: held after 2.5s", EtcdProfile, nil, []op{
+		{"etcd: held after 3.5s", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			held("B", 2600, 2610, "A", 1),
+			held("B", 3600, 3610, "A", 1),
 		}, "Illegal"},
 		{"postgres: granted before the TTL", PostgresProfile, nil, []op{
 			granted("A", 0, 10, 1),
@@ -278,12 +278,12 @@ func TestModel(t *testing.T) {
 		{"etcd: an election renews live leases", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			term(1000, 1100),
-			held("B", 4000, 4010, "A", 1), // 1.1 s + 2.5 s + 1.5 s
+			held("B", 5000, 5010, "A", 1), // 1.1 s + 3.5 s + 1.5 s
 		}, "Ok"},
 		{"etcd: an election does not revive an expired lease", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			term(3000, 3100),
-			held("B", 4000, 4010, "A", 1),
+			term(4000, 4100),
+			held("B", 5000, 5010, "A", 1),
 		}, "Illegal"},
 		{"tokens per lease", SQLiteProfile, nil, []op{
 			on("R1", granted("A", 0, 10, 1)),
