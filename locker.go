@@ -484,15 +484,31 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	// Subscribe to release notifications only once the resource was found
+	// held (an uncontended acquire costs no subscription), then try again at
+	// once, so that a release between the attempt and the subscription is
+	// not missed.
 	var notify <-chan struct{}
-	if n, ok := lk.store.(driver.Notifier); ok {
+	var unsubscribe func()
+	defer func() {
+		if unsubscribe != nil {
+			unsubscribe()
+		}
+	}()
+	subscribed := false
+	subscribe := func() bool {
+		subscribed = true
+		n, ok := lk.store.(driver.Notifier)
+		if !ok {
+			return false
+		}
 		ch, stop, err := n.Subscribe(ctx, resource)
 		if err != nil {
 			lk.log.Warn("release notifications unavailable; polling", "resource", resource, "err", err)
-		} else {
-			notify = ch
-			defer stop()
+			return false
 		}
+		notify, unsubscribe = ch, stop
+		return true
 	}
 	start := lk.clock.Now()
 	var held *HeldError
@@ -501,6 +517,11 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 		lease, err := lk.TryAcquire(ctx, resource, ttl)
 		if err == nil {
 			return lease, nil
+		}
+		if !subscribed && errors.As(err, &held) && subscribe() {
+			if lease, err = lk.TryAcquire(ctx, resource, ttl); err == nil {
+				return lease, nil
+			}
 		}
 		var remaining time.Duration // the holder's, when the store said
 		switch {

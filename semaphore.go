@@ -284,14 +284,26 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	notify, stop := s.subscribe(ctx)
-	defer stop()
+	// Subscribe once every slot was found held (see Locker.Acquire), then
+	// try again at once.
+	var notify <-chan struct{}
+	stop := func() {}
+	defer func() { stop() }()
+	subscribed := false
 	start := s.lk.clock.Now()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		l, err := s.TryAcquire(ctx, ttl)
 		if err == nil {
 			return l, nil
+		}
+		if !subscribed && errors.Is(err, ErrHeld) {
+			subscribed = true
+			if notify, stop = s.subscribe(ctx); notify != nil {
+				if l, err = s.TryAcquire(ctx, ttl); err == nil {
+					return l, nil
+				}
+			}
 		}
 		var held *SlotsHeldError
 		var one *HeldError

@@ -116,9 +116,10 @@ type Config struct {
 
 	// Timeout bounds each query, in addition to the caller's context
 	// (default DefaultTimeout, at most MaxTimeout). A conditional write is
-	// also bounded by half of the time left before the context's deadline,
-	// so that a write whose coordinator stopped answering leaves time to
-	// resolve its outcome on another node and to try again. A store call
+	// also bounded by three quarters of the time left before the context's
+	// deadline, and by half of it when its coordinator stopped answering, so
+	// that a write stuck on a frozen node leaves time to resolve its outcome
+	// on another node and to try again. A store call
 	// makes at most two conditional writes, each sent once, and at most one
 	// resolving read (which the driver may send to a second node when the
 	// first does not answer, and which is sent once more when it failed at

@@ -2,43 +2,58 @@
 // (client v3.6, tested against etcd server 3.4.23 as Debian ships it; the v3
 // gRPC API it uses exists unchanged since etcd 3.3).
 //
-// # Keys, leases and tokens
+// # Keys, shared etcd leases and tokens
 //
 // A resource R is the key PREFIX+R (default prefix "/tenure/leases/"), whose
-// value is the holder's owner string and which is attached to an etcd lease
-// of its own: etcd deletes the key when that lease expires or is revoked.
+// value is the holder's owner string. A Store puts the keys of all the
+// grants it makes with one TTL (in whole seconds) on one etcd lease of its
+// own, as a concurrency.Session carries the keys of its mutexes: etcd
+// deletes them all when that etcd lease expires or is revoked. The etcd
+// lease is granted with a margin more than the TTL (a tenth of it, at least
+// one second), and the Store knows a lower bound of its expiry (the send
+// time of its last confirmed keep-alive, plus its TTL); an operation needs a
+// keep-alive only when that bound does not cover its TTL, and any operation
+// that finds the last keep-alive older than half the margin starts one in
+// the background. New grants move to a new etcd lease every minute.
 //
-//   - Acquire grants an etcd lease, then runs one transaction: if the key
-//     does not exist (create_revision = 0), put it with that lease; else read
-//     it. The fencing token is the key's create_revision: the cluster-wide
-//     revision of the transaction that created it. Revisions only grow, and
-//     are kept in etcd's raft log and database, so tokens strictly increase
-//     across release, expiry and restarts of clients and servers (they start
-//     over only if the cluster's data is wiped, like any store's).
-//   - Renew sends one keep-alive for the key's etcd lease (etcd refuses to
-//     renew an expired lease, even one not yet revoked), then checks in a
-//     transaction that the key still holds this owner, token and lease; a
-//     keep-alive of a lease that no longer carries the key proves nothing.
-//     A renewal with a longer TTL than the lease's moves the key to a new
-//     etcd lease in a transaction conditioned on owner, token and the old
-//     lease.
-//   - Release deletes the key in a transaction conditioned on owner and
-//     token, then revokes the etcd lease.
+//   - Acquire runs one transaction: if the key does not exist
+//     (create_revision = 0), put it on the shared etcd lease; else read it.
+//     The fencing token is the key's create_revision: the cluster-wide
+//     revision of the transaction that created it. Revisions only grow, are
+//     never reused, and are kept in etcd's raft log and database, so tokens
+//     strictly increase across release, expiry, restarts of clients and
+//     servers, keys deleted and leases revoked by hand, and compaction. The
+//     one way back is restoring the cluster from an older snapshot (see
+//     docs/stores.md).
+//   - Renew is one transaction that checks the key's mod_revision (no write
+//     but ours touched it), read serializably; a mismatch is confirmed by a
+//     linearizable read, whose else branch names the new holder.
+//   - Release is one transaction: delete the key if it holds this owner and
+//     token, else read it (naming the holder).
+//   - RenewBatch needs at most one keep-alive per shared etcd lease; it
+//     checks up to 128 keys per transaction, or, for 128 or more grants of
+//     one etcd lease, audits that etcd lease's keys in the background.
+//
+// A grant not renewed for its TTL while others keep its etcd lease alive is
+// deleted by the Store's reaper, conditioned on the grant, and never renewed
+// afterwards; a put whose answer was lost is watched until its etcd lease
+// ends, and its key deleted if no grant owns it. So a key on a shared etcd
+// lease lives as if it had an etcd lease of its own.
 //
 // # TTLs
 //
 // etcd leases have whole-second TTLs. A TTL below one second is
-// ErrInvalidTTL; others are rounded up to whole seconds for etcd, so the
-// store keeps a lease at least the requested time (the holder's local
-// deadline still uses the requested TTL). etcd also raises a lease's TTL to
-// its minimum, 1.5 × the election timeout rounded up (2 s with the default
-// 1 s election timeout), and checks for expired leases every 500 ms, so a
-// lease whose holder vanished disappears between TTL' and TTL'+0.5 s after
-// its last renewal, where TTL' = max(ceil(TTL), etcd's minimum). Measured
-// on etcd 3.4.23 with default settings: a 1 s and a 2 s lease both vanished
-// after 2.0 to 2.5 s, a 3 s lease after 3.0 to 3.5 s. A leader change (or a
-// restart of a single member) extends every lease by its full TTL: leases
-// then live longer, never shorter.
+// ErrInvalidTTL; others are rounded up to whole seconds, so the store keeps
+// a lease at least the requested time (the holder's local deadline still
+// uses the requested TTL). etcd also raises a lease's TTL to its minimum,
+// 1.5 × the election timeout rounded up (2 s with the default 1 s election
+// timeout), and checks for expired leases every 500 ms. A grant whose
+// holder vanished goes when its shared etcd lease expires (ceil(TTL) + the
+// margin after its last keep-alive, plus up to 0.5 s) or, when the Store
+// lives on, when the reaper takes it (ceil(TTL) after its last confirmed
+// renewal, plus up to a tenth of the TTL, at least 0.5 s). A leader change
+// (or a restart of a single member) extends every etcd lease by its full
+// TTL: leases then live longer, never shorter.
 //
 // # Notifications
 //
@@ -58,12 +73,14 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -73,11 +90,17 @@ const (
 	DefaultPrefix = "/tenure/leases/"
 	// DefaultDialTimeout bounds connecting.
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultMaxTxnOps is etcd's default --max-txn-ops.
+	DefaultMaxTxnOps = 128
 )
 
-// MaxTTL is the longest TTL the store accepts: etcd's limit of 9,000,000,000
-// seconds.
-const MaxTTL = 9_000_000_000 * time.Second
+// maxChecks is the most batch-renewal Txns a Store keeps in flight.
+const maxChecks = 4
+
+// MaxTTL is the longest TTL the store accepts: 8,000,000,000 seconds, so
+// that with the margin its shared etcd leases live beyond the TTL (a tenth)
+// it stays within etcd's limit of 9,000,000,000 seconds.
+const MaxTTL = 8_000_000_000 * time.Second
 
 // ttls is the range of TTLs the store keeps: whole seconds from 1 s to
 // MaxTTL (others are rounded up).
@@ -101,13 +124,42 @@ type Config struct {
 	// Prefix starts every key. Default DefaultPrefix. Stores that share
 	// leases must share the prefix.
 	Prefix string
+
+	// MaxTxnOps is the most keys one batch renewal checks in one Txn: the
+	// server's --max-txn-ops (default 128, the default here too).
+	MaxTxnOps int
 }
 
-// Store is a driver.Store and driver.Notifier on etcd. It is safe for
-// concurrent use.
+// Store is a driver.Store, driver.Notifier and driver.BatchRenewer on
+// etcd. It is safe for concurrent use.
 type Store struct {
-	cli    *clientv3.Client
-	prefix string
+	cli       *clientv3.Client
+	prefix    string
+	maxTxnOps int
+	clock     clock.Clock
+
+	// bgCtx ends at Close: keep-alives and the reaper run on it, and bg
+	// counts them.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[int64]*session      // by TTL in whole seconds: the shared etcd lease of new grants
+	granting map[int64]*pendingGrant // Grants in flight
+	grants   map[string]*grant       // by key: the grants this Store keeps alive
+	ghosts   []*ghost                // puts whose outcome is unknown
+	reaping  bool                    // the reaper runs
+
+	bgMu   sync.Mutex
+	closed bool
+
+	// checks bounds the batch renewals' Txns in flight.
+	checks chan struct{}
+
+	watchMu sync.Mutex
+	watches map[string]*watchGroup // by resource: one etcd watch each
+	dialTO  time.Duration
 }
 
 // Open connects to etcd and checks that the cluster answers a linearizable
@@ -142,7 +194,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cli.Close()
 		return nil, connectErr(cc, err)
 	}
-	return &Store{cli: cli, prefix: cfg.Prefix}, nil
+	if cfg.MaxTxnOps <= 0 {
+		cfg.MaxTxnOps = DefaultMaxTxnOps
+	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	return &Store{
+		cli: cli, prefix: cfg.Prefix, maxTxnOps: cfg.MaxTxnOps, clock: clock.Real(), dialTO: cc.DialTimeout,
+		bgCtx: bgCtx, bgCancel: bgCancel, checks: make(chan struct{}, maxChecks),
+		sessions: map[int64]*session{}, granting: map[int64]*pendingGrant{}, grants: map[string]*grant{},
+	}, nil
 }
 
 // connectErr describes a failure to connect. The etcd client retries a
@@ -212,19 +272,19 @@ func handshake(endpoint string, tc *tls.Config, deadline time.Time) error {
 // Client returns the store's etcd client (for tests and diagnostics).
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-// Close closes the client, ending subscriptions. It does not release
-// leases.
-func (s *Store) Close() error { return s.cli.Close() }
+// Close stops the Store's keep-alives and reaper and closes the client,
+// ending subscriptions. It does not release leases: their keys go when the
+// shared etcd leases expire, one second after their TTL at the latest.
+func (s *Store) Close() error {
+	s.bgMu.Lock()
+	s.closed = true
+	s.bgMu.Unlock()
+	s.bgCancel()
+	s.bg.Wait()
+	return s.cli.Close()
+}
 
 func (s *Store) key(resource string) string { return s.prefix + resource }
-
-// seconds returns ttl in whole seconds, rounded up, or ErrInvalidTTL.
-func seconds(ttl time.Duration) (int64, error) {
-	if err := ttls.CheckTTL(ttl); err != nil {
-		return 0, err
-	}
-	return int64((ttl + time.Second - 1) / time.Second), nil
-}
 
 func code(err error) codes.Code {
 	var ee rpctypes.EtcdError
@@ -260,197 +320,33 @@ func writeErr(op, resource string, err error) error {
 	return driver.UnknownOutcome(e)
 }
 
-func lost(op, resource string) error {
-	return fmt.Errorf("etcd store: %s %q: no live lease with this owner and token: %w", op, resource, driver.ErrLeaseLost)
-}
+// leaseTime is what etcd said of an etcd lease: whole seconds left
+// (rounded down; -1: gone) and granted.
+type leaseTime struct{ left, granted int64 }
 
-// revoke revokes an etcd lease that holds no key of ours any more, or an
-// unused one, best effort: if it fails, the lease expires by its TTL.
-func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_, _ = s.cli.Revoke(rctx, id)
-}
-
-// Acquire implements driver.Store. The TTL is rounded up to whole seconds
-// (below one second: ErrInvalidTTL, before any I/O). It returns a
-// *driver.HeldError naming the holder, with the time left on its etcd lease
-// (whole seconds, as etcd reports it), when another owner holds the
-// resource. When the caller already holds it, its lease is renewed (the
-// same token). The etcd lease granted before the transaction is revoked
-// when the transaction does not use it; if that fails it expires by its TTL.
-func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
-		return driver.Record{}, err
-	}
-	secs, err := seconds(ttl)
-	if err != nil {
-		return driver.Record{}, err
-	}
-	key := s.key(resource)
-	for attempt := 0; ; attempt++ {
-		g, err := s.cli.Grant(ctx, secs)
+// record builds the Record of a key, with the time left on its etcd lease
+// (looked up once per etcd lease in cache, which may be nil). ok is false
+// when the etcd lease has already expired (the key awaits deletion). TTL is
+// the TTL the shared etcd lease serves (its own TTL less its one-second
+// margin), Remaining the etcd lease's time left, at most TTL.
+func (s *Store) record(ctx context.Context, cache map[int64]leaseTime, resource string, kv *mvccpb.KeyValue) (driver.Record, bool, error) {
+	rec := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
+	lt, ok := cache[kv.Lease]
+	if !ok {
+		tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 		if err != nil {
-			// An etcd lease without a key changes nothing: definite.
-			return driver.Record{}, fmt.Errorf("etcd store: acquire %q: grant lease: %w", resource, err)
+			return rec, false, err
 		}
-		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, owner, clientv3.WithLease(g.ID))).
-			Else(clientv3.OpGet(key)).
-			Commit()
-		if err != nil {
-			return driver.Record{}, writeErr("acquire", resource, err)
+		lt = leaseTime{left: tl.TTL, granted: tl.GrantedTTL}
+		if cache != nil {
+			cache[kv.Lease] = lt
 		}
-		if resp.Succeeded {
-			return driver.Record{Resource: resource, Owner: owner, Token: uint64(resp.Header.Revision), TTL: ttl,
-				Remaining: time.Duration(g.TTL) * time.Second}, nil
-		}
-		s.revoke(ctx, g.ID)
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 { // deleted between the compare and the read: cannot happen in one txn
-			return driver.Record{}, fmt.Errorf("etcd store: acquire %q: key neither absent nor present", resource)
-		}
-		kv := kvs[0]
-		if string(kv.Value) == owner {
-			// The same owner: the same lease, renewed. If its etcd lease has
-			// expired (and awaits revocation), wait for the key to go and
-			// grant anew.
-			err := s.extend(ctx, resource, owner, uint64(kv.CreateRevision), clientv3.LeaseID(kv.Lease), secs)
-			if err == nil {
-				return driver.Record{Resource: resource, Owner: owner, Token: uint64(kv.CreateRevision), TTL: ttl,
-					Remaining: time.Duration(secs) * time.Second}, nil
-			}
-			if !errors.Is(err, driver.ErrLeaseLost) || attempt >= 20 {
-				return driver.Record{}, err
-			}
-			select {
-			case <-time.After(100 * time.Millisecond):
-				continue
-			case <-ctx.Done():
-				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, context.Cause(ctx))
-			}
-		}
-		holder := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
-		if tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && tl.TTL >= 0 {
-			holder.TTL = time.Duration(tl.GrantedTTL) * time.Second
-			holder.Remaining = time.Duration(tl.TTL) * time.Second
-		}
-		return driver.Record{}, &driver.HeldError{Holder: holder}
 	}
-}
-
-// extend renews the etcd lease id that carries key for owner and token so
-// that it lasts at least secs from now, or returns an error wrapping
-// ErrLeaseLost.
-func (s *Store) extend(ctx context.Context, resource, owner string, token uint64, id clientv3.LeaseID, secs int64) error {
-	key := s.key(resource)
-	ka, err := s.cli.KeepAliveOnce(ctx, id)
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) || code(err) == codes.NotFound {
-			return lost("renew", resource)
-		}
-		// A keep-alive changes only the expiry of a lease: whether or not it
-		// was applied, retrying is safe. Report it as unknown.
-		return writeErr("renew", resource, err)
-	}
-	same := []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(key), "=", owner),
-		clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token)),
-		clientv3.Compare(clientv3.LeaseValue(key), "=", id),
-	}
-	if ka.TTL >= secs {
-		// The keep-alive counts only if the key still lives on that lease.
-		resp, err := s.cli.Txn(ctx).If(same...).Commit()
-		if err != nil {
-			return fmt.Errorf("etcd store: renew %q: check: %w", resource, err)
-		}
-		if !resp.Succeeded {
-			return lost("renew", resource)
-		}
-		return nil
-	}
-	// A longer TTL than the lease has: move the key to a new lease.
-	g, err := s.cli.Grant(ctx, secs)
-	if err != nil {
-		return fmt.Errorf("etcd store: renew %q: grant lease: %w", resource, err)
-	}
-	resp, err := s.cli.Txn(ctx).If(same...).Then(clientv3.OpPut(key, owner, clientv3.WithLease(g.ID))).Commit()
-	if err != nil {
-		return writeErr("renew", resource, err)
-	}
-	if !resp.Succeeded {
-		s.revoke(ctx, g.ID)
-		return lost("renew", resource)
-	}
-	s.revoke(ctx, id)
-	return nil
-}
-
-// Renew implements driver.Store: it keeps the etcd lease of the live lease
-// with this owner and token alive for at least ttl (rounded up to whole
-// seconds) from now, or returns an error wrapping driver.ErrLeaseLost. It
-// never revives an expired lease: etcd refuses keep-alives of expired
-// leases, and the key of a revoked one is gone.
-func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
-		return err
-	}
-	secs, err := seconds(ttl)
-	if err != nil {
-		return err
-	}
-	resp, err := s.cli.Get(ctx, s.key(resource))
-	if err != nil {
-		return fmt.Errorf("etcd store: renew %q: %w", resource, err)
-	}
-	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != owner || uint64(resp.Kvs[0].CreateRevision) != token {
-		return lost("renew", resource)
-	}
-	return s.extend(ctx, resource, owner, token, clientv3.LeaseID(resp.Kvs[0].Lease), secs)
-}
-
-// Release implements driver.Store: it deletes the key if it holds this
-// owner and token, in one transaction, then revokes its etcd lease (best
-// effort); otherwise it returns an error wrapping driver.ErrLeaseLost and
-// changes nothing.
-func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
-	if err := driver.ValidateRelease(resource, owner); err != nil {
-		return err
-	}
-	key := s.key(resource)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(key), "=", owner),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
-		Then(clientv3.OpGet(key), clientv3.OpDelete(key)).
-		Commit()
-	if err != nil {
-		return writeErr("release", resource, err)
-	}
-	if !resp.Succeeded {
-		return lost("release", resource)
-	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && kvs[0].Lease != 0 {
-		s.revoke(ctx, clientv3.LeaseID(kvs[0].Lease))
-	}
-	return nil
-}
-
-// record builds the Record of a key, with the time left on its etcd lease.
-// ok is false when the lease has already expired (the key awaits deletion).
-func (s *Store) record(ctx context.Context, resource string, owner []byte, createRev, lease int64) (driver.Record, bool, error) {
-	rec := driver.Record{Resource: resource, Owner: string(owner), Token: uint64(createRev)}
-	tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
-	if err != nil {
-		return rec, false, err
-	}
-	// TTL is the whole seconds left, rounded down (0: less than a second);
-	// -1 means the lease is gone.
-	if tl.TTL < 0 {
+	if lt.left < 0 {
 		return rec, false, nil
 	}
-	rec.TTL = time.Duration(tl.GrantedTTL) * time.Second
-	rec.Remaining = time.Duration(tl.TTL) * time.Second
+	rec.TTL = visibleTTL(lt.granted)
+	rec.Remaining = min(time.Duration(lt.left)*time.Second, rec.TTL)
 	return rec, true, nil
 }
 
@@ -467,8 +363,7 @@ func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error)
 	if len(resp.Kvs) == 0 {
 		return driver.Record{}, fmt.Errorf("etcd store: %q: %w", resource, driver.ErrNotHeld)
 	}
-	kv := resp.Kvs[0]
-	rec, ok, err := s.record(ctx, resource, kv.Value, kv.CreateRevision, kv.Lease)
+	rec, ok, err := s.record(ctx, nil, resource, resp.Kvs[0])
 	if err != nil {
 		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
 	}
@@ -480,7 +375,7 @@ func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error)
 
 // List implements driver.Store: the live leases whose resource starts with
 // prefix, in byte order, from one linearizable read (plus one lease lookup
-// per lease for the time left).
+// per shared etcd lease for the time left).
 func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
@@ -490,8 +385,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 		return nil, fmt.Errorf("etcd store: list %q: %w", prefix, err)
 	}
 	out := make([]driver.Record, 0, len(resp.Kvs))
+	cache := map[int64]leaseTime{}
 	for _, kv := range resp.Kvs {
-		rec, ok, err := s.record(ctx, strings.TrimPrefix(string(kv.Key), s.prefix), kv.Value, kv.CreateRevision, kv.Lease)
+		rec, ok, err := s.record(ctx, cache, strings.TrimPrefix(string(kv.Key), s.prefix), kv)
 		if err != nil {
 			return nil, fmt.Errorf("etcd store: list %q: %w", prefix, err)
 		}
@@ -505,64 +401,115 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 // Subscribe implements driver.Notifier: the channel receives a value
 // (coalesced, never blocking the sender) when the key of resource is
 // deleted (a release or an expiry), and when the watch had to be
-// re-established. It reads the key's current revision first and watches
-// from the next one, so nothing after Subscribe returns is missed. A
-// notification is only a hint. The returned function ends the watch and
-// waits for its goroutine; it is idempotent.
+// re-established. Subscribers of one resource in this Store share one etcd
+// watch, and a delete wakes one waiter, the one that has waited longest
+// (driver.Hub), so a hand-over costs a few store calls whatever the number
+// of waiters; Watch subscribes to every delete. The watch starts from the
+// revision read when it was set up, so nothing after Subscribe returns is
+// missed. A notification is only a hint. The returned function ends the
+// subscription; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.subscribe(ctx, resource, false)
+}
+
+// Watch implements driver.Watcher: every delete of resource's key wakes
+// the watcher.
+func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.subscribe(ctx, resource, true)
+}
+
+// watchGroup is the one etcd watch of a resource and its subscribers.
+type watchGroup struct {
+	hub  driver.Hub
+	refs int
+}
+
+func (s *Store) subscribe(ctx context.Context, resource string, watch bool) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, nil, err
 	}
-	key := s.key(resource)
-	resp, err := s.cli.Get(ctx, key, clientv3.WithCountOnly())
+	s.watchMu.Lock()
+	if s.watches == nil {
+		s.watches = make(map[string]*watchGroup)
+	}
+	g := s.watches[resource]
+	if g == nil {
+		g = &watchGroup{}
+		key := s.key(resource)
+		g.hub.Listen = func(ctx context.Context) { s.watchKey(ctx, &g.hub, resource, key) }
+		s.watches[resource] = g
+	}
+	g.refs++
+	s.watchMu.Unlock()
+	leave := func() {
+		s.watchMu.Lock()
+		g.refs--
+		last := g.refs == 0
+		if last {
+			delete(s.watches, resource)
+		}
+		s.watchMu.Unlock()
+		if last {
+			g.hub.Close()
+		}
+	}
+	subscribe := g.hub.Subscribe
+	if watch {
+		subscribe = g.hub.Watch
+	}
+	ch, stop, err := subscribe(ctx, resource, 2*s.dialTO+time.Second)
 	if err != nil {
+		leave()
 		return nil, nil, fmt.Errorf("etcd store: subscribe %q: %w", resource, err)
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	ch := make(chan struct{}, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rev := resp.Header.Revision + 1
-		for wctx.Err() == nil && s.cli.Ctx().Err() == nil {
-			one, stopOne := context.WithCancel(wctx)
-			for wr := range s.cli.Watch(one, key, clientv3.WithRev(rev), clientv3.WithFilterPut()) {
-				if err := wr.Err(); err != nil {
-					break
-				}
-				for _, ev := range wr.Events {
-					if ev.Type == clientv3.EventTypeDelete {
-						notify(ch)
-					}
-				}
-				rev = wr.Header.Revision + 1
-			}
-			stopOne()
-			if wctx.Err() != nil || s.cli.Ctx().Err() != nil {
-				return
-			}
-			// The watch ended (compaction, lost leader, closed client):
-			// something may have been missed. Wake the waiter, who will ask
-			// the store, and watch again from now.
-			notify(ch)
+	var once sync.Once
+	return ch, func() { once.Do(func() { stop(); leave() }) }, nil
+}
+
+// watchKey keeps the etcd watch of one resource's key until ctx ends: it
+// reads the key's revision, watches deletes from the next one, and when the
+// watch ends (compaction, lost leader) wakes everyone, who ask the store,
+// and watches again from now.
+func (s *Store) watchKey(ctx context.Context, hub *driver.Hub, resource, key string) {
+	wctx := clientv3.WithRequireLeader(ctx)
+	for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+		resp, err := s.cli.Get(wctx, key, clientv3.WithCountOnly())
+		if err != nil {
+			hub.SetListening(false, err)
 			select {
 			case <-time.After(200 * time.Millisecond):
-			case <-wctx.Done():
+				continue
+			case <-ctx.Done():
 				return
 			}
-			r, err := s.cli.Get(wctx, key, clientv3.WithCountOnly())
-			if err == nil {
-				rev = r.Header.Revision + 1
+		}
+		rev := resp.Header.Revision + 1
+		one, stopOne := context.WithCancel(wctx)
+		wch := s.cli.Watch(one, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+		hub.SetListening(true, nil)
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					hub.Wake(resource)
+				}
 			}
 		}
-	}()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}, nil
+		stopOne()
+		if ctx.Err() != nil || s.cli.Ctx().Err() != nil {
+			return
+		}
+		// Something may have been missed while the watch was down.
+		hub.SetListening(false, errors.New("etcd watch ended"))
+		hub.WakeAll()
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func notify(ch chan struct{}) {

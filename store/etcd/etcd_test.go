@@ -33,11 +33,13 @@ func open(tb testing.TB, mod ...func(*etcd.Config)) *etcd.Store {
 
 var cfg = storetest.Config{
 	New: func(t *testing.T) driver.Store { return open(t) },
-	// The smallest TTL etcd accepts from tenure is 1 s. etcd raises it to
-	// its minimum lease TTL (2 s with the default election timeout) and
-	// revokes expired leases every 500 ms, so a 1 s lease vanishes 2.0 to
-	// 2.5 s after it was granted (measured: TestExpiryTiming): the slack is
-	// 1.5 s, plus the test's polling.
+	// The smallest TTL etcd accepts from tenure is 1 s. The Store's reaper
+	// deletes a grant not renewed ceil(TTL) after its last confirmation,
+	// checking every 500 ms; when the Store is gone, etcd expires the
+	// shared etcd lease (its minimum lease TTL is 2 s with the default
+	// election timeout, checked every 500 ms), so a 1 s lease vanishes 1.0
+	// to 2.5 s after it was granted (measured: TestExpiryTiming): the slack
+	// is 1.5 s, plus the test's polling.
 	ShortTTL:    time.Second,
 	ExpirySlack: 1600 * time.Millisecond,
 	InvalidTTLs: []time.Duration{time.Nanosecond, 500 * time.Millisecond, 999 * time.Millisecond},

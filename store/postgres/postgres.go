@@ -1,41 +1,68 @@
 // Package postgres is a driver.Store on PostgreSQL, through
 // github.com/jackc/pgx/v5 (pgxpool).
 //
-// Leases live in one table (default tenure_leases), one row per resource
-// that was ever held:
+// Leases live in one table (default tenure_leases), one row per resource in
+// use, and fencing tokens come from one sequence per table (default
+// tenure_leases_token_seq):
 //
 //	CREATE TABLE tenure_leases (
 //		resource   text COLLATE "C" PRIMARY KEY,
-//		owner      text,          -- NULL when free
-//		token      bigint NOT NULL, -- last fencing token granted; never goes back
-//		ttl_ms     bigint,        -- TTL of the live lease, milliseconds
-//		expires_at timestamptz,   -- on the database's clock
-//		granted_at timestamptz    -- when the live lease was granted (display)
+//		owner      text,             -- the grant's owner string; NULL when released
+//		token      bigint NOT NULL,  -- its fencing token (the last one, when released)
+//		ttl_ms     bigint,           -- TTL last written, milliseconds
+//		expires_at timestamptz,      -- on the database's clock
+//		granted_at timestamptz,      -- when it was granted, or released
+//		waiters    boolean NOT NULL  -- someone waits: notify on release
 //	)
+//	CREATE SEQUENCE tenure_leases_token_seq AS bigint
 //
-// The row is kept after release and expiry (only owner and expiry are
-// cleared), so the fencing token of a resource never goes back, also across
-// restarts of the clients and of the server: it is as durable as any other
-// committed row.
+// A grant's token is max(the sequence's next value, the database's clock in
+// microseconds since the Unix epoch, the row's old token + 1), and the
+// sequence is moved up to it (setval) when the clock or the old row is
+// ahead: one strictly increasing counter for the whole table gives every
+// resource a strictly increasing sequence of tokens, and the clock floor
+// keeps tokens above every earlier one when the table, its rows or the
+// sequence are lost (dropped, deleted by hand, re-created by `tenure init`),
+// unless the database's clock went back by more than the age of what was
+// lost. So rows need not outlive their leases for long: Release frees the
+// row, and every Store deletes, about once a minute, the rows of leases
+// that were released or expired more than SweepGrace earlier (Sweep). No
+// state is left for names no longer in use.
 //
 // Every operation is one SQL statement, so one atomic transaction. Expiry is
 // decided by the database's clock (clock_timestamp(), read inside the
-// statement that grants, renews or releases, after the row is locked), never
-// by a client's clock: a client whose wall clock jumps cannot make a live
-// lease look free. The database server's own clock must not step (run NTP in
-// slewing mode), as with any store that expires on its clock.
+// statement), never by a client's clock: a client whose wall clock jumps
+// cannot make a live lease look free. The database server's own clock must
+// not step (run NTP in slewing mode), as with any store that expires on its
+// clock.
 //
 // No lease is tied to a database session: there are no advisory locks, and a
 // connection that dies (pg_terminate_backend, an idle-connection cull, a
 // proxy restart) changes nothing in the table. The holder's next renewal goes
 // through another connection of the pool (case C09).
 //
-// Release sends NOTIFY on a channel (default tenure_release) with the
-// resource as payload, in the same statement, so it is delivered only if the
-// release commits. The Store implements driver.Notifier: one listening
-// connection per Store fans notifications out to the waiting Acquires of that
-// Store and reconnects when it fails. A notification is only a hint; expiry
-// sends none (a waiter finds an expired lease by its backoff).
+// Release notifications: a release sends NOTIFY on a channel (default
+// tenure_release), in the same statement, only when the row says that
+// someone waits (an acquire found the lease held, or a Store with a
+// subscriber renewed it), so that a release nobody waits for never takes
+// PostgreSQL's cluster-wide lock on notifying commits. The Store implements
+// driver.Notifier: one listening connection per Store fans notifications out
+// to the waiting Acquires of that Store and reconnects when it fails. It
+// checks, at each (re)connection, that a notification sent through the pool
+// reaches it; when none does (a transaction pooler such as PgBouncer in
+// transaction mode lends server sessions per transaction, so LISTEN cannot
+// work through it), Subscribe fails at once and waiters poll with their
+// retry interval. A notification is only a hint; expiry sends none.
+//
+// Behind a transaction pooler, named prepared statements cannot work either
+// (each transaction may run on another server session). The Store uses
+// pgx's default mode (statements prepared once per connection) until the
+// server reports a prepared statement that already exists or does not
+// exist; it then runs every statement without named prepared statements
+// (pgx's QueryExecModeCacheDescribe: one round trip per statement) and
+// retries the statement, which was not run. The URL parameter
+// default_query_exec_mode=cache_describe (or exec, or simple_protocol)
+// chooses such a mode from the start.
 //
 // An error that leaves the outcome of a write unknown (the connection broke
 // or the context ended after the statement was sent) is reported with
@@ -47,8 +74,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +97,15 @@ const (
 	// DefaultConnectTimeout bounds each connection attempt when the DSN sets
 	// no connect_timeout.
 	DefaultConnectTimeout = 5 * time.Second
+	// DefaultSweepInterval is how often a Store deletes the rows of
+	// released and expired leases (see Store.Sweep).
+	DefaultSweepInterval = time.Minute
+	// SweepGrace is how long the row of a released or expired lease is
+	// kept: the next grant of a name in use takes over its row (a cheaper
+	// write than a new row, and one whose token is read after the row is
+	// locked), and the waiters an expired lease records are notified when
+	// the next holder releases it.
+	SweepGrace = time.Minute
 )
 
 // MaxTTL is the longest TTL the store accepts (about 146 years; TTLs are kept
@@ -76,14 +115,15 @@ const MaxTTL = driver.MaxMillisecondTTL
 // ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
 var ttls = driver.MillisecondTTLs
 
-// ErrNoSchema means that the leases table does not exist: run Init
-// (`tenure init`) once. It matches driver.ErrNoStore too.
+// ErrNoSchema means that the leases table or its token sequence does not
+// exist, or that the table was made by an older tenure: run Init (`tenure
+// init`), which creates or migrates them. It matches driver.ErrNoStore too.
 var ErrNoSchema error = noSchemaError{}
 
 type noSchemaError struct{}
 
 func (noSchemaError) Error() string {
-	return "postgres store: the leases table does not exist; create it with `tenure init` (postgres.Init)"
+	return "postgres store: the leases table or its token sequence does not exist, or the table is of an older tenure; create or migrate it with `tenure init` (postgres.Init)"
 }
 
 func (noSchemaError) Is(target error) bool { return target == driver.ErrNoStore }
@@ -92,8 +132,8 @@ func (noSchemaError) Is(target error) bool { return target == driver.ErrNoStore 
 type Config struct {
 	// DSN is a pgx connection string: a URL (postgres://user:pass@host:port/db?sslmode=verify-full&sslrootcert=...)
 	// or key=value pairs, with every parameter pgx and libpq know (TLS,
-	// passwords, service files, target_session_attrs, pool_max_conns, ...).
-	// Ignored when Pool is set.
+	// passwords, service files, target_session_attrs, pool_max_conns,
+	// default_query_exec_mode, ...). Ignored when Pool is set.
 	DSN string
 
 	// Pool, when set, is used instead of parsing DSN.
@@ -101,7 +141,8 @@ type Config struct {
 
 	// Table is the leases table, optionally schema-qualified
 	// ("leases.tenure"): letters, digits and underscores. Default
-	// DefaultTable.
+	// DefaultTable. Its token sequence is the table's name (cut to 53
+	// bytes) followed by "_token_seq", in the same schema.
 	Table string
 
 	// Channel is the NOTIFY channel for releases: lower-case letters, digits
@@ -112,23 +153,52 @@ type Config struct {
 	// ConnectTimeout bounds each connection attempt when the DSN sets no
 	// connect_timeout. Default DefaultConnectTimeout.
 	ConnectTimeout time.Duration
+
+	// SweepInterval is how often the Store deletes the rows of leases that
+	// were released or expired more than SweepGrace ago (Store.Sweep), from its first grant
+	// until Close; each Store waits a random 50% to 150% of it between
+	// sweeps. Default DefaultSweepInterval; negative: never.
+	SweepInterval time.Duration
 }
 
-// Store is a driver.Store and driver.Notifier on PostgreSQL. It is safe for
-// concurrent use.
+// Store is a driver.Store, driver.Notifier and driver.BatchRenewer on
+// PostgreSQL. It is safe for concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
 	table   string // quoted identifier
-	regName string // for to_regclass
+	seq     string // quoted identifier of the token sequence
+	regName string // as configured, for messages and the schema lock
 	channel string
 	connCfg *pgx.ConnConfig // for the listening connection
 	connTO  time.Duration
 
 	sql struct {
-		acquire, holder, renew, release, list string
+		acquire, holder, renew, renewBatch, release, list, sweep, probe, watch string
 	}
 
+	// pooled: run statements without named prepared statements (a
+	// transaction pooler was detected).
+	pooled atomic.Bool
+
 	hub driver.Hub // release notifications; Listen is listen
+
+	// notify is the state of release notifications (notify.go).
+	notify struct {
+		mu      sync.Mutex
+		down    error           // notifications cannot reach this Store; nil when unknown or working
+		downCtx context.Context // cancelled (cause down) when they are found not to
+		setDown context.CancelCauseFunc
+		watched map[string]int // resources with subscribers in this Store
+		nWatch  atomic.Int64
+	}
+
+	sweepEvery time.Duration
+	sweepOnce  sync.Once
+	sweepDone  chan struct{} // closed when the sweeper ended; nil if it never started
+
+	life      context.Context // ends at Close
+	end       context.CancelFunc
+	closeOnce sync.Once
 }
 
 var (
@@ -162,6 +232,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
 	if !identRE.MatchString(cfg.Table) {
 		return nil, fmt.Errorf("postgres store: table name %q: use letters, digits and underscores, optionally schema.table", cfg.Table)
 	}
@@ -178,15 +251,26 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)
 	}
-	s := &Store{
-		pool:    pool,
-		table:   pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize(),
-		regName: cfg.Table,
-		channel: cfg.Channel,
-		connCfg: pc.ConnConfig.Copy(),
-		connTO:  pc.ConnConfig.ConnectTimeout,
+	parts := strings.Split(cfg.Table, ".")
+	seqParts := append([]string(nil), parts...)
+	last := seqParts[len(seqParts)-1]
+	if len(last) > 53 {
+		last = last[:53]
 	}
+	seqParts[len(seqParts)-1] = last + "_token_seq"
+	s := &Store{
+		pool:       pool,
+		table:      pgx.Identifier(parts).Sanitize(),
+		seq:        pgx.Identifier(seqParts).Sanitize(),
+		regName:    cfg.Table,
+		channel:    cfg.Channel,
+		connCfg:    pc.ConnConfig.Copy(),
+		connTO:     pc.ConnConfig.ConnectTimeout,
+		sweepEvery: cfg.SweepInterval,
+	}
+	s.life, s.end = context.WithCancel(context.Background())
 	s.hub.Listen = s.listen
+	s.notify.downCtx, s.notify.setDown = context.WithCancelCause(context.Background())
 	s.prepareSQL()
 	pctx, cancel := context.WithTimeout(ctx, s.connTO+time.Second)
 	defer cancel()
@@ -204,13 +288,30 @@ func redacted(c *pgx.ConnConfig) string {
 // Pool returns the store's connection pool (for tests and diagnostics).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close stops the listening connection and closes the pool. It does not
-// release leases. It is safe to call more than once.
+// Pooled reports whether the Store runs its statements without named
+// prepared statements, because the server reported a prepared statement
+// that already existed or did not exist (a transaction pooler).
+func (s *Store) Pooled() bool { return s.pooled.Load() }
+
+// Close stops the listening connection and the sweeper, and closes the
+// pool. It does not release leases. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.hub.Close()
-	s.pool.Close()
+	s.closeOnce.Do(func() {
+		s.end()
+		s.sweepOnce.Do(func() {}) // no sweeper starts after Close
+		if s.sweepDone != nil {
+			<-s.sweepDone
+		}
+		s.hub.Close()
+		s.notify.mu.Lock()
+		s.notify.setDown(errClosed)
+		s.notify.mu.Unlock()
+		s.pool.Close()
+	})
 	return nil
 }
+
+var errClosed = errors.New("postgres store: closed")
 
 // CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
 // store opened with c cannot keep (below 1 ms or above MaxTTL), without
@@ -222,10 +323,19 @@ func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // Init connects to the database (as Open does) and creates the leases table
-// if it does not exist. It is idempotent and safe to run from many
-// processes at once (a transaction-scoped advisory lock serialises the DDL;
-// no lease ever uses advisory locks). The role needs CREATE on the schema;
-// the stores that only use the table need SELECT, INSERT and UPDATE on it.
+// and its token sequence if they do not exist, or migrates a table made by
+// an older tenure (one row per resource ever held, a token counter per row):
+// it adds the waiters column and creates the sequence above every token in
+// the table. It is idempotent and safe to run from many processes at once
+// (a transaction-scoped advisory lock serialises the DDL; no lease ever
+// uses advisory locks). The role needs CREATE on the schema; the stores
+// that only use the table need SELECT, INSERT, UPDATE and DELETE on it and
+// USAGE and UPDATE on the sequence.
+//
+// After a migration, clients of the older tenure can still renew, release
+// and read the leases they hold, but every acquire of theirs fails (the
+// waiters column has no default), so they never grant a token from the
+// old per-row counters again: upgrade them.
 func Init(ctx context.Context, cfg Config) error {
 	s, err := Open(ctx, cfg)
 	if err != nil {
@@ -241,8 +351,16 @@ func (s *Store) init(ctx context.Context) error {
 		return fmt.Errorf("postgres store: init: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('tenure schema ' || $1))`, s.regName); err != nil {
-		return fmt.Errorf("postgres store: init: %w", err)
+	// Exec mode: no named prepared statement, so Init works through a
+	// transaction pooler too.
+	exec := func(what, sql string, args ...any) error {
+		if _, err := tx.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...); err != nil {
+			return fmt.Errorf("postgres store: init: %s: %w", what, err)
+		}
+		return nil
+	}
+	if err := exec("lock", `SELECT pg_advisory_xact_lock(hashtext('tenure schema ' || $1::text))`, s.regName); err != nil {
+		return err
 	}
 	ddl := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	resource   text COLLATE "C" PRIMARY KEY,
@@ -251,13 +369,61 @@ func (s *Store) init(ctx context.Context) error {
 	ttl_ms     bigint,
 	expires_at timestamptz,
 	granted_at timestamptz,
+	waiters    boolean NOT NULL,
 	CHECK ((owner IS NULL) = (expires_at IS NULL))
-)`, s.table)
-	if _, err := tx.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("postgres store: init: create table %s: %w", s.regName, err)
+) WITH (fillfactor = %d)`, s.table, fillFactor)
+	if err := exec("create table "+s.regName, ddl); err != nil {
+		return err
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`COMMENT ON TABLE %s IS 'tenure leases: one row per resource ever held; token never goes back (github.com/tenure-go/tenure/store/postgres)'`, s.table)); err != nil {
+	// A table of an older tenure has no waiters column: add it with false
+	// in every row, then drop the default so that the older clients'
+	// acquires (which do not set it) fail instead of granting tokens from
+	// their per-row counters.
+	var hasWaiters bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'waiters' AND NOT attisdropped)`,
+		pgx.QueryExecModeExec, s.table).Scan(&hasWaiters)
+	if err != nil {
 		return fmt.Errorf("postgres store: init: %w", err)
+	}
+	if !hasWaiters {
+		if err := exec("migrate "+s.regName, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN waiters boolean NOT NULL DEFAULT false`, s.table)); err != nil {
+			return err
+		}
+		if err := exec("migrate "+s.regName, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN waiters DROP DEFAULT`, s.table)); err != nil {
+			return err
+		}
+	}
+	// Renewals rewrite rows all the time: room on each page keeps them HOT
+	// updates (no new index entry, pruned on the page). A table of an
+	// earlier tenure gets it for its new pages.
+	var hasFill bool
+	err = tx.QueryRow(ctx, `SELECT coalesce(reloptions::text[] && ARRAY['fillfactor=' || $2::text], false) FROM pg_class WHERE oid = $1::regclass`,
+		pgx.QueryExecModeExec, s.table, fmt.Sprint(fillFactor)).Scan(&hasFill)
+	if err != nil {
+		return fmt.Errorf("postgres store: init: %w", err)
+	}
+	if !hasFill {
+		if err := exec("fillfactor", fmt.Sprintf(`ALTER TABLE %s SET (fillfactor = %d)`, s.table, fillFactor)); err != nil {
+			return err
+		}
+	}
+	// The sequence is not owned by the table: dropping the table leaves it,
+	// and the tokens of a re-created table go on from it.
+	if err := exec("create sequence", fmt.Sprintf(`CREATE SEQUENCE IF NOT EXISTS %s AS bigint MINVALUE 1`, s.seq)); err != nil {
+		return err
+	}
+	if err := exec("sequence above the tokens of the table", fmt.Sprintf(`SELECT setval('%[1]s', m) FROM (SELECT max(token) AS m FROM %[2]s) t, %[1]s q
+WHERE m IS NOT NULL AND (m > q.last_value OR NOT q.is_called)`, s.seq, s.table)); err != nil {
+		return err
+	}
+	for _, c := range []string{
+		fmt.Sprintf(`COMMENT ON TABLE %s IS 'tenure leases: one row per resource in use (swept a minute after release or expiry); fencing tokens from the sequence %s, floored by the clock (github.com/tenure-go/tenure/store/postgres)'`, s.table, strings.ReplaceAll(s.seq, `'`, `''`)),
+		fmt.Sprintf(`COMMENT ON COLUMN %s.waiters IS 'someone waits for this lease: its release sends a notification. No default on purpose: older tenure clients, which grant tokens from per-row counters, cannot insert'`, s.table),
+		fmt.Sprintf(`COMMENT ON SEQUENCE %s IS 'tenure fencing tokens of %s: never set it lower'`, s.seq, strings.ReplaceAll(s.table, `'`, `''`)),
+	} {
+		if err := exec("comment", c); err != nil {
+			return err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres store: init: commit: %w", err)
@@ -265,51 +431,141 @@ func (s *Store) init(ctx context.Context) error {
 	return nil
 }
 
+// fillFactor is the leases table's fillfactor: half of each page is kept
+// free for the new row versions of renewals.
+const fillFactor = 50
+
 // ms is a TTL in milliseconds as SQL sees it.
 const ms = `($3::bigint * interval '1 millisecond')`
 
+// liveSQL is the condition of a live lease on row alias a at time now.
+// Anything else (expired, released by an older tenure, or a partial row
+// written by another tool: owner, expiry or token missing) is free.
+func liveSQL(a, now string) string {
+	return fmt.Sprintf(`(%[1]s.owner IS NOT NULL AND %[1]s.expires_at > %[2]s AND %[1]s.token > 0) IS TRUE`, a, now)
+}
+
+// remainSQL is the time left on the lease of row alias a, milliseconds.
+func remainSQL(a string) string {
+	return fmt.Sprintf(`floor(extract(epoch FROM %s.expires_at - clock_timestamp()) * 1000)::bigint`, a)
+}
+
 func (s *Store) prepareSQL() {
-	t := s.table
-	// Acquire: insert the first grant, or take over a free or expired row
-	// with the next token, or renew the caller's own live lease with the same
-	// token. The WHERE of ON CONFLICT is evaluated on the newest row version,
-	// after the row is locked, so concurrent acquires serialise on the row.
-	// Nothing is returned when another owner holds a live lease.
-	s.sql.acquire = fmt.Sprintf(`INSERT INTO %[1]s AS l (resource, owner, token, ttl_ms, expires_at, granted_at)
-VALUES ($1, $2, 1, $3, clock_timestamp() + %[2]s, clock_timestamp())
-ON CONFLICT (resource) DO UPDATE SET
-	token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp() THEN l.token ELSE l.token + 1 END,
-	granted_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp() THEN l.granted_at ELSE clock_timestamp() END,
-	owner = excluded.owner,
-	ttl_ms = excluded.ttl_ms,
-	expires_at = clock_timestamp() + %[2]s
-WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
-RETURNING token`, t, ms)
-	s.sql.holder = fmt.Sprintf(`SELECT owner, token, ttl_ms, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-FROM %s WHERE resource = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()`, t)
-	s.sql.renew = fmt.Sprintf(`UPDATE %[1]s SET ttl_ms = $4, expires_at = clock_timestamp() + ($4::bigint * interval '1 millisecond')
-WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()`, t)
-	// Release and its notification are one statement: NOTIFY is delivered
-	// when, and only if, the release commits.
-	s.sql.release = fmt.Sprintf(`WITH r AS (
-	UPDATE %[1]s SET owner = NULL, ttl_ms = NULL, expires_at = NULL, granted_at = NULL
-	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
-	RETURNING resource
+	t, q := s.table, s.seq
+	// Acquire: one statement that grants a free resource, renews the same
+	// grant's live lease (a retry), or, when another owner holds it, marks
+	// the row as waited for and returns the holder. ON CONFLICT locks the row
+	// and evaluates the SET on its newest version, with the clock read once
+	// after the lock, so concurrent acquires serialise on the row and a
+	// grant's TTL counts from its effect. The token of a grant is
+	// max(nextval, the clock in µs) for a name without a row, and also above
+	// the row's token (the last one granted: rows are kept SweepGrace after
+	// release) for a name with one; setval carries the clock or the row's
+	// token into the sequence, so the next grant of any resource is above
+	// it. A statement that granted nothing changed only the waiters mark (a
+	// hint): it commits without waiting for the WAL flush.
+	s.sql.acquire = fmt.Sprintf(`INSERT INTO %[1]s AS l (resource, owner, token, ttl_ms, expires_at, granted_at, waiters)
+SELECT $1, $2, CASE WHEN n.c > n.v THEN setval('%[2]s', n.c) ELSE n.v END, $3, n.now + %[3]s, n.now, false
+FROM (SELECT nextval('%[2]s') AS v, (extract(epoch FROM c.now) * 1000000)::bigint AS c, c.now FROM (SELECT clock_timestamp() AS now) c) n
+ON CONFLICT (resource) DO UPDATE SET (token, owner, granted_at, ttl_ms, expires_at, waiters) = (
+	SELECT
+		CASE WHEN s.live THEN l.token WHEN s.floor > excluded.token THEN setval('%[2]s', s.floor) ELSE excluded.token END,
+		CASE WHEN s.live THEN l.owner ELSE excluded.owner END,
+		CASE WHEN s.live THEN l.granted_at ELSE s.now END,
+		CASE WHEN s.other THEN l.ttl_ms ELSE excluded.ttl_ms END,
+		CASE WHEN s.other THEN l.expires_at ELSE s.now + %[3]s END,
+		CASE WHEN s.other THEN true ELSE coalesce(l.waiters, false) END
+	FROM (SELECT c.now, %[4]s AS live, %[4]s AND l.owner <> excluded.owner AS other, coalesce(l.token, 0) + 1 AS floor
+		FROM (SELECT clock_timestamp() AS now) c) s
 )
-SELECT pg_notify($4, resource) FROM r`, t)
-	s.sql.list = fmt.Sprintf(`SELECT resource, owner, token, ttl_ms, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-FROM %s WHERE resource >= $1 AND starts_with(resource, $1) AND owner IS NOT NULL AND expires_at > clock_timestamp()
-ORDER BY resource`, t)
+RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
+	CASE WHEN owner IS DISTINCT FROM $2 THEN set_config('synchronous_commit', 'off', true) END`, t, q, ms, liveSQL("l", "c.now"), remainSQL("l"))
+	s.sql.holder = fmt.Sprintf(`SELECT owner, token, coalesce(ttl_ms, 0), %[2]s FROM %[1]s h WHERE resource = $1 AND %[3]s`,
+		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
+	// Renew and Release answer with no row when they applied, and with one
+	// row naming the current holder (NULLs when there is none) when they
+	// did not, in the same statement: the holder is read from the
+	// statement's snapshot (taken before the write), which is enough to
+	// tell "taken by X" from "gone". The write's CTE gates the read (a
+	// one-time filter; OFFSET 0 keeps the subquery), so a write that
+	// applied reads nothing more and sends no row back.
+	holder := func(cte string) string {
+		return fmt.Sprintf(`SELECT h.owner, h.token, coalesce(h.ttl_ms, 0), %[1]s
+FROM (SELECT) AS one LEFT JOIN LATERAL (SELECT * FROM %[2]s h WHERE h.resource = $1 AND %[3]s OFFSET 0) h ON true
+WHERE NOT EXISTS (SELECT FROM %[4]s)`, remainSQL("h"), t, liveSQL("h", "clock_timestamp()"), cte)
+	}
+	s.sql.renew = fmt.Sprintf(`WITH u AS (
+	UPDATE %[1]s SET ttl_ms = $4, expires_at = clock_timestamp() + ($4::bigint * interval '1 millisecond')
+	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
+	RETURNING 1
+)
+%[2]s`, t, holder("u"))
+	// Release frees the row (its token stays, and the time it was freed is
+	// kept in granted_at for the sweep) and notifies, in the same statement
+	// (RETURNING is computed for every row the CTE changes, whether or not
+	// it is read), only when the row says someone waits: NOTIFY is
+	// delivered when, and only if, the release commits. The mark stays
+	// with the row (the waiters that a release did not wake look again only
+	// when the next holder's lease would expire, so the next release must
+	// wake one); the row, and its mark, go when the name is not used for
+	// SweepGrace.
+	s.sql.release = fmt.Sprintf(`WITH f AS (
+	UPDATE %[1]s SET owner = NULL, ttl_ms = NULL, expires_at = NULL, granted_at = clock_timestamp()
+	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
+	RETURNING CASE WHEN waiters THEN pg_notify($4, $1)::text END
+)
+%[2]s`, t, holder("f"))
+	// RenewBatch: every renewal in one UPDATE over the unnested arrays; one
+	// answer row per lease that was not renewed (b.i is its 1-based
+	// position), naming its holder.
+	s.sql.renewBatch = fmt.Sprintf(`WITH b AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS b(resource, owner, token, ttl_ms, i)
+), u AS (
+	UPDATE %[1]s l SET ttl_ms = b.ttl_ms, expires_at = clock_timestamp() + (b.ttl_ms * interval '1 millisecond')
+	FROM b WHERE l.resource = b.resource AND l.owner = b.owner AND l.token = b.token AND l.expires_at > clock_timestamp()
+	RETURNING b.i
+)
+SELECT b.i, h.owner, h.token, coalesce(h.ttl_ms, 0), %[2]s
+FROM b LEFT JOIN u ON u.i = b.i
+LEFT JOIN LATERAL (SELECT * FROM %[1]s h WHERE u.i IS NULL AND h.resource = b.resource AND %[3]s OFFSET 0) h ON true
+WHERE u.i IS NULL`,
+		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
+	s.sql.list = fmt.Sprintf(`SELECT resource, owner, token, coalesce(ttl_ms, 0), %[2]s
+FROM %[1]s h WHERE resource >= $1 AND starts_with(resource, $1) AND %[3]s
+ORDER BY resource`, t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
+	// Sweep: rows of leases that expired or were released SweepGrace ago,
+	// and rows that are neither a lease nor a released one (partial rows).
+	dead := fmt.Sprintf(`(((d.owner IS NOT NULL AND d.expires_at > clock_timestamp() - %[1]s AND d.token > 0)
+	OR (d.owner IS NULL AND d.granted_at > clock_timestamp() - %[1]s)) IS NOT TRUE)`,
+		fmt.Sprintf("interval '%d milliseconds'", SweepGrace.Milliseconds()))
+	s.sql.sweep = fmt.Sprintf(`DELETE FROM %[1]s d WHERE resource IN (SELECT resource FROM %[1]s d WHERE %[2]s LIMIT %[3]d) AND %[2]s`,
+		t, dead, sweepBatch)
+	s.sql.probe = `SELECT pg_notify($1, $2)`
+	s.sql.watch = fmt.Sprintf(`UPDATE %s SET waiters = true WHERE resource = $1 AND owner IS NOT NULL AND waiters IS NOT TRUE`, t)
+}
+
+// sweepBatch bounds the rows one sweep statement deletes.
+const sweepBatch = 1000
+
+// args returns a statement's arguments, first the query mode when the
+// Store runs behind a transaction pooler.
+func (s *Store) args(a ...any) []any {
+	if s.pooled.Load() {
+		return append([]any{pgx.QueryExecModeCacheDescribe}, a...)
+	}
+	return a
 }
 
 // failed wraps an error of a statement that was not applied, or of a read.
 func (s *Store) failed(op, resource string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "42P01": // undefined_table
+		switch {
+		case pgErr.Code == "42P01" && strings.Contains(pgErr.Message, "does not exist"): // undefined_table: the table or the sequence
 			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
-		case "42703": // undefined_column: a table of the same name, not tenure's
+		case pgErr.Code == "42703" && strings.Contains(pgErr.Message, `"waiters"`): // an older tenure's table
+			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
+		case pgErr.Code == "42703": // undefined_column: a table of the same name, not tenure's
 			return fmt.Errorf("postgres store: %s %q: the table %s is not tenure's leases table: %w: %w", op, resource, s.regName, driver.ErrNotStore, err)
 		}
 	}
@@ -353,10 +609,21 @@ func retryable(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
+// preparedStatementError reports the errors of a named prepared statement
+// that a transaction pooler moved between server sessions: preparing one
+// that the session already has (42P05, duplicate_prepared_statement) or
+// running one it does not have (26000, invalid_sql_statement_name). The
+// statement did not run.
+func preparedStatementError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P05" || pgErr.Code == "26000")
+}
+
 // with runs f on a connection from the pool, again on another connection
 // when the first one turned out to be dead before the statement ran (see
-// retryable). Errors from taking a connection are definite: nothing was
-// sent.
+// retryable), and again without named prepared statements when a
+// transaction pooler is detected (see preparedStatementError). Errors from
+// taking a connection are definite: nothing was sent.
 func (s *Store) with(ctx context.Context, op, resource string, f func(c *pgxpool.Conn) error) error {
 	var err error
 	for attempt := 0; attempt < maxAttempts; attempt++ {
@@ -367,101 +634,144 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *pgxpool
 		}
 		err = f(c)
 		c.Release()
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if preparedStatementError(err) {
+			// Behind a transaction pooler: from now on, no named prepared
+			// statements. The first such error is not an attempt of its own.
+			if !s.pooled.Swap(true) {
+				attempt--
+			}
+			continue
+		}
+		if !retryable(err) {
 			return err
 		}
 	}
 	return err
 }
 
+// holderRow is a lease as the renew and release statements return it when
+// they did not apply: the current holder, if any (nullable columns).
+type holderRow struct {
+	owner                  *string
+	token, ttlMs, remainMs *int64
+}
+
+// notHolder is the error of a renewal or release of (owner, token) that
+// did not apply, naming the holder h when there is one. A holder equal to
+// the grant itself comes from the statement's snapshot, taken before a
+// concurrent change that the write saw: then no holder is named.
+func notHolder(resource, owner string, token uint64, h holderRow) error {
+	if h.owner == nil || h.token == nil || (*h.owner == owner && uint64(*h.token) == token) {
+		return driver.NotHolder(nil)
+	}
+	rec := driver.Record{Resource: resource, Owner: *h.owner, Token: uint64(*h.token)}
+	if h.ttlMs != nil {
+		rec.TTL = time.Duration(*h.ttlMs) * time.Millisecond
+	}
+	if h.remainMs != nil {
+		rec.Remaining = time.Duration(max(*h.remainMs, 0)) * time.Millisecond
+	}
+	return driver.NotHolder(&rec)
+}
+
 // Acquire implements driver.Store. The TTL is rounded up to whole
 // milliseconds; TTLs below 1 ms or above MaxTTL return ErrInvalidTTL before
 // any I/O. It returns a *driver.HeldError naming the holder, with the time
-// left on the database's clock, when another owner holds the resource.
+// left on the database's clock, when another owner holds the resource (and
+// marks the lease as waited for, so that its release notifies). One
+// statement, one round trip.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
 	msTTL := driver.Milliseconds(ttl)
-	var rec driver.Record
+	var (
+		holder          string
+		token           int64
+		ttlMs, remainMs int64
+	)
 	err := s.with(ctx, "acquire", resource, func(c *pgxpool.Conn) error {
-		// A held resource may be freed between the statement that found it
-		// held and the read of its holder; then acquiring again is the right
-		// answer.
-		for attempt := 0; ; attempt++ {
-			var token int64
-			err := c.QueryRow(ctx, s.sql.acquire, resource, owner, msTTL).Scan(&token)
-			if err == nil {
-				rec = driver.Record{Resource: resource, Owner: owner, Token: uint64(token), TTL: ttl,
-					Remaining: time.Duration(msTTL) * time.Millisecond}
-				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			// Not applied: another owner holds a live lease.
-			holder, err := s.get(ctx, c, resource)
-			if err == nil {
-				return &driver.HeldError{Holder: holder}
-			}
-			if !errors.Is(err, driver.ErrNotHeld) {
-				return err
-			}
-			if attempt >= 10 {
-				return fmt.Errorf("held, but the holder could not be read after %d attempts", attempt+1)
-			}
-		}
+		return c.QueryRow(ctx, s.sql.acquire, s.args(resource, owner, msTTL)...).Scan(&holder, &token, &ttlMs, &remainMs, nil)
 	})
-	var held *driver.HeldError
-	switch {
-	case err == nil:
-		return rec, nil
-	case errors.As(err, &held):
-		return driver.Record{}, held
-	default:
+	if err != nil {
 		return driver.Record{}, s.writeErr("acquire", resource, err)
 	}
+	if holder != owner {
+		return driver.Record{}, &driver.HeldError{Holder: driver.Record{Resource: resource, Owner: holder, Token: uint64(token),
+			TTL: time.Duration(ttlMs) * time.Millisecond, Remaining: time.Duration(max(remainMs, 0)) * time.Millisecond}}
+	}
+	s.startSweeper()
+	return driver.Record{Resource: resource, Owner: owner, Token: uint64(token), TTL: ttl,
+		Remaining: time.Duration(msTTL) * time.Millisecond}, nil
 }
 
 // Renew implements driver.Store: it extends the live lease with this owner
 // and token to ttl from now on the database's clock, or returns an error
-// wrapping driver.ErrLeaseLost and changes nothing.
+// wrapping driver.ErrLeaseLost (driver.NotHolder, naming the current
+// holder when there is one) and changes nothing. One statement.
 func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
-	var tag pgconn.CommandTag
+	var (
+		failed bool
+		h      holderRow
+	)
 	err := s.with(ctx, "renew", resource, func(c *pgxpool.Conn) (err error) {
-		tag, err = c.Exec(ctx, s.sql.renew, resource, owner, int64(token), driver.Milliseconds(ttl))
+		failed, h, err = queryHolder(ctx, c, s.sql.renew, s.args(resource, owner, int64(token), driver.Milliseconds(ttl)))
 		return err
 	})
 	if err != nil {
 		return s.writeErr("renew", resource, err)
 	}
-	return changedOne(tag, "renew", resource)
+	if failed {
+		return fmt.Errorf("postgres store: renew %q: %w", resource, notHolder(resource, owner, token, h))
+	}
+	return nil
+}
+
+// queryHolder runs a renew or release statement: no row when it applied,
+// one row naming the holder when it did not.
+func queryHolder(ctx context.Context, c *pgxpool.Conn, sql string, args []any) (failed bool, h holderRow, err error) {
+	rows, err := c.Query(ctx, sql, args...)
+	if err != nil {
+		return false, h, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		failed = true
+		if err := rows.Scan(&h.owner, &h.token, &h.ttlMs, &h.remainMs); err != nil {
+			return false, h, err
+		}
+	}
+	rows.Close()
+	return failed, h, rows.Err()
 }
 
 // Release implements driver.Store: it frees the live lease with this owner
-// and token and notifies waiters, or returns an error wrapping
-// driver.ErrLeaseLost and changes nothing. The row and its token stay.
+// and token, and notifies when someone waits for it, or returns an
+// error wrapping driver.ErrLeaseLost (driver.NotHolder, naming the current
+// holder when there is one) and changes nothing. One statement.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
 	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
-	var tag pgconn.CommandTag
+	var (
+		failed bool
+		h      holderRow
+	)
 	err := s.with(ctx, "release", resource, func(c *pgxpool.Conn) (err error) {
-		tag, err = c.Exec(ctx, s.sql.release, resource, owner, int64(token), s.channel)
+		failed, h, err = queryHolder(ctx, c, s.sql.release, s.args(resource, owner, int64(token), s.channel))
 		return err
 	})
 	if err != nil {
 		return s.writeErr("release", resource, err)
 	}
-	return changedOne(tag, "release", resource)
-}
-
-func changedOne(tag pgconn.CommandTag, op, resource string) error {
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("postgres store: %s %q: no live lease with this owner and token: %w", op, resource, driver.ErrLeaseLost)
+	if failed {
+		return fmt.Errorf("postgres store: release %q: %w", resource, notHolder(resource, owner, token, h))
 	}
 	return nil
 }
@@ -476,12 +786,12 @@ func (s *Store) get(ctx context.Context, q querier, resource string) (driver.Rec
 		token           int64
 		ttlMs, remainMs int64
 	)
-	err := q.QueryRow(ctx, s.sql.holder, resource).Scan(&owner, &token, &ttlMs, &remainMs)
+	err := q.QueryRow(ctx, s.sql.holder, s.args(resource)...).Scan(&owner, &token, &ttlMs, &remainMs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return driver.Record{}, fmt.Errorf("postgres store: %q: %w", resource, driver.ErrNotHeld)
 	}
 	if err != nil {
-		return driver.Record{}, s.failed("get", resource, err)
+		return driver.Record{}, err
 	}
 	return driver.Record{Resource: resource, Owner: owner, Token: uint64(token),
 		TTL: time.Duration(ttlMs) * time.Millisecond, Remaining: time.Duration(max(remainMs, 0)) * time.Millisecond}, nil
@@ -498,6 +808,9 @@ func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error)
 		rec, err = s.get(ctx, c, resource)
 		return err
 	})
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		return driver.Record{}, s.failed("get", resource, err)
+	}
 	return rec, err
 }
 
@@ -507,28 +820,85 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql.list, prefix)
+	var out []driver.Record
+	err := s.with(ctx, "list", prefix, func(c *pgxpool.Conn) error {
+		out = out[:0]
+		rows, err := c.Query(ctx, s.sql.list, s.args(prefix)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				rec             driver.Record
+				token           int64
+				ttlMs, remainMs int64
+			)
+			if err := rows.Scan(&rec.Resource, &rec.Owner, &token, &ttlMs, &remainMs); err != nil {
+				return err
+			}
+			rec.Token = uint64(token)
+			rec.TTL = time.Duration(ttlMs) * time.Millisecond
+			rec.Remaining = time.Duration(max(remainMs, 0)) * time.Millisecond
+			out = append(out, rec)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, s.failed("list", prefix, err)
 	}
-	defer rows.Close()
-	var out []driver.Record
-	for rows.Next() {
-		var (
-			rec             driver.Record
-			token           int64
-			ttlMs, remainMs int64
-		)
-		if err := rows.Scan(&rec.Resource, &rec.Owner, &token, &ttlMs, &remainMs); err != nil {
-			return nil, s.failed("list", prefix, err)
-		}
-		rec.Token = uint64(token)
-		rec.TTL = time.Duration(ttlMs) * time.Millisecond
-		rec.Remaining = time.Duration(max(remainMs, 0)) * time.Millisecond
-		out = append(out, rec)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.failed("list", prefix, err)
-	}
 	return out, nil
+}
+
+// Sweep deletes the rows of leases that were released or expired more than
+// SweepGrace ago, and rows that are neither (left in a partial state by
+// another tool, or released by an older tenure), at most 1,000 per statement until
+// none is left or ctx ends, and returns how many it deleted. A lease that
+// is taken or renewed meanwhile is never deleted (each row is checked
+// again after it is locked); tokens do not depend on the rows. Every Store
+// sweeps by itself (Config.SweepInterval); Sweep is for tests and
+// operators.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		var tag pgconn.CommandTag
+		err := s.with(ctx, "sweep", s.regName, func(c *pgxpool.Conn) (err error) {
+			tag, err = c.Exec(ctx, s.sql.sweep, s.args()...)
+			return err
+		})
+		if err != nil {
+			return total, s.failed("sweep", s.regName, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < sweepBatch || ctx.Err() != nil {
+			return total, ctx.Err()
+		}
+	}
+}
+
+// startSweeper starts the background sweep at the Store's first grant.
+func (s *Store) startSweeper() {
+	if s.sweepEvery < 0 {
+		return
+	}
+	s.sweepOnce.Do(func() {
+		s.sweepDone = make(chan struct{})
+		go s.sweeper()
+	})
+}
+
+func (s *Store) sweeper() {
+	defer close(s.sweepDone)
+	for {
+		t := time.NewTimer(time.Duration(float64(s.sweepEvery) * (0.5 + rand.Float64())))
+		select {
+		case <-s.life.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.life, s.sweepEvery)
+		_, _ = s.Sweep(ctx) // best effort: the next sweep tries again
+		cancel()
+	}
 }

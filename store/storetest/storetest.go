@@ -141,6 +141,7 @@ var tests = []test{
 	{name: "Contention", f: testContention},
 	{name: "GetAndList", f: testGetList},
 	{name: "NotificationWakesWaiter", f: testNotificationWakesWaiter},
+	{name: "HandOverWakesOneWaiter", f: testHandOverWakesOneWaiter},
 	{name: "C01_CleanShutdown", id: "C01", f: caseC01CleanShutdown},
 	{name: "C02_UnknownOutcome", id: "C02", f: caseC02UnknownOutcome},
 	{name: "C03_SubSecondTTL", id: "C03", f: caseC03SubSecondTTL},
@@ -713,5 +714,93 @@ func testNotificationWakesWaiter(t *testing.T, cfg Config) {
 	t.Logf("granted %v after the release", d)
 	if d > 2*time.Second {
 		t.Fatalf("waiter granted %v after the release", d)
+	}
+}
+
+// countingStore counts Acquire calls and keeps the store's notifications.
+type countingStore struct {
+	driver.Store
+	acquires atomic.Int64
+}
+
+func (c *countingStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	c.acquires.Add(1)
+	return c.Store.Acquire(ctx, resource, owner, ttl)
+}
+
+func (c *countingStore) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return c.Store.(driver.Notifier).Subscribe(ctx, resource)
+}
+
+func (c *countingStore) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return c.Store.(driver.Watcher).Watch(ctx, resource)
+}
+
+func (c *countingStore) CheckTTL(ttl time.Duration) error {
+	if tc, ok := c.Store.(driver.TTLChecker); ok {
+		return tc.CheckTTL(ttl)
+	}
+	return nil
+}
+
+// testHandOverWakesOneWaiter: on a store whose notifications wake one waiter
+// per release (driver.Watcher), handing a resource down a queue of waiters
+// in one process costs about one acquire call per hand-over, whatever the
+// number of waiters, and they are served in the order they came.
+func testHandOverWakesOneWaiter(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	if _, ok := e.store.(driver.Watcher); !ok {
+		t.Skip("the store's notifications do not wake one waiter (no driver.Watcher)")
+	}
+	ctx := ctxT(t)
+	s := &countingStore{Store: e.store}
+	r := e.res("r")
+	holder := e.locker(s)
+	first, err := holder.TryAcquire(ctx, r, longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		before := s.acquires.Load()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := e.locker(s).Acquire(ctx, r, longTTL)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		// The next waiter comes once this one waits: its first attempt and
+		// the one right after it subscribed.
+		for s.acquires.Load() < before+2 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	before := s.acquires.Load()
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	calls := s.acquires.Load() - before
+	t.Logf("%d acquire calls for %d hand-overs", calls, n)
+	if calls > 2*n {
+		t.Fatalf("%d acquire calls to hand the resource down %d waiters; want about one per hand-over", calls, n)
+	}
+	next := 0
+	for i := range order {
+		if i != next {
+			t.Fatalf("waiter %d granted when waiter %d was next: not in arrival order", i, next)
+		}
+		next++
 	}
 }

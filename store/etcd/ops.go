@@ -1,0 +1,518 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenure-go/tenure/driver"
+)
+
+// notHolder is the error of a renewal or release whose grant no longer
+// holds the key. kv is the key as the same request read it (nil: absent);
+// it names the holder when it is another grant.
+func notHolder(op, resource, owner string, token uint64, kv *mvccpb.KeyValue) error {
+	var holder *driver.Record
+	if kv != nil && (string(kv.Value) != owner || uint64(kv.CreateRevision) != token) {
+		holder = &driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
+	}
+	return fmt.Errorf("etcd store: %s %q: %w", op, resource, driver.NotHolder(holder))
+}
+
+// firstKV returns the first key of a range response, or nil.
+func firstKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if resp == nil || i >= len(resp.Responses) {
+		return nil
+	}
+	if kvs := resp.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// visibleTTL is the TTL a shared etcd lease of granted seconds serves.
+func visibleTTL(granted int64) time.Duration { return servedBy(granted) }
+
+// Acquire implements driver.Store with one Txn: if the key does not exist
+// (create_revision = 0), put it with this owner on the Store's shared etcd
+// lease for the TTL (rounded up to whole seconds; below one second:
+// ErrInvalidTTL, before any I/O), else read it. The first acquire of a TTL
+// grants that etcd lease, and a keep-alive of it runs beside the Txn when
+// its last one is more than a second old. It returns a *driver.HeldError
+// naming the holder, with the time left on its etcd lease (whole seconds,
+// one more TTL lookup), when another owner holds the resource. When the
+// same owner string holds it (a retry of the same grant), that lease is
+// renewed for ttl, with the same token.
+func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
+		return driver.Record{}, err
+	}
+	secs := wholeSeconds(ttl)
+	key := s.key(resource)
+	for attempt := 0; ; attempt++ {
+		begin := s.clock.Now()
+		ss, err := s.session(ctx, secs)
+		if err != nil {
+			// An etcd lease without a key changes nothing: definite.
+			return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, err)
+		}
+		f := ss.start(begin.Add(ttl))
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, owner, clientv3.WithLease(ss.id))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			if leaseGone(err) && attempt < 3 {
+				// The shared etcd lease expired or was revoked: etcd refused
+				// the put. Grant another and try again.
+				ss.markGone()
+				continue
+			}
+			err = writeErr("acquire", resource, err)
+			if errors.Is(err, driver.ErrUnknownOutcome) {
+				s.addGhost(key, owner, ss, time.Duration(secs)*time.Second)
+			}
+			return driver.Record{}, err
+		}
+		if resp.Succeeded {
+			rev := resp.Header.Revision
+			g := &grant{key: key, resource: resource, owner: owner, token: rev, mod: rev, ss: ss,
+				life: time.Duration(secs) * time.Second}
+			s.add(g)
+			if err := wait(ctx, f); err != nil {
+				if errors.Is(err, errSessionGone) && attempt < 3 {
+					// Put on an etcd lease that expired and awaits revocation:
+					// the key goes with it. Free it now and start again.
+					s.forget(g)
+					s.deleteGrant(ctx, key, owner, rev)
+					continue
+				}
+				// The key is ours, but for how long is unknown: a retry of
+				// this grant finds it and renews it.
+				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: %w", resource, err))
+			}
+			if !s.confirm(g) {
+				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: taken by the reaper while the keep-alive ran", resource)
+			}
+			return driver.Record{Resource: resource, Owner: owner, Token: uint64(rev), TTL: ttl,
+				Remaining: time.Duration(secs) * time.Second}, nil
+		}
+		kv := firstKV(resp, 0)
+		if kv == nil { // deleted between the compare and the read: cannot happen in one txn
+			return driver.Record{}, fmt.Errorf("etcd store: acquire %q: key neither absent nor present", resource)
+		}
+		if string(kv.Value) == owner {
+			// The same grant: the same lease, renewed. If its etcd lease has
+			// expired (and awaits revocation), wait for the key to go and
+			// grant anew.
+			err := s.renewKV(ctx, resource, owner, ttl, begin, kv)
+			if err == nil {
+				return driver.Record{Resource: resource, Owner: owner, Token: uint64(kv.CreateRevision), TTL: ttl,
+					Remaining: time.Duration(secs) * time.Second}, nil
+			}
+			if !errors.Is(err, driver.ErrLeaseLost) || attempt >= 20 {
+				return driver.Record{}, err
+			}
+			select {
+			case <-time.After(100 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, context.Cause(ctx))
+			}
+		}
+		holder := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
+		if tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && tl.TTL >= 0 {
+			holder.TTL = visibleTTL(tl.GrantedTTL)
+			holder.Remaining = min(time.Duration(tl.TTL)*time.Second, holder.TTL)
+		}
+		return driver.Record{}, &driver.HeldError{Holder: holder}
+	}
+}
+
+// deleteGrant deletes key if it still holds the grant of owner and token,
+// best effort.
+func (s *Store) deleteGrant(ctx context.Context, key, owner string, token int64) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, _ = s.cli.Txn(dctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", owner), clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+}
+
+// wholeSeconds returns ttl in whole seconds, rounded up.
+func wholeSeconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Second - 1) / time.Second)
+}
+
+// Renew implements driver.Store: it keeps the live lease with this owner and
+// token for at least ttl (rounded up to whole seconds) from now, or returns
+// an error wrapping driver.ErrLeaseLost (naming the holder with a
+// *driver.HeldError when another grant holds the key). It never revives an
+// expired lease.
+//
+// A grant this Store made, renewed with its TTL, is one Txn that checks the
+// key's mod_revision (no other write touched the key since ours), plus a
+// keep-alive of the shared etcd lease when its last one is more than a
+// second old (sent beside the Txn). Any other renewal (a grant of another
+// Store, or another TTL) reads the key, proves its etcd lease alive with a
+// keep-alive, and moves the key to this Store's shared etcd lease for the
+// TTL in a Txn conditioned on owner, token and that etcd lease.
+func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
+	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
+		return err
+	}
+	begin := s.clock.Now()
+	key := s.key(resource)
+	if g := s.lookup(key, owner, token); g != nil && g.ss.secs == wholeSeconds(ttl) {
+		return s.renewOwn(ctx, g, ttl, begin)
+	}
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcd store: renew %q: %w", resource, err)
+	}
+	var kv *mvccpb.KeyValue
+	if len(resp.Kvs) > 0 {
+		kv = resp.Kvs[0]
+	}
+	if kv == nil || string(kv.Value) != owner || uint64(kv.CreateRevision) != token {
+		return notHolder("renew", resource, owner, token, kv)
+	}
+	return s.renewKV(ctx, resource, owner, ttl, begin, kv)
+}
+
+// renewOwn renews grant g of this Store with its TTL: one Txn, beside a
+// keep-alive when the shared etcd lease needs one.
+func (s *Store) renewOwn(ctx context.Context, g *grant, ttl time.Duration, begin time.Time) error {
+	f := g.ss.start(begin.Add(ttl))
+	if f == goneKeepAlive {
+		s.forget(g)
+		return notHolder("renew", g.resource, g.owner, uint64(g.token), nil)
+	}
+	resp, err := s.check(ctx, []*grant{g})
+	if err != nil {
+		// A read changes nothing: retrying is safe.
+		return fmt.Errorf("etcd store: renew %q: %w", g.resource, err)
+	}
+	if !resp.Succeeded {
+		s.forget(g)
+		return notHolder("renew", g.resource, g.owner, uint64(g.token), firstKV(resp, 0))
+	}
+	return s.settle(ctx, g, f)
+}
+
+// check reads whether the keys of gs are still as this Store last wrote
+// them (their mod_revision), in one Txn whose else branch reads them all.
+// The read is serializable (the member's own state, without a round of
+// consensus), which is enough: while the shared etcd lease lives, no write
+// but the Store's own changes these keys, so the read only detects what an
+// operator did (a key deleted, an etcd lease revoked), at most the member's
+// replication lag late. When it finds a key changed, a linearizable read
+// confirms it, so that a member that has not yet applied the Store's own
+// write (the client spreads requests over the cluster's members) never
+// makes a lease look lost.
+func (s *Store) check(ctx context.Context, gs []*grant) (*clientv3.TxnResponse, error) {
+	cmps := make([]clientv3.Cmp, len(gs))
+	for j, g := range gs {
+		cmps[j] = clientv3.Compare(clientv3.ModRevision(g.key), "=", g.mod)
+	}
+	gets := make([]clientv3.Op, len(gs))
+	for j, g := range gs {
+		gets[j] = clientv3.OpGet(g.key, clientv3.WithSerializable())
+	}
+	resp, err := s.cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Else(gets...).Commit()
+	if err != nil || resp.Succeeded {
+		return resp, err
+	}
+	for j, g := range gs {
+		gets[j] = clientv3.OpGet(g.key)
+	}
+	return s.cli.Txn(ctx).If(cmps...).Else(gets...).Commit()
+}
+
+// settle confirms a renewal of g whose key check passed, once keep-alive f
+// (if any) has answered.
+func (s *Store) settle(ctx context.Context, g *grant, f *keepAlive) error {
+	if err := wait(ctx, f); err != nil {
+		if errors.Is(err, errSessionGone) {
+			s.forget(g)
+			return notHolder("renew", g.resource, g.owner, uint64(g.token), nil)
+		}
+		return fmt.Errorf("etcd store: renew %q: %w", g.resource, err)
+	}
+	if !s.confirm(g) {
+		return notHolder("renew", g.resource, g.owner, uint64(g.token), nil)
+	}
+	return nil
+}
+
+// renewKV renews the lease that kv (read at or after begin) shows held by
+// owner: a grant of this Store on its etcd lease for ttl is renewed as
+// usual; a key on the Store's current etcd lease for ttl is adopted as it
+// is; any other is moved to that etcd lease, after a keep-alive of its own
+// etcd lease proved that lease alive (etcd refuses to keep an expired lease
+// alive, so an expired lease is never revived).
+func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue) error {
+	key := s.key(resource)
+	token := uint64(kv.CreateRevision)
+	secs := wholeSeconds(ttl)
+	old := clientv3.LeaseID(kv.Lease)
+	s.mu.Lock()
+	g := s.grants[key]
+	if g != nil && (g.owner != owner || uint64(g.token) != token) {
+		g = nil
+	}
+	reaped := g != nil && g.reaped
+	s.mu.Unlock()
+	if reaped || old == clientv3.NoLease {
+		// Expired by the reaper (its key goes now), or put without a lease
+		// by another tool: not a lease tenure keeps.
+		return notHolder("renew", resource, owner, token, nil)
+	}
+	if g != nil && g.mod == kv.ModRevision && g.ss.id == old && g.ss.secs == secs {
+		return s.renewOwn(ctx, g, ttl, begin)
+	}
+	ss, err := s.session(ctx, secs)
+	if err != nil {
+		return fmt.Errorf("etcd store: renew %q: %w", resource, err)
+	}
+	if ss.id == old {
+		// On the Store's etcd lease for this TTL already (an acquire whose
+		// answer was lost): adopt it.
+		f := ss.start(begin.Add(ttl))
+		ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: kv.ModRevision, ss: ss,
+			life: time.Duration(secs) * time.Second}
+		s.add(ng)
+		return s.settle(ctx, ng, f)
+	}
+	// Prove the etcd lease alive now, so that moving the key cannot revive
+	// an expired one.
+	if g == nil || g.ss.id != old || !g.ss.aliveAt(s.clock.Now()) {
+		if _, err := s.cli.KeepAliveOnce(ctx, old); err != nil {
+			if leaseGone(err) {
+				if g != nil {
+					s.forget(g)
+				}
+				return notHolder("renew", resource, owner, token, nil)
+			}
+			return fmt.Errorf("etcd store: renew %q: keep-alive: %w", resource, err)
+		}
+	}
+	f := ss.start(begin.Add(ttl))
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", owner),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token)),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", old)).
+		Then(clientv3.OpPut(key, owner, clientv3.WithLease(ss.id))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		if leaseGone(err) {
+			ss.markGone()
+		}
+		err = writeErr("renew", resource, err)
+		if errors.Is(err, driver.ErrUnknownOutcome) {
+			s.addGhost(key, owner, ss, time.Duration(secs)*time.Second)
+		}
+		return err
+	}
+	if !resp.Succeeded {
+		if g != nil {
+			s.forget(g)
+		}
+		return notHolder("renew", resource, owner, token, firstKV(resp, 0))
+	}
+	ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: resp.Header.Revision, ss: ss,
+		life: time.Duration(secs) * time.Second}
+	s.add(ng)
+	return s.settle(ctx, ng, f)
+}
+
+// RenewBatch implements driver.BatchRenewer: the grants this Store made,
+// renewed with their TTL, need at most one keep-alive per shared etcd lease
+// (only when its last one is older than the margin) and are checked
+// together.
+//
+// Where a batch holds fewer than listAtLeast grants of one shared etcd
+// lease, their keys are checked as Renew checks one: one Txn per MaxTxnOps
+// keys, each key's mod_revision compared, at most maxChecks such Txns in
+// flight per Store. Where it holds more, the batch renews them on the
+// keep-alive alone and starts (at most every tenth of the TTL, from 1 s to
+// 5 s) a listing of the keys attached to that etcd lease in the background;
+// a grant whose key a listing did not show is read by its next renewal. So
+// a key deleted by hand is found at the next renewal in small batches, and
+// within a tenth of the TTL and the next renewal in large ones: on etcd 3.4,
+// reading 10,000 keys a second in Txns held up the server's writes (checks
+// of 128 keys took 15 s while 100,000 leases were being taken), and listing
+// them for every batch cost the client more CPU than it had. A key found
+// changed is read again in a linearizable Txn whose else branch tells the
+// lost leases and their holders. Other renewals run as Renew.
+func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	errs := make([]error, len(leases))
+	begin := s.clock.Now()
+	var own []renewItem
+	var other []int
+	for i, r := range leases {
+		if err := ttls.ValidateAcquire(r.Resource, r.Owner, r.TTL); err != nil {
+			errs[i] = err
+			continue
+		}
+		if g := s.lookup(s.key(r.Resource), r.Owner, r.Token); g != nil && g.ss.secs == wholeSeconds(r.TTL) {
+			own = append(own, renewItem{i, g})
+		} else {
+			other = append(other, i)
+		}
+	}
+	var wg sync.WaitGroup
+	if len(other) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, i := range other {
+				r := leases[i]
+				errs[i] = s.Renew(ctx, r.Resource, r.Owner, r.Token, r.TTL)
+			}
+		}()
+	}
+	// One keep-alive (at most) per shared etcd lease, covering the longest
+	// TTL renewed on it.
+	need := map[*session]time.Time{}
+	bySession := map[*session][]renewItem{}
+	for _, it := range own {
+		n := begin.Add(leases[it.i].TTL)
+		if t, ok := need[it.g.ss]; !ok || n.After(t) {
+			need[it.g.ss] = n
+		}
+		bySession[it.g.ss] = append(bySession[it.g.ss], it)
+	}
+	kas := make(map[*session]*keepAlive, len(need))
+	for ss, n := range need {
+		kas[ss] = ss.start(n)
+	}
+	var byTxn []renewItem
+	for ss, items := range bySession {
+		if len(items) < listAtLeast {
+			byTxn = append(byTxn, items...)
+			continue
+		}
+		ss.audit()
+		s.mu.Lock()
+		for _, it := range items {
+			if it.g.suspect {
+				byTxn = append(byTxn, it)
+			}
+		}
+		s.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, it := range items {
+				s.mu.Lock()
+				suspect := it.g.suspect
+				s.mu.Unlock()
+				if !suspect {
+					errs[it.i] = s.settle(ctx, it.g, kas[ss])
+				}
+			}
+		}()
+	}
+	s.checkItems(ctx, byTxn, errs, kas)
+	wg.Wait()
+	return errs
+}
+
+// renewItem is one renewal of a batch: its index and its grant.
+type renewItem struct {
+	i int
+	g *grant
+}
+
+// listAtLeast is the number of a batch's grants on one shared etcd lease
+// from which the batch relies on listings of the etcd lease's keys instead
+// of reading each key.
+const listAtLeast = 128
+
+// checkItems checks the keys of items with Txns of at most MaxTxnOps keys
+// (at most maxChecks in flight per Store) and settles each renewal in
+// errs. It returns when all are settled.
+func (s *Store) checkItems(ctx context.Context, items []renewItem, errs []error, kas map[*session]*keepAlive) {
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(items); lo += s.maxTxnOps {
+		part := items[lo:min(lo+s.maxTxnOps, len(items))]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs := make([]*grant, len(part))
+			for j, it := range part {
+				gs[j] = it.g
+			}
+			var resp *clientv3.TxnResponse
+			var err error
+			select {
+			case s.checks <- struct{}{}:
+				resp, err = s.check(ctx, gs)
+				<-s.checks
+			case <-ctx.Done():
+				err = context.Cause(ctx)
+			}
+			for j, it := range part {
+				g := it.g
+				switch {
+				case err != nil:
+					errs[it.i] = fmt.Errorf("etcd store: renew %q: %w", g.resource, err)
+				case resp.Succeeded:
+					s.clearSuspect(g)
+					errs[it.i] = s.settle(ctx, g, kas[g.ss])
+				default:
+					if kv := firstKV(resp, j); kv != nil && kv.ModRevision == g.mod {
+						s.clearSuspect(g)
+						errs[it.i] = s.settle(ctx, g, kas[g.ss])
+					} else {
+						s.forget(g)
+						errs[it.i] = notHolder("renew", g.resource, g.owner, uint64(g.token), kv)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// clearSuspect records that a read found g's key as the Store left it.
+func (s *Store) clearSuspect(g *grant) {
+	s.mu.Lock()
+	g.suspect = false
+	s.mu.Unlock()
+}
+
+// Release implements driver.Store: one Txn deletes the key if it holds this
+// owner and token, and otherwise reads it, so that the error (wrapping
+// driver.ErrLeaseLost, changing nothing) names the current holder with a
+// *driver.HeldError when there is one. The shared etcd lease stays for the
+// Store's other grants.
+func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
+	if err := driver.ValidateRelease(resource, owner); err != nil {
+		return err
+	}
+	key := s.key(resource)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", owner),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
+		Then(clientv3.OpDelete(key)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return writeErr("release", resource, err)
+	}
+	s.forgetKey(key, owner, token)
+	if !resp.Succeeded {
+		return notHolder("release", resource, owner, token, firstKV(resp, 0))
+	}
+	return nil
+}
