@@ -422,7 +422,39 @@ func (p Profile) mayHideEffect(in Input, out Output) bool {
 // operations. A call without an answer (its process was killed) and a call
 // whose outcome is unknown return at Never when the profile allows late
 // effects; otherwise at the answer, or when the process was reaped.
+//
+// A holder named by a Locker's owner string rather than a grant's (the
+// store saw one owner string per Locker: -shared-owner) is the grant of
+// that Locker that was granted that token on that resource first.
 func (p Profile) Operations(hs []*History) []porcupine.Operation {
+	type grantKey struct {
+		resource, locker string
+		token            uint64
+	}
+	grantOf := map[grantKey]string{}
+	firstAt := map[grantKey]int64{}
+	for _, h := range hs {
+		calls := map[int64]Event{}
+		for _, e := range h.Events {
+			switch {
+			case e.Ev == EvCall:
+				calls[e.ID] = e
+			case e.Ev == EvReturn && e.Res == ResGranted:
+				if c, ok := calls[e.ID]; ok {
+					k := grantKey{c.Resource, lockerOwner(c.Owner), e.Token}
+					if t, seen := firstAt[k]; !seen || e.T < t {
+						grantOf[k], firstAt[k] = c.Owner, e.T
+					}
+				}
+			}
+		}
+	}
+	holder := func(resource, owner string, token uint64) string {
+		if g, ok := grantOf[grantKey{resource, owner, token}]; ok && lockerOwner(owner) == owner && g != owner {
+			return g
+		}
+		return owner
+	}
 	var ops []porcupine.Operation
 	for ci, h := range hs {
 		calls := map[int64]Event{}
@@ -441,6 +473,9 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 				done[e.ID] = true
 				in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T}
 				out := Output{Res: e.Res, Token: e.Token, Holder: e.Holder, HolderToken: e.HolderToken}
+				if out.Holder != "" && out.Holder != c.Owner {
+					out.Holder = holder(c.Resource, out.Holder, out.HolderToken)
+				}
 				if e.Res == ResUnknown && p.LateEffects {
 					in.Ret = Never
 				}

@@ -285,6 +285,15 @@ func TestModel(t *testing.T) {
 			term(4000, 4100),
 			held("B", 5000, 5010, "A", 1),
 		}, "Illegal"},
+		{"shared owner: a holder named by its Locker's owner string is that Locker's grant", SQLiteProfile, nil, []op{
+			granted("w1-1#aa.1", 0, 10, 1),
+			held("w2-2#bb.1", 100, 110, "w1-1#aa", 1),
+		}, "Ok"},
+		{"shared owner: a later grant of the Locker that adopts the live earlier one", SQLiteProfile, nil, []op{
+			granted("w1-1#aa.1", 0, 10, 1),
+			granted("w1-1#aa.2", 500, 510, 1),
+			held("w2-2#bb.1", 600, 610, "w1-1#aa", 1),
+		}, "Illegal"},
 		{"tokens per lease", SQLiteProfile, nil, []op{
 			on("R1", granted("A", 0, 10, 1)),
 			on("R2", granted("B", 20, 30, 1)),
