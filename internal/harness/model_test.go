@@ -239,6 +239,16 @@ func TestModel(t *testing.T) {
 			granted("A", 0, 10, 1),
 			granted("B", 900, 950, 2),
 		}, "Illegal"},
+		{"postgres: the TTL counts from the statement's clock, which may be read well before its commit", PostgresProfile, nil, []op{
+			granted("A", 0, 500, 1),          // a commit that waited 400 ms for its WAL flush or a lock
+			get(300, 310, ResNotHeld, "", 0), // not visible yet at 310
+			granted("B", 1100, 1110, 2),      // expired: expires_at was clock_timestamp() (< 310) + 1 s
+		}, "Ok"},
+		{"postgres: but not from before the request was sent", PostgresProfile, nil, []op{
+			granted("A", 0, 500, 1),
+			get(300, 310, ResNotHeld, "", 0),
+			granted("B", 980, 990, 2),
+		}, "Illegal"},
 		{"redis: granted after the TTL", RedisProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			granted("B", 1100, 1150, 2),
