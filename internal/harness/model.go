@@ -658,23 +658,37 @@ var RedisProfile = Profile{
 }
 
 // EtcdProfile is the etcd store's timing (docs/stores.md, measured on etcd
-// 3.4): an etcd lease of ⌈ttl⌉ whole seconds, raised to etcd's minimum of
-// 2 s, is granted at the start of the acquire, and expired leases are
-// revoked by a loop that runs every 500 ms: a lease lives at least the
-// requested TTL and at most max(⌈ttl⌉, 2 s) + 0.5 s after its grant or last
-// keep-alive; the revocation is then a raft proposal, which a loaded
-// three-member cluster took up to 0.3 s to commit (seed 24, commit
-// fc2d212 with the etcd branch), so the bound allows one more second. In a
-// cluster, a newly elected leader renews every lease for its full TTL plus
-// up to an election timeout (etcd 3.4 keeps no remaining TTLs;
-// docs/stores.md): the orchestrator records each election it sees
-// (OpTerm), and the model extends the live lease then.
+// 3.4). The store puts its keys on an etcd lease it shares between grants,
+// of ⌈ttl⌉ whole seconds plus a margin (a tenth, at least 1 s), which it
+// keeps alive while the process runs, and its reaper deletes a grant's key
+// once the grant went unconfirmed for its TTL. A lease lives at least the
+// requested TTL from the send of its last confirmation. While the holder's
+// process runs, its reaper deletes the key within about a TTL of that; when
+// the process stops (SIGSTOP, SIGKILL) its reaper stops too, and the key
+// lives until the shared etcd lease expires: ⌈ttl⌉ + the margin after the
+// last keep-alive, which the process may have sent up to a TTL after the
+// last confirmation (a semaphore worker's marker or another grant keeps the
+// etcd lease alive), plus etcd's revoke loop (500 ms), plus the commit of
+// the revocation through raft (a loaded three-member cluster took up to
+// 0.3 s; the bound allows 1 s). Seen: a slot lease whose holder was paused
+// 0.52 s after its last renewal was still held 3.54 s after that renewal
+// (safety-ci seed 402). In a cluster, a newly elected leader renews every
+// etcd lease for its full TTL plus up to an election timeout (etcd 3.4
+// keeps no remaining TTLs; docs/stores.md): the orchestrator records each
+// election it sees (OpTerm), and the model extends the live lease then.
 var EtcdProfile = Profile{
 	Name:   "etcd",
 	MinTTL: func(ttl time.Duration) time.Duration { return ttl - clockSlack },
 	MaxTTL: func(ttl time.Duration) time.Duration {
-		return max(ceilSeconds(ttl), 2*time.Second) + 500*time.Millisecond + etcdRevokeCommit + clockSlack
+		return ttl + max(ceilSeconds(ttl)+etcdMargin(ttl), 2*time.Second) + 500*time.Millisecond + etcdRevokeCommit + clockSlack
 	},
 	LateEffects:     true,
 	LeaderExtension: 1500 * time.Millisecond,
+}
+
+// etcdMargin is how much longer than the TTL, in whole seconds, the etcd
+// store's shared etcd lease lives: a tenth, rounded up, at least a second.
+func etcdMargin(ttl time.Duration) time.Duration {
+	secs := int64(ceilSeconds(ttl) / time.Second)
+	return time.Duration(max(1, (secs+9)/10)) * time.Second
 }

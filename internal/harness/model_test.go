@@ -227,13 +227,13 @@ func TestModel(t *testing.T) {
 			release("A", 1, 100, 300, ResLost),
 			granted("B", 120, 200, 2),
 		}, "Illegal"},
-		{"etcd: a 1s lease may live 3.5s (etcd's minimum TTL, revoke loop and the revocation's commit)", EtcdProfile, nil, []op{
+		{"etcd: a 1s lease may live 4.5s (a TTL of keep-alives, the shared etcd lease's 1+1 s, revoke loop and the revocation's commit)", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			held("B", 3400, 3410, "A", 1),
+			held("B", 4400, 4410, "A", 1),
 		}, "Ok"},
-		{"etcd: held after 3.5s", EtcdProfile, nil, []op{
+		{"etcd: held after 4.5s", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			held("B", 3600, 3610, "A", 1),
+			held("B", 4600, 4610, "A", 1),
 		}, "Illegal"},
 		{"postgres: granted before the TTL", PostgresProfile, nil, []op{
 			granted("A", 0, 10, 1),
@@ -288,12 +288,12 @@ func TestModel(t *testing.T) {
 		{"etcd: an election renews live leases", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			term(1000, 1100),
-			held("B", 5000, 5010, "A", 1), // 1.1 s + 3.5 s + 1.5 s
+			held("B", 7000, 7010, "A", 1), // 1.1 s + 4.5 s + 1.5 s
 		}, "Ok"},
 		{"etcd: an election does not revive an expired lease", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			term(4000, 4100),
-			held("B", 5000, 5010, "A", 1),
+			term(4600, 4700),
+			held("B", 7000, 7010, "A", 1),
 		}, "Illegal"},
 		{"shared owner: a holder named by its Locker's owner string is that Locker's grant", SQLiteProfile, nil, []op{
 			granted("w1-1#aa.1", 0, 10, 1),
