@@ -55,8 +55,10 @@ func TestHandOverWakesOneWaiter(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		// The next waiter comes only once this one waits.
-		waitFor(t, func() bool { return s.acquires.Load() > before }, "the waiter's first attempt")
+		// The next waiter comes only once this one waits: it subscribes
+		// after its first refused attempt, then tries again, and waiters
+		// are woken in the order they subscribed.
+		waitFor(t, func() bool { return s.acquires.Load() >= before+2 }, "the waiter's attempt after it subscribed")
 	}
 	time.Sleep(50 * time.Millisecond)
 	before := s.acquires.Load()

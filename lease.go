@@ -46,6 +46,10 @@ type Lease struct {
 	state    leaseState
 	cause    error
 	deadline time.Time
+	// bound, when set, is a second deadline the lease cannot outlive: a
+	// semaphore slot is trusted only while its semaphore's marker is
+	// (Semaphore.keepMarker moves it).
+	bound    time.Time
 	lastSend time.Time // tSend of the last confirmed acquire or renew
 	lastErr  error     // the last failed renewal's error, for the loss cause
 	watchdog clock.Timer
@@ -108,7 +112,29 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.effectiveDeadlineLocked()
+}
+
+// effectiveDeadlineLocked is the deadline, or the bound when it comes first.
+func (l *Lease) effectiveDeadlineLocked() time.Time {
+	if !l.bound.IsZero() && l.bound.Before(l.deadline) {
+		return l.bound
+	}
 	return l.deadline
+}
+
+// errBound is the loss cause when a lease's bound passed first.
+var errBound = errors.New("tenure: the semaphore's marker lease was not renewed in time, so the number of slots could no longer be vouched for")
+
+// setBound moves the lease's bound (see Lease.bound) to b, and ends the
+// lease at once if b has passed.
+func (l *Lease) setBound(b time.Time) {
+	l.mu.Lock()
+	if l.state == stateHeld {
+		l.bound = b
+	}
+	l.mu.Unlock()
+	l.check()
 }
 
 // Remaining returns the time left until Deadline on the Locker's clock,
@@ -152,6 +178,9 @@ func (l *Lease) check() {
 	now := l.lk.clock.Now()
 	expired := !now.Before(l.deadline)
 	since, lastErr := now.Sub(l.lastSend), l.lastErr
+	if !expired && !l.bound.IsZero() && !now.Before(l.bound) {
+		expired, lastErr = true, errBound
+	}
 	l.mu.Unlock()
 	if expired {
 		l.lose(&LostError{Resource: l.resource, Token: l.token, Reason: ErrLeaseExpired, Err: lastErr,
@@ -323,7 +352,7 @@ func (l *Lease) confirm(tSend time.Time) error {
 		return err
 	}
 	now := l.lk.clock.Now()
-	if !now.Before(l.deadline) {
+	if !now.Before(l.effectiveDeadlineLocked()) {
 		l.mu.Unlock()
 		l.check()
 		return l.Err()

@@ -30,8 +30,13 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 // lease's whole contract: renewed in the background, lost exactly once, a
 // context cancelled the moment it can no longer be trusted, and a fencing
 // token that strictly increases per slot. A resource protected by a
-// semaphore keeps the highest token it has seen for each slot and rejects
-// lower ones for that slot.
+// semaphore keeps the highest token it has seen for each slot lease name
+// (SlotLease.Resource(), which names the number of slots too) and rejects
+// lower ones for that name. On stores whose tokens come from one counter
+// per store or cluster (SQLite, PostgreSQL, Redis, Cassandra's native mode,
+// etcd's revisions) tokens also increase across names, so a slot's token
+// never goes back when the number of slots changes; on the memory store,
+// tokens count per name.
 //
 // A Semaphore works on every store, without store code: a slot is granted
 // by the store's own atomic acquire, with point operations only. Holders
@@ -41,10 +46,11 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 // string that holds it, so all holders share the marker, and a holder
 // started with another number finds it held by the other owner string and
 // gets ErrSlotsMismatch instead of silently adding slots. Each holder renews
-// the marker with its slot; the marker expires a TTL after the last holder
-// stopped, and only then can the number change. A holder that finds the
-// marker taken by another number (its renewals of the marker failed for a
-// whole TTL) gives its slot up, as lost.
+// the marker with MarkerTTL while it holds its slot, and trusts its slot
+// only while its marker renewals are confirmed (see MarkerTTL); the marker
+// expires MarkerTTL after the last holder stopped, and only then can the
+// number change. A holder that finds the marker taken by another number
+// gives its slot up, as lost.
 //
 // It is safe for concurrent use. Make one with Locker.Semaphore.
 type Semaphore struct {
@@ -188,22 +194,32 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
+// MarkerTTL is the TTL of a semaphore's marker lease. Every holder renews
+// the marker with this TTL, every MarkerTTL/3, whatever its slot's TTL, so
+// that no holder shortens the marker under another (a holder with a short
+// TTL that renewed the marker with its own TTL, then left, would let the
+// marker expire while a holder with a long TTL still trusts its slot). A
+// slot is trusted only while its holder's marker is: when the marker has
+// not been confirmed for MarkerTTL·(1−ρ) since its last confirmed request
+// was sent, the slot's lease is lost (ErrLeaseExpired), before the marker
+// can expire in the store. The number of slots can change once the marker
+// has expired, MarkerTTL after the last holder stopped renewing it.
+const MarkerTTL = 30 * time.Second
+
 // marker acquires (or renews, for the owner string every holder of this
-// number of slots shares) the semaphore's marker lease. It returns an error
-// wrapping ErrSlotsMismatch when holders of another number of slots hold
-// it.
-func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) error {
-	cctx, cancel := s.lk.bounded(ctx, s.lk.trust(ttl))
-	defer cancel()
-	_, err := s.lk.store.Acquire(cctx, MarkerName(s.resource), markerOwner(s.slots), ttl)
+// number of slots shares) the semaphore's marker lease for MarkerTTL. It
+// returns an error wrapping ErrSlotsMismatch when holders of another
+// number of slots hold it.
+func (s *Semaphore) marker(ctx context.Context) error {
+	_, err := s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), MarkerTTL)
 	var held *HeldError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &held):
 		if n := markerSlots(held.Holder.Owner); n > 0 {
-			return fmt.Errorf("%w: %q has holders of %d slots, and this one was asked for %d; changing the number of slots means stopping every holder first (the marker %q expires a TTL after the last one stopped)",
-				ErrSlotsMismatch, s.resource, n, s.slots, MarkerName(s.resource))
+			return fmt.Errorf("%w: %q has holders of %d slots, and this one was asked for %d; changing the number of slots means stopping every holder first (the marker %q expires %v after the last one stopped)",
+				ErrSlotsMismatch, s.resource, n, s.slots, MarkerName(s.resource), MarkerTTL)
 		}
 		return fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, MarkerName(s.resource), held.Holder.Owner, err)
 	default:
@@ -221,7 +237,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	if err := s.marker(ctx, ttl); err != nil {
+	tMarker := s.lk.clock.Now()
+	mctx, cancel := s.lk.bounded(ctx, s.lk.trust(MarkerTTL))
+	err := s.marker(mctx)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	order := rand.Perm(s.slots)
@@ -233,7 +253,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 		switch {
 		case err == nil:
 			sl := &SlotLease{Lease: l, Slot: slot}
-			go s.keepMarker(sl)
+			l.setBound(tMarker.Add(s.lk.trust(MarkerTTL)))
+			if err := l.Err(); err != nil {
+				return nil, fmt.Errorf("tenure: semaphore %q: slot %d granted after its marker's deadline: %w", s.resource, slot, err)
+			}
+			go s.keepMarker(sl, tMarker)
 			return sl, nil
 		case errors.As(err, &h):
 			e.Holders = append(e.Holders, h.Holder)
@@ -245,26 +269,52 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	return nil, e
 }
 
-// keepMarker renews the semaphore's marker with the slot's lease, until the
-// lease ends. A marker found taken by holders of another number of slots
-// ends the slot's lease as lost.
-func (s *Semaphore) keepMarker(sl *SlotLease) {
+// keepMarker renews the semaphore's marker every MarkerTTL/3 from tSend
+// (the send time of the marker request that came with the slot), and
+// retries a failed renewal every second, until the slot's lease ends. Each
+// confirmed renewal moves the lease's bound to its send time +
+// MarkerTTL·(1−ρ); when the bound passes unconfirmed, the slot is lost. A
+// marker found taken by holders of another number of slots ends the slot's
+// lease as lost at once.
+func (s *Semaphore) keepMarker(sl *SlotLease, tSend time.Time) {
 	l := sl.Lease
+	every := MarkerTTL / 3
+	next := tSend.Add(every)
 	for {
-		t := s.lk.clock.NewTimer(l.interval)
-		select {
-		case <-l.opCtx.Done():
-			t.Stop()
+		l.mu.Lock()
+		bound := l.bound
+		l.mu.Unlock()
+		now := s.lk.clock.Now()
+		if !now.Before(bound) {
+			l.check()
 			return
-		case <-t.C():
 		}
-		err := s.marker(l.opCtx, l.ttl)
-		if errors.Is(err, ErrSlotsMismatch) {
+		if now.Before(next) {
+			t := s.lk.clock.NewTimer(min(next.Sub(now), bound.Sub(now)))
+			select {
+			case <-l.opCtx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			continue
+		}
+		cctx, cancel := s.lk.bounded(l.opCtx, bound.Sub(now))
+		err := s.marker(cctx)
+		cancel()
+		switch {
+		case err == nil:
+			l.setBound(now.Add(s.lk.trust(MarkerTTL)))
+			next = now.Add(every)
+		case errors.Is(err, ErrSlotsMismatch):
 			l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err), reasonNotOwner, false)
 			return
-		}
-		if err != nil && l.opCtx.Err() == nil {
-			s.lk.log.Warn("semaphore marker not renewed; retrying with the next renewal", "resource", s.resource, "err", err)
+		default:
+			if l.opCtx.Err() != nil {
+				return
+			}
+			s.lk.log.Warn("semaphore marker not renewed; retrying", "resource", s.resource, "err", err, "left", bound.Sub(now))
+			next = s.lk.clock.Now().Add(min(time.Second, every))
 		}
 	}
 }

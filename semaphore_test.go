@@ -257,3 +257,95 @@ func TestSemaphoreTryAcquireRespectsContext(t *testing.T) {
 		t.Fatal("TryAcquire with a cancelled context succeeded")
 	}
 }
+
+// Holders of one semaphore with different TTLs: one with a short TTL takes
+// a slot and leaves; the marker must not expire under the holder with a
+// long TTL, so a holder asking for another number of slots is still told
+// ErrSlotsMismatch (each holder used to renew the marker with its own TTL:
+// the short one left it 3 s to live, and the 5-slot holder was granted a
+// slot next to the 3-slot one).
+func TestSemaphoreMarkerNotShortenedByAnotherHolder(t *testing.T) {
+	ctx := ctxT(t)
+	fc := clock.NewFake()
+	mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
+	sem := func(n int) *tenure.Semaphore {
+		lk, _ := tenure.New(mem, tenure.WithClock(fc))
+		s, _ := lk.Semaphore("r", n)
+		return s
+	}
+	a, err := sem(3).TryAcquire(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sem(3).TryAcquire(ctx, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		fc.Advance(500 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // let the keepers run
+	}
+	if err := a.Err(); err != nil {
+		t.Fatalf("the long-TTL holder lost its slot: %v", err)
+	}
+	if c, err := sem(5).TryAcquire(ctx, time.Hour); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		if err == nil {
+			t.Fatalf("a 5-slot holder was granted slot %d while a 3-slot holder trusts slot %d", c.Slot, a.Slot)
+		}
+		t.Fatalf("5-slot holder: %v; want ErrSlotsMismatch", err)
+	}
+}
+
+// markerFails fails every acquire of a semaphore marker while fail is set.
+type markerFails struct {
+	*memory.Store
+	fail atomic.Bool
+}
+
+func (m *markerFails) Acquire(ctx context.Context, r, owner string, ttl time.Duration) (tenure.Record, error) {
+	if m.fail.Load() && strings.HasSuffix(r, "/slots") {
+		return tenure.Record{}, errors.New("injected: marker unreachable")
+	}
+	return m.Store.Acquire(ctx, r, owner, ttl)
+}
+
+// A holder whose marker renewals fail while its slot's renewals succeed
+// stops trusting its slot before the marker can expire in the store: a
+// holder of another number of slots, granted once the marker expired, never
+// overlaps with it.
+func TestSemaphoreSlotEndsWithItsMarker(t *testing.T) {
+	ctx := ctxT(t)
+	fc := clock.NewFake()
+	mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
+	ms := &markerFails{Store: mem}
+	lkA, _ := tenure.New(ms, tenure.WithClock(fc))
+	semA, _ := lkA.Semaphore("r", 3)
+	a, err := semA.TryAcquire(ctx, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms.fail.Store(true)
+	lkC, _ := tenure.New(mem, tenure.WithClock(fc))
+	semC, _ := lkC.Semaphore("r", 5)
+	for i := range 80 {
+		fc.Advance(500 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+		c, err := semC.TryAcquire(ctx, 3*time.Second)
+		if err == nil {
+			if a.Err() == nil {
+				t.Fatalf("after %v: a 5-slot holder got slot %d while the 3-slot holder trusts slot %d", time.Duration(i+1)*500*time.Millisecond, c.Slot, a.Slot)
+			}
+			if !errors.Is(a.Err(), tenure.ErrLeaseExpired) {
+				t.Fatalf("the 3-slot holder's loss: %v; want ErrLeaseExpired", a.Err())
+			}
+			return
+		}
+		if !errors.Is(err, tenure.ErrSlotsMismatch) {
+			t.Fatalf("5-slot holder: %v", err)
+		}
+	}
+	t.Fatalf("the marker never expired (3-slot holder: %v)", a.Err())
+}

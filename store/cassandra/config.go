@@ -428,7 +428,7 @@ func (r resolved) cluster() (*gocql.ClusterConfig, *stallTracker, error) {
 	c.ConnectTimeout = r.ConnectTimeout
 	c.Consistency = r.CommitConsistency
 	c.SerialConsistency = r.SerialConsistency
-	c.MaxWaitSchemaAgreement = schemaAgreementWait
+	c.MaxWaitSchemaAgreement = driverSchemaWait
 	// No retries and no speculative executions: a conditional write is sent
 	// once, and an unknown outcome is resolved by a linearizable read.
 	c.RetryPolicy = nil

@@ -2,6 +2,7 @@ package cassandra
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -62,14 +63,17 @@ func Schema(cfg Config) (string, error) {
 }
 
 // Init creates the keyspace (with cfg.Replication) and the table of
-// cfg.Mode if they do not exist, then waits until every node agrees on the
-// schema. It is idempotent and leaves existing data and an existing
-// keyspace's replication alone. Run it from one place at a time: Cassandra
-// may disagree on a table created concurrently from two clients. It returns
-// an error wrapping ErrBadConfig for a configuration that cannot work, and
+// cfg.Mode if the table does not exist, then waits until every node that is
+// up agrees on the schema; nodes that are down are not waited for (they
+// take the schema from the others when they return), so Init works with a
+// node dead. A table that exists is left alone: no schema change is made.
+// Init is idempotent and leaves existing data and an existing keyspace's
+// replication alone. Run it from one place at a time: Cassandra may
+// disagree on a table created concurrently from two clients. It returns an
+// error wrapping ErrBadConfig for a configuration that cannot work, and
 // driver errors wrapped otherwise. It is bounded by ctx, by the connect
-// bound of Open, and per statement by Timeout plus 60 s, the longest it
-// waits for the nodes to agree on a schema change.
+// bound of Open, per statement by Timeout plus 2 s, and by Timeout plus
+// 60 s for the nodes to agree.
 func Init(ctx context.Context, cfg Config) error {
 	r, err := cfg.resolve()
 	if err != nil {
@@ -83,16 +87,33 @@ func Init(ctx context.Context, cfg Config) error {
 	return createSchema(ctx, r, session)
 }
 
-// schemaAgreementWait bounds how long the driver waits, after a schema
-// change, for every node to agree on the new schema.
+// schemaAgreementWait bounds how long Init waits, after a schema change,
+// for the nodes that are up to agree on the new schema.
 const schemaAgreementWait = 60 * time.Second
 
+// driverSchemaWait bounds the wait gocql does on its own after each schema
+// change. gocql counts every node in system.peers, down ones included, so
+// with one node dead it would wait its whole bound after every statement and
+// then report no agreement; tenure waits itself, for the nodes that are up
+// (awaitLiveSchemaAgreement), as the DataStax Java driver does.
+const driverSchemaWait = 2 * time.Second
+
 func createSchema(ctx context.Context, r resolved, session *gocql.Session) error {
+	// A table that exists needs no schema change: Open and Init on a
+	// cluster with a node down must not wait for that node.
+	qctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	var name string
+	err := session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
+		r.keyspace, r.table).Consistency(gocql.One).ScanContext(qctx, &name)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, gocql.ErrNotFound) {
+		return fmt.Errorf("cassandra store: create schema: look for table %s.%s: %w", r.keyspace, r.table, err)
+	}
 	for _, st := range schemaStatements(r) {
-		// A schema change returns once the driver saw every node agree on
-		// it, which on a busy or freshly started cluster takes much longer
-		// than a query.
-		qctx, cancel := context.WithTimeout(ctx, r.Timeout+schemaAgreementWait)
+		qctx, cancel := context.WithTimeout(ctx, r.Timeout+driverSchemaWait)
 		err := session.Query(st).Consistency(gocql.All).Idempotent(true).ExecContext(qctx)
 		cancel()
 		if err != nil {
@@ -101,10 +122,53 @@ func createSchema(ctx context.Context, r resolved, session *gocql.Session) error
 	}
 	actx, cancel := context.WithTimeout(ctx, r.Timeout+schemaAgreementWait)
 	defer cancel()
-	if err := session.AwaitSchemaAgreement(actx); err != nil {
+	if err := awaitLiveSchemaAgreement(actx, session, r.Timeout); err != nil {
 		return fmt.Errorf("cassandra store: create schema: waiting for schema agreement: %w", err)
 	}
 	return nil
+}
+
+// awaitLiveSchemaAgreement returns once every node the driver sees up
+// reports the same schema version (system.local, asked of each node), or
+// with an error when ctx ends first. Nodes that are down are not waited
+// for: they take the schema from the others when they come back (Cassandra
+// pulls schema from peers on gossip).
+func awaitLiveSchemaAgreement(ctx context.Context, session *gocql.Session, timeout time.Duration) error {
+	var last error
+	for {
+		versions := map[string]bool{}
+		asked := 0
+		last = nil
+		for _, h := range session.GetHosts() {
+			if !h.IsUp() || h.HostID() == "" {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, timeout)
+			var v gocql.UUID
+			err := session.Query(`SELECT schema_version FROM system.local WHERE key = 'local'`).
+				SetHostID(h.HostID()).Consistency(gocql.One).ScanContext(qctx, &v)
+			cancel()
+			if err != nil {
+				if h.IsUp() {
+					last = fmt.Errorf("node %s: %w", h.ConnectAddress(), err)
+				}
+				continue
+			}
+			asked++
+			versions[v.String()] = true
+		}
+		if last == nil && asked > 0 && len(versions) == 1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("%w (last error: %w)", context.Cause(ctx), last)
+			}
+			return fmt.Errorf("%w: %d schema versions among the %d nodes up", context.Cause(ctx), len(versions), asked)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func firstLine(s string) string {

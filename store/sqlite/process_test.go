@@ -38,6 +38,15 @@ func TestMain(m *testing.M) {
 		s.Close()
 		os.Exit(0)
 	}
+	for env, f := range map[string]func(string) error{"TENURE_SQLITE_HOLDER": holderMain, "TENURE_SQLITE_ACQUIRER": acquirerMain} {
+		if path := os.Getenv(env); path != "" {
+			if err := f(path); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
+	}
 	if os.Getenv("TENURE_SQLITE_CONTENDER") != "" {
 		if err := contend(); err != nil {
 			fmt.Fprintln(os.Stderr, "contender:", err)

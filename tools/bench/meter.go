@@ -7,10 +7,11 @@ import (
 
 // Meter counts the requests a store sends to its server, by kind, as the
 // driver's own hooks see them (Cassandra's query and batch observers,
-// SQLite's authorizer and commit hooks, pgx's tracer, go-redis's hooks,
-// gRPC interceptors): counted, never estimated. Its kinds are fixed when it
-// is made; Primary is the one the tables show (LWTs for Cassandra,
-// statements for the SQL stores, commands for Redis, RPCs for etcd).
+// SQLite's commit, rollback and pre-update hooks, pgx's tracer, go-redis's
+// hooks, gRPC interceptors): counted, never estimated. Its kinds are fixed
+// when it is made; Primary is the one the tables show (LWTs for Cassandra,
+// transactions for SQLite, statements for PostgreSQL, commands for Redis,
+// RPCs for etcd).
 type Meter struct {
 	primary string
 	kinds   []string

@@ -159,6 +159,11 @@ func (r *Report) Evaluate() {
 			}
 		}
 	}
+	if o := findOps(r.Ops, "sqlite", "tenure", ModeDistinct, 64); o != nil && o.Ops[OpAcquire] != nil {
+		p99 := o.Ops[OpAcquire].P99Ms
+		add(p99 < 50, "SQLite p99 acquire at 64 clients under 50 ms",
+			"p99 %.1f ms (p50 %.2f ms, %d acquires)", p99, o.Ops[OpAcquire].P50Ms, o.Ops[OpAcquire].N)
+	}
 	r.peerChecks(add)
 	for _, s := range r.Scale {
 		perLease := float64(s.GoroutinesPeak-s.GoroutinesBase) / float64(s.Leases)
@@ -297,6 +302,9 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  renewal send time − schedule: p50 %s ms, p99 %s ms, max %s ms\n", fmtMs(s.SendLag.P50Ms), fmtMs(s.SendLag.P99Ms), fmtMs(s.SendLag.MaxMs))
 		fmt.Fprintf(w, "  confirmation − previous send: p50 %s ms, p99 %s ms, max %s ms (interval %g ms)\n", fmtMs(s.ConfirmGap.P50Ms), fmtMs(s.ConfirmGap.P99Ms), fmtMs(s.ConfirmGap.MaxMs), s.IntervalS*1000)
 		fmt.Fprintf(w, "  renewal call: p50 %s ms, p99 %s ms, max %s ms\n", fmtMs(s.RenewLatency.P50Ms), fmtMs(s.RenewLatency.P99Ms), fmtMs(s.RenewLatency.MaxMs))
+		if s.Batched {
+			fmt.Fprintf(w, "  renewals sent in %d batch calls (driver.BatchRenewer), %.0f leases per call\n", s.RenewCalls, float64(s.Renewals+s.RenewErrors)/max(float64(s.RenewCalls), 1))
+		}
 		fmt.Fprintf(w, "  goroutines: %d before, %d with the leases, peak %d while held\n", s.GoroutinesBase, s.GoroutinesHeld, s.GoroutinesPeak)
 		fmt.Fprintf(w, "  heap: %s before, %s with the leases (%.0f B/lease), %s at the end of the hold, %s after release (%.0f B/lease)\n",
 			fmtBytes(s.HeapBase), fmtBytes(s.HeapWith), s.HeapPerLease, fmtBytes(s.HeapWithEnd), fmtBytes(s.HeapAfter), s.HeapPerLeaseEnd)

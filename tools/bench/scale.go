@@ -58,6 +58,9 @@ type ScaleResult struct {
 	Renewals    int64 `json:"renewals"`
 	RenewErrors int64 `json:"renew_errors"`
 	Late        int64 `json:"late"`
+	// RenewCalls counts the renewal calls the Locker made to the store
+	// (one per batch, or one per lease), acquisition to release.
+	RenewCalls int64 `json:"renew_calls"`
 	// SendLag is each renewal's send time minus its schedule (the send of
 	// the previous confirmed renewal + interval); ConfirmGap is its
 	// confirmation time minus the send of the previous confirmed one;
@@ -101,6 +104,8 @@ type scaleStore struct {
 	interval time.Duration
 	slack    time.Duration
 
+	calls atomic.Int64 // renewal calls to the store: one per lease, or one per batch
+
 	mu            sync.Mutex
 	last          []time.Duration // per lease: send of the last confirmed acquire or renewal, since base
 	lag, gap, lat []time.Duration
@@ -138,6 +143,7 @@ func (s *scaleStore) Renew(ctx context.Context, resource, owner string, token ui
 	t0 := time.Since(s.base)
 	err := s.Store.Renew(ctx, resource, owner, token, ttl)
 	t1 := time.Since(s.base)
+	s.calls.Add(1)
 	s.mu.Lock()
 	s.record(resource, t0, t1, err)
 	s.mu.Unlock()
@@ -180,6 +186,7 @@ func (s *scaleBatchStore) RenewBatch(ctx context.Context, leases []driver.Renewa
 	errs := s.batch.RenewBatch(ctx, leases)
 	t1 := time.Since(s.base)
 	s.calls.Add(1)
+	s.scaleStore.calls.Add(1)
 	s.mu.Lock()
 	for i, l := range leases {
 		var err error
@@ -394,6 +401,7 @@ hold:
 
 	ss.mu.Lock()
 	res.Renewals, res.RenewErrors, res.Late = int64(len(ss.gap)), ss.errs, ss.late
+	res.RenewCalls = ss.calls.Load()
 	res.SendLag, res.ConfirmGap, res.RenewLatency = Summarize(ss.lag), Summarize(ss.gap), Summarize(ss.lat)
 	ss.mu.Unlock()
 	return res, nil

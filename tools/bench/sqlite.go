@@ -7,24 +7,23 @@ import (
 	msqlite "modernc.org/sqlite"
 )
 
-// SQLite request kinds.
+// Request kinds: statements (PostgreSQL), and SQLite's transactions and
+// row writes.
 const (
 	KindStatement   = "statement"
 	KindTransaction = "transaction"
+	KindRowWrite    = "row write"
 )
 
-// SQLite statements are counted on each connection by SQLite's authorizer,
-// which SQLite calls while it compiles a statement, and transactions by its
-// commit and rollback hooks. modernc.org/sqlite compiles every statement it
-// runs (database/sql's Exec and Query with arguments do not reuse prepared
-// statements), so a compiled statement is an executed one.
-//
-// The authorizer reports actions, not statements: a statement starts with
-// its BEGIN/COMMIT/ROLLBACK, SELECT, INSERT, DELETE or PRAGMA action; an
-// UPDATE statement reports one UPDATE action per column it sets, so a run of
-// UPDATE actions is one statement, and the UPDATE actions of an upsert's DO
-// UPDATE clause belong to its INSERT. TestSQLiteCounts checks these rules
-// against the store's statements.
+// SQLite is counted on each connection by SQLite's own hooks: transactions
+// by its commit and rollback hooks (a transaction is what takes the
+// database's write lock and, at COMMIT, fsyncs the write-ahead log: the
+// store's unit of work, which it shares between the operations that callers
+// started together), and row writes by its pre-update hook (each row
+// inserted, updated or deleted, the token counter's row included).
+// Statements are not counted: the store prepares its statements once per
+// connection and SQLite sees no per-execution event that the driver
+// exposes.
 
 var (
 	sqliteHookOnce sync.Once
@@ -32,10 +31,10 @@ var (
 	sqliteMeters   = map[string]*Meter{} // database path → meter
 )
 
-// meterSQLite counts the statements and transactions of every connection
+// meterSQLite counts the transactions and row writes of every connection
 // that this process opens to the database file path from now on.
 func meterSQLite(path string) *Meter {
-	m := NewMeter(KindStatement, KindTransaction)
+	m := NewMeter(KindTransaction, KindRowWrite)
 	sqliteMu.Lock()
 	sqliteMeters[path] = m
 	sqliteMu.Unlock()
@@ -60,43 +59,10 @@ func sqliteConnHook(conn msqlite.ExecQuerierContext, dsn string) error {
 	if m == nil {
 		return nil
 	}
-	if a, ok := conn.(msqlite.AuthorizerRegisterer); ok {
-		var st stmtCounter
-		if err := a.RegisterAuthorizer(func(action msqlite.AuthorizerActionCode, _, _, _, _ string) msqlite.AuthorizerReturnCode {
-			if st.starts(action) {
-				m.Add(KindStatement, 1)
-			}
-			return msqlite.AuthorizerOK
-		}); err != nil {
-			return err
-		}
-	}
 	if h, ok := conn.(msqlite.HookRegisterer); ok {
 		h.RegisterCommitHook(func() int32 { m.Add(KindTransaction, 1); return 0 })
 		h.RegisterRollbackHook(func() { m.Add(KindTransaction, 1) })
+		h.RegisterPreUpdateHook(func(msqlite.SQLitePreUpdateData) { m.Add(KindRowWrite, 1) })
 	}
 	return nil
-}
-
-// stmtCounter tells, from the sequence of authorizer actions on one
-// connection, where statements start. SQLite compiles one statement at a
-// time on a connection, so no lock is needed.
-type stmtCounter struct {
-	inInsert   bool // the current statement is an INSERT (an upsert's UPDATE actions belong to it)
-	prevUpdate bool // the previous action was an UPDATE
-}
-
-func (s *stmtCounter) starts(action msqlite.AuthorizerActionCode) bool {
-	switch action {
-	case msqlite.AuthTransaction, msqlite.AuthSelect, msqlite.AuthInsert, msqlite.AuthDelete, msqlite.AuthPragma:
-		s.inInsert = action == msqlite.AuthInsert
-		s.prevUpdate = false
-		return true
-	case msqlite.AuthUpdate:
-		start := !s.prevUpdate && !s.inInsert
-		s.prevUpdate = true
-		return start
-	}
-	s.prevUpdate = false
-	return false
 }

@@ -38,8 +38,8 @@ func env(b *testing.B, name string) string {
 	return v
 }
 
-// BenchmarkSQLite: a file in a temporary directory; statements counted by
-// SQLite's authorizer.
+// BenchmarkSQLite: a file in a temporary directory; transactions counted by
+// SQLite's commit and rollback hooks.
 func BenchmarkSQLite(b *testing.B) {
 	benchStore(b, "sqlite:"+filepath.Join(b.TempDir(), "bench.db"))
 }

@@ -168,8 +168,8 @@ so a bench can run next to other users of the store.
 Phases (--phases):
   cost       each operation's store requests, counted by the driver's own
              hooks (Cassandra's query and batch observers: lightweight
-             transactions; SQLite's authorizer and commit hooks: statements
-             and transactions; pgx's tracer; go-redis's hooks; gRPC
+             transactions; SQLite's commit, rollback and pre-update hooks:
+             transactions and row writes; pgx's tracer; go-redis's hooks; gRPC
              interceptors), one operation at a time
   ops        acquire, renew and release latency (p50, p99) and throughput
              with each --clients level, every client (its own Locker) on its

@@ -1,0 +1,187 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure"
+)
+
+// The semaphore cases: Locker.Semaphore is built on the lease contract
+// (one lease per slot and a marker lease naming the number of slots), so
+// every store runs them.
+
+// testSemaphoreAtMostN: contenders from Lockers of their own take and give
+// back slots of a three-slot semaphore; never more than three hold a slot at
+// once, no two hold one slot at once, and each slot's tokens increase from
+// one grant to the next.
+func testSemaphoreAtMostN(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	ctx := ctxT(t)
+	const slots, contenders, rounds = 3, 6, 4
+	r := e.res("sem")
+	var (
+		mu      sync.Mutex
+		holding int
+		most    int
+		bySlot  = map[int]bool{}
+		tokens  = map[int][]uint64{}
+		wg      sync.WaitGroup
+		errs    = make(chan error, contenders)
+		granted int
+	)
+	for c := range contenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk := e.locker(e.store, tenure.WithRetry(10*time.Millisecond, 100*time.Millisecond))
+			sem, err := lk.Semaphore(r, slots)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for range rounds {
+				sl, err := sem.Acquire(ctx, longTTL)
+				if err != nil {
+					errs <- fmt.Errorf("contender %d: %w", c, err)
+					return
+				}
+				mu.Lock()
+				if bySlot[sl.Slot] {
+					mu.Unlock()
+					errs <- fmt.Errorf("slot %d granted to contender %d while another held it", sl.Slot, c)
+					return
+				}
+				bySlot[sl.Slot] = true
+				holding++
+				granted++
+				most = max(most, holding)
+				tokens[sl.Slot] = append(tokens[sl.Slot], sl.Token())
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				mu.Lock()
+				bySlot[sl.Slot] = false
+				holding--
+				mu.Unlock()
+				if err := sl.Release(ctx); err != nil {
+					errs <- fmt.Errorf("contender %d: release slot %d: %w", c, sl.Slot, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if most > slots {
+		t.Fatalf("%d holders at once of a %d-slot semaphore", most, slots)
+	}
+	if granted != contenders*rounds {
+		t.Fatalf("%d grants; want %d", granted, contenders*rounds)
+	}
+	if cfg.NoFencing {
+		return
+	}
+	for slot, ts := range tokens {
+		for i := 1; i < len(ts); i++ {
+			if ts[i] <= ts[i-1] {
+				t.Fatalf("slot %d: token %d granted after token %d (tokens %v)", slot, ts[i], ts[i-1], ts)
+			}
+		}
+	}
+}
+
+// testSemaphoreFullAndHolders: with every slot held, TryAcquire reports
+// the holders (SlotsHeldError, matching ErrHeld) and writes nothing;
+// Holders lists one record per held slot; a released slot is granted next.
+func testSemaphoreFullAndHolders(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	ctx := ctxT(t)
+	r := e.res("sem")
+	a, err := e.locker(e.store).Semaphore(r, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, err := a.TryAcquire(ctx, longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := a.TryAcquire(ctx, longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1.Slot == s2.Slot {
+		t.Fatalf("both grants on slot %d", s1.Slot)
+	}
+	b, err := e.locker(e.store).Semaphore(r, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.TryAcquire(ctx, longTTL)
+	var held *tenure.SlotsHeldError
+	if !errors.As(err, &held) || !errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("TryAcquire with every slot held: %v; want a SlotsHeldError matching ErrHeld", err)
+	}
+	if len(held.Holders) != 2 {
+		t.Fatalf("SlotsHeldError names %d holders; want 2: %v", len(held.Holders), err)
+	}
+	recs, err := b.Holders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("Holders: %d records; want 2: %+v", len(recs), recs)
+	}
+	freed := s1.Slot
+	if err := s1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := b.TryAcquire(ctx, longTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire after a slot was released: %v", err)
+	}
+	if s3.Slot != freed {
+		t.Fatalf("granted slot %d; want the released slot %d", s3.Slot, freed)
+	}
+	if !cfg.NoFencing && s3.Token() <= s1.Token() {
+		t.Fatalf("slot %d granted again with token %d, not above %d", freed, s3.Token(), s1.Token())
+	}
+	for _, sl := range []*tenure.SlotLease{s2, s3} {
+		if err := sl.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testSemaphoreSlotsMismatch: a holder asking with another number of slots
+// while the semaphore is in use gets ErrSlotsMismatch, never a slot of its
+// own count.
+func testSemaphoreSlotsMismatch(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	ctx := ctxT(t)
+	r := e.res("sem")
+	a, err := e.locker(e.store).Semaphore(r, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := a.TryAcquire(ctx, longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Release(ctx)
+	b, err := e.locker(e.store).Semaphore(r, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.TryAcquire(ctx, longTTL); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		if err == nil {
+			got.Release(ctx)
+		}
+		t.Fatalf("TryAcquire with 3 slots while 2 are in use: %v; want ErrSlotsMismatch", err)
+	}
+}
