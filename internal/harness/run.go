@@ -209,6 +209,7 @@ type orch struct {
 	cfg      Config
 	env      *storeEnv
 	rng      *rand.Rand // the schedule: kinds, durations, gaps, nodes
+	lastSem  bool       // the last holder struck was a semaphore worker
 	targets  *rand.Rand // workers picked among holders, or when none holds a lease (timing-dependent, so apart from the schedule)
 	faultsF  *os.File
 	operator *Recorder
@@ -460,7 +461,21 @@ func (o *orch) holder(ctx context.Context, d time.Duration) *slot {
 			}
 		}
 		if len(holders) > 0 {
-			s := holders[o.targets.IntN(len(holders))]
+			// Strike the lease's holders and the semaphore's in turn, so
+			// that every fault kind meets both workloads (a slot holder
+			// drawn at random among three holders was missed by three
+			// pauses in a row often enough to fail a short test).
+			var turn []*slot
+			for _, s := range holders {
+				if s.sem != o.lastSem {
+					turn = append(turn, s)
+				}
+			}
+			if len(turn) == 0 {
+				turn = holders
+			}
+			s := turn[o.targets.IntN(len(turn))]
+			o.lastSem = s.sem
 			o.mu.Unlock()
 			return s
 		}
