@@ -274,6 +274,16 @@ func TestCheckOutsideContract(t *testing.T) {
 	if r := check(hs, del); r.ViolationsByKind["token-order"] == 0 {
 		t.Errorf("a token repeated after a deletion went unnoticed: %v", r.ViolationsByKind)
 	}
+	// A deletion of several keys may delete a grant applied between two of
+	// its commands, answered just after the deletion ended: still outside
+	// the contract.
+	mid := []*History{
+		whist("A", 0, hold{token: 1, send: 293, reply: 296, deadline: 1280, steps: []int64{300, 600}, release: 700}),
+		whist("B", 0, hold{token: 2, send: 296, reply: 297, deadline: 1290, steps: []int64{400}, release: 450}),
+	}
+	if r := check(mid, del); r.Violations != 0 || r.OutsideContract[FaultKeyDelete] != 2 {
+		t.Errorf("a grant sent during the deletion and answered after it: violations %v, outside the contract %v; want 0 and 2", r.ViolationsByKind, r.OutsideContract)
+	}
 	// A deletion long before does not explain the overlap.
 	hs[1] = whist("B", 0, hold{token: 2, send: 300, reply: 305, deadline: 1290, steps: []int64{400}, release: 450})
 	old := Fault{Kind: FaultKeyDelete, Start: -5000 * ms, End: -4990 * ms}
