@@ -7,22 +7,30 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// History is one worker process's history.
+// History is one worker process's history (or the operator's: the
+// deletions of key-delete and store-reset).
 type History struct {
-	File   string
-	Worker int // the worker slot
-	Owner  string
-	PID    int
-	Unsafe bool
-	TTL    time.Duration
-	Events []Event
-	Gone   *Event // when the orchestrator reaped the process
-	Torn   int    // lines that could not be parsed (a write cut by a kill)
+	File     string
+	Worker   int    // the worker slot
+	Owner    string // the Locker's owner string (its grants' are Owner + ".N")
+	PID      int
+	Unsafe   bool
+	TTL      time.Duration
+	Workload string // lease, reacquire or semaphore
+	Sem      string // the semaphore's resource (semaphore workload)
+	Slots    int    // its number of slots
+	Events   []Event
+	Gone     *Event // when the orchestrator reaped the process
+	Torn     int    // lines that could not be parsed (a write cut by a kill)
 }
+
+// Operator reports whether h is the operator's history.
+func (h *History) Operator() bool { return h.Owner == operatorOwner && h.Worker == -1 }
 
 // ReadHistory reads one history file.
 func ReadHistory(path string) (*History, error) {
@@ -47,6 +55,7 @@ func ReadHistory(path string) (*History, error) {
 		switch e.Ev {
 		case EvStart:
 			h.Owner, h.PID, h.Worker, h.TTL, h.Unsafe = e.Owner, e.PID, e.Worker, time.Duration(e.TTL), e.Unsafe
+			h.Workload, h.Sem, h.Slots = e.Workload, e.Sem, e.Slots
 		case EvGone:
 			g := e
 			h.Gone = &g
@@ -78,13 +87,14 @@ func ReadHistories(dir string) ([]*History, error) {
 // Fault is one injected fault, as the orchestrator records it in
 // faults.jsonl.
 type Fault struct {
-	Kind   string `json:"kind"`
-	Start  int64  `json:"start"`           // CLOCK_MONOTONIC ns
-	End    int64  `json:"end"`             // when it was healed (Start for instantaneous faults)
-	Target string `json:"target"`          // "worker 3 (pid 123)", "node 2", "store"
-	Holder bool   `json:"holder"`          // the target worker held the lease
-	Token  uint64 `json:"token,omitempty"` // its token
-	Detail string `json:"detail,omitempty"`
+	Kind     string `json:"kind"`
+	Start    int64  `json:"start"`              // CLOCK_MONOTONIC ns
+	End      int64  `json:"end"`                // when it was healed (Start for instantaneous faults)
+	Target   string `json:"target"`             // "worker 3 (pid 123)", "node 2", "store"
+	Holder   bool   `json:"holder"`             // the target worker held a lease
+	Token    uint64 `json:"token,omitempty"`    // its token
+	Resource string `json:"resource,omitempty"` // and its name
+	Detail   string `json:"detail,omitempty"`
 }
 
 // ReadFaults reads a faults.jsonl file; a missing file is no faults.
@@ -110,53 +120,86 @@ func ReadFaults(path string) ([]Fault, error) {
 	return fs, nil
 }
 
-// Tenure is one trusted hold of the lease by one worker: from the answer of
-// the acquire that granted it until the worker stopped trusting it.
+// Tenure is one trusted hold of a lease by one worker: one grant, from the
+// answer of the acquire that granted it until the worker stopped trusting
+// it.
 type Tenure struct {
 	File     string
-	Owner    string
+	Resource string // the lease's name ("" in histories of older workers)
+	Owner    string // the grant's owner string
+	Process  string // the worker's (its Locker's) owner string
+	Sem      string // for a semaphore slot: the semaphore's resource
+	Slots    int    // and its number of slots
+	Slot     int    // and the slot's number
 	Token    uint64
 	Send     int64   // the granting acquire was sent
 	Reply    int64   // and answered
 	Deadline int64   // the last deadline recorded
 	Release  int64   // the worker began releasing (0: it did not)
 	Released bool    // the store confirmed the release
+	EndSeen  int64   // the worker saw the lease end (lost or released; 0: it did not)
 	Steps    []int64 // work steps
-	End      int64   // end of trust: min(Deadline, Release), extended to the last step
+	End      int64   // end of trust: min(Deadline, Release, EndSeen), extended to the last step
 	Ended    string  // released, lost, gone, exit, running
+}
+
+// group is what a tenure's exclusion is counted in: the semaphore for a
+// slot (at most Slots holders), otherwise the resource (one holder).
+func (t *Tenure) group() (string, int) {
+	if t.Sem != "" {
+		return "semaphore " + t.Sem, t.Slots
+	}
+	return t.Resource, 1
 }
 
 // Violation is one broken invariant.
 type Violation struct {
-	Kind   string `json:"kind"` // exclusion-work, exclusion-trust, token-order, work-after-deadline, linearizability, history
+	Kind   string `json:"kind"` // exclusion-work, exclusion-trust, semaphore-trust, semaphore-work, token-order, work-after-deadline, linearizability, history
 	Detail string `json:"detail"`
 }
 
 // Report is the checker's verdict over one run.
 type Report struct {
-	Store      string `json:"store"`
-	Seed       uint64 `json:"seed"`
-	Workers    int    `json:"workers"`
-	TTL        string `json:"ttl"`
-	Duration   string `json:"duration"`
-	Unsafe     bool   `json:"unsafe,omitempty"`
-	Processes  int    `json:"processes"`
-	Grants     int    `json:"grants"`
-	Handoffs   int    `json:"handoffs"`
-	WorkSteps  int    `json:"work_steps"`
-	StoreCalls int    `json:"store_calls"`
+	Store       string `json:"store"`
+	Seed        uint64 `json:"seed"`
+	Workers     int    `json:"workers"`
+	TTL         string `json:"ttl"`
+	Duration    string `json:"duration"`
+	Unsafe      bool   `json:"unsafe,omitempty"`
+	Workload    string `json:"workload,omitempty"`
+	SharedOwner bool   `json:"shared_owner,omitempty"`
+	SemWorkers  int    `json:"semaphore_workers,omitempty"`
+	Slots       int    `json:"slots,omitempty"`
+	Processes   int    `json:"processes"`
+	Grants      int    `json:"grants"`
+	Handoffs    int    `json:"handoffs"` // consecutive grants of a lease (or slot) to different processes
+	// SlotGrants and SlotHandoffs count those of semaphore slots, which
+	// Grants and Handoffs include.
+	SlotGrants   int `json:"slot_grants,omitempty"`
+	SlotHandoffs int `json:"slot_handoffs,omitempty"`
+	// Regrants counts grants to a process that had seen its previous lease
+	// of the same resource (or semaphore) lost, in the same Locker.
+	Regrants   int `json:"regrants_after_loss"`
+	WorkSteps  int `json:"work_steps"`
+	StoreCalls int `json:"store_calls"`
 	// StoreCallsFailed counts the store calls answered with an error or an
 	// unknown outcome (not "held" or "lost", which are answers), of which
 	// StoreCallsNoHosts with the driver's "no hosts available";
 	// LongestFailStreak is the longest run of consecutive failed calls in
 	// one worker, from the first one's send to the last one's answer.
-	StoreCallsFailed  int                   `json:"store_calls_failed"`
-	StoreCallsNoHosts int                   `json:"store_calls_no_hosts,omitempty"`
-	LongestFailStreak string                `json:"longest_failed_call_streak"`
-	Faults            map[string]int        `json:"faults"`
-	Violations        int                   `json:"violations"`
-	ViolationsByKind  map[string]int        `json:"violations_by_kind"`
-	Examples          []Violation           `json:"examples,omitempty"`
+	StoreCallsFailed  int            `json:"store_calls_failed"`
+	StoreCallsNoHosts int            `json:"store_calls_no_hosts,omitempty"`
+	LongestFailStreak string         `json:"longest_failed_call_streak"`
+	Faults            map[string]int `json:"faults"`
+	Violations        int            `json:"violations"`
+	ViolationsByKind  map[string]int `json:"violations_by_kind"`
+	Examples          []Violation    `json:"examples,omitempty"`
+	// OutsideContract counts, per fault kind of OutsideContract, the
+	// overlaps of trusted holds that such a fault caused (not violations;
+	// the reasons are in OutsideReasons).
+	OutsideContract   map[string]int        `json:"outside_contract,omitempty"`
+	OutsideReasons    map[string]string     `json:"outside_contract_reasons,omitempty"`
+	OutsideExamples   []Violation           `json:"outside_contract_examples,omitempty"`
 	InflightOverlaps  int                   `json:"inflight_overlaps"`
 	LongestFreeGap    string                `json:"longest_free_gap_while_waiting"`
 	LongestFreeGapNs  int64                 `json:"longest_free_gap_while_waiting_ns"`
@@ -207,6 +250,9 @@ func (r *Report) violate(kind, format string, args ...any) {
 func Tenures(hs []*History) []*Tenure {
 	var out []*Tenure
 	for _, h := range hs {
+		if h.Operator() {
+			continue
+		}
 		var cur *Tenure
 		finish := func(how string) {
 			if cur == nil {
@@ -219,6 +265,9 @@ func Tenures(hs []*History) []*Tenure {
 			if cur.Release != 0 && cur.Release < cur.End {
 				cur.End = cur.Release
 			}
+			if cur.EndSeen != 0 && cur.EndSeen < cur.End {
+				cur.End = cur.EndSeen
+			}
 			if n := len(cur.Steps); n > 0 && cur.Steps[n-1] > cur.End {
 				cur.End = cur.Steps[n-1]
 			}
@@ -229,7 +278,12 @@ func Tenures(hs []*History) []*Tenure {
 			switch e.Ev {
 			case EvGrant:
 				finish("regranted")
-				cur = &Tenure{File: h.File, Owner: h.Owner, Token: e.Token, Send: e.Send, Reply: e.Reply, Deadline: e.Deadline}
+				owner := e.Owner
+				if owner == "" { // a worker from before grant identity
+					owner = h.Owner
+				}
+				cur = &Tenure{File: h.File, Resource: e.Resource, Owner: owner, Process: h.Owner, Sem: e.Sem, Slots: e.Slots, Slot: e.Slot,
+					Token: e.Token, Send: e.Send, Reply: e.Reply, Deadline: e.Deadline}
 			case EvDeadline:
 				if cur != nil && e.Token == cur.Token {
 					cur.Deadline = max(cur.Deadline, e.Deadline)
@@ -238,6 +292,10 @@ func Tenures(hs []*History) []*Tenure {
 				if cur != nil {
 					cur.Steps = append(cur.Steps, e.T)
 					cur.Deadline = max(cur.Deadline, e.Deadline)
+				}
+			case EvEnded:
+				if cur != nil && e.Token == cur.Token && cur.EndSeen == 0 {
+					cur.EndSeen = e.T
 				}
 			case EvLost:
 				if cur != nil {
@@ -295,13 +353,17 @@ const SlackLiveness = 500 * time.Millisecond
 // Check verifies the invariants over the histories and faults of one run.
 // The report's Violations must be 0.
 func Check(hs []*History, faults []Fault, opt Options) *Report {
-	r := &Report{Store: opt.Profile.Name, Faults: map[string]int{}, ViolationsByKind: map[string]int{}, Processes: len(hs)}
+	r := &Report{Store: opt.Profile.Name, Faults: map[string]int{}, ViolationsByKind: map[string]int{}}
 	for _, f := range faults {
 		r.Faults[f.Kind]++
 	}
 	ttl := opt.TTL
 	var longestStreak time.Duration
 	for _, h := range hs {
+		if h.Operator() {
+			continue
+		}
+		r.Processes++
 		if opt.TTL == 0 {
 			ttl = max(ttl, h.TTL)
 		}
@@ -339,19 +401,59 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 	ts := Tenures(hs)
 	r.Grants = len(ts)
 
-	// (2) Fencing tokens strictly increase in grant order; a re-grant of the
-	// same token to the same owner continues its grant.
-	for i := 1; i < len(ts); i++ {
-		a, b := ts[i-1], ts[i]
-		if b.Owner != a.Owner {
-			r.Handoffs++
+	// The holds of each lease (each semaphore slot), in grant order.
+	byRes := map[string][]*Tenure{}
+	var resources []string
+	for _, t := range ts {
+		if _, ok := byRes[t.Resource]; !ok {
+			resources = append(resources, t.Resource)
 		}
-		if b.Token == a.Token && b.Owner == a.Owner {
-			continue
+		byRes[t.Resource] = append(byRes[t.Resource], t)
+		if t.Sem != "" {
+			r.SlotGrants++
 		}
-		if b.Token <= a.Token {
-			r.violate("token-order", "token %d granted to %s (answered at %d) after token %d granted to %s (answered at %d)",
-				b.Token, b.Owner, b.Reply, a.Token, a.Owner, a.Reply)
+	}
+	sort.Strings(resources)
+
+	// (2) Fencing tokens strictly increase in grant order, per lease:
+	// every grant is a grant of its own (design.md), so a token granted
+	// again, even to the same Locker, is a violation.
+	for _, res := range resources {
+		rts := byRes[res]
+		for i := 1; i < len(rts); i++ {
+			a, b := rts[i-1], rts[i]
+			if b.Process != a.Process {
+				r.Handoffs++
+				if b.Sem != "" {
+					r.SlotHandoffs++
+				}
+			}
+			if b.Token <= a.Token {
+				r.violate("token-order", "%s: token %d granted to %s (answered at %d) after token %d granted to %s (answered at %d)",
+					resName(res), b.Token, b.Owner, b.Reply, a.Token, a.Owner, a.Reply)
+			}
+		}
+	}
+
+	// Grants after a loss seen by the same process (the reacquire
+	// workload's case).
+	for _, h := range hs {
+		lostIn := map[string]bool{}
+		var res string
+		for _, e := range h.Events {
+			switch e.Ev {
+			case EvGrant:
+				g := e.Resource
+				if e.Sem != "" {
+					g = e.Sem
+				}
+				if lostIn[g] {
+					r.Regrants++
+				}
+				lostIn[g], res = false, g
+			case EvLost:
+				lostIn[res] = true
+			}
 		}
 	}
 
@@ -380,7 +482,32 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 	}
 
 	// (1) Mutual exclusion of work intervals and of trust windows across
-	// owners.
+	// grants, per lease; and at most N holders of a semaphore of N slots.
+	// An overlap that a deletion of the store's data by an operator caused
+	// (OutsideContract) is counted apart.
+	var deletions []Fault
+	for _, f := range faults {
+		if _, ok := OutsideContract[f.Kind]; ok {
+			deletions = append(deletions, f)
+		}
+	}
+	// outside returns the kind of the deletion that explains an overlap of
+	// a hold granted before it with one granted after it, within a TTL of
+	// it (the earlier holder may trust its deleted lease until its next
+	// renewal, at most its deadline, which a renewal confirmed before the
+	// deletion set less than a TTL after it). "Before" counts from the
+	// earlier grant's send: a deletion of several keys (every lease of the
+	// run) may delete a grant applied between two of its commands, whose
+	// answer comes after the deletion's end (21 µs after it, Redis soak
+	// seed 501).
+	outside := func(a, b *Tenure, end int64) string {
+		for _, f := range deletions {
+			if a.Send <= f.End && b.Reply >= f.Start && end <= f.End+int64(ttl) {
+				return f.Kind
+			}
+		}
+		return ""
+	}
 	type iv struct {
 		t          *Tenure
 		start, end int64
@@ -404,27 +531,40 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 			active = append(active, x)
 		}
 	}
-	var work, trust, inflight []iv
-	for _, t := range ts {
-		if n := len(t.Steps); n > 0 {
-			work = append(work, iv{t, t.Steps[0], t.Steps[n-1]})
+	for _, res := range resources {
+		var work, trust, inflight []iv
+		for _, t := range byRes[res] {
+			if n := len(t.Steps); n > 0 {
+				work = append(work, iv{t, t.Steps[0], t.Steps[n-1]})
+			}
+			trust = append(trust, iv{t, t.Reply, t.End})
+			inflight = append(inflight, iv{t, t.Send, t.End})
 		}
-		trust = append(trust, iv{t, t.Reply, t.End})
-		inflight = append(inflight, iv{t, t.Send, t.End})
+		overlaps(work, func(a, b iv) {
+			end := min(a.end, b.end)
+			if k := outside(a.t, b.t, end); k != "" {
+				r.outsideContract(k, "%s: work of %s (token %d) overlaps work of %s (token %d) by %v", resName(res), a.t.Owner, a.t.Token, b.t.Owner, b.t.Token, time.Duration(end-b.start))
+				return
+			}
+			r.violate("exclusion-work", "%s: work of %s (token %d) in [%d, %d] overlaps work of %s (token %d) in [%d, %d] by %v",
+				resName(res), a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(end-b.start))
+		})
+		overlaps(trust, func(a, b iv) {
+			end := min(a.end, b.end)
+			if k := outside(a.t, b.t, end); k != "" {
+				r.outsideContract(k, "%s: trust window of %s (token %d) overlaps that of %s (token %d) by %v", resName(res), a.t.Owner, a.t.Token, b.t.Owner, b.t.Token, time.Duration(end-b.start))
+				return
+			}
+			r.violate("exclusion-trust", "%s: trust window of %s (token %d) [%d, %d] overlaps that of %s (token %d) [%d, %d] by %v",
+				resName(res), a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(end-b.start))
+		})
+		// Windows counted from the acquire's send time may overlap without
+		// harm: an acquire sent before the previous holder's deadline can be
+		// applied after the store expired that lease. Counted, not a
+		// violation (docs/safety.md).
+		overlaps(inflight, func(a, b iv) { r.InflightOverlaps++ })
 	}
-	overlaps(work, func(a, b iv) {
-		r.violate("exclusion-work", "work of %s (token %d) in [%d, %d] overlaps work of %s (token %d) in [%d, %d] by %v",
-			a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(min(a.end, b.end)-b.start))
-	})
-	overlaps(trust, func(a, b iv) {
-		r.violate("exclusion-trust", "trust window of %s (token %d) [%d, %d] overlaps that of %s (token %d) [%d, %d] by %v",
-			a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(min(a.end, b.end)-b.start))
-	})
-	// Windows counted from the acquire's send time may overlap without
-	// harm: an acquire sent before the previous holder's deadline can be
-	// applied after the store expired that lease. Counted, not a
-	// violation (docs/safety.md).
-	overlaps(inflight, func(a, b iv) { r.InflightOverlaps++ })
+	r.semaphoreHolders(ts, outside)
 
 	// (4) Liveness.
 	r.liveness(hs, ts, faults, ttl, opt)
@@ -437,6 +577,104 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 		}
 	}
 	return r
+}
+
+func resName(res string) string {
+	if res == "" {
+		return "the lease"
+	}
+	return strconv.Quote(res)
+}
+
+// outsideContract counts an overlap caused by a fault kind outside the
+// contract.
+func (r *Report) outsideContract(kind, format string, args ...any) {
+	if r.OutsideContract == nil {
+		r.OutsideContract, r.OutsideReasons = map[string]int{}, map[string]string{}
+	}
+	r.OutsideContract[kind]++
+	r.OutsideReasons[kind] = OutsideContract[kind]
+	if len(r.OutsideExamples) < maxExamples/2 {
+		r.OutsideExamples = append(r.OutsideExamples, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	}
+}
+
+// semaphoreHolders checks that no semaphore of N slots ever had more than N
+// trusted holders (the sweep counts holds of every slot name of the
+// semaphore, whatever number of slots its holders were started with), nor
+// more than N holders working.
+func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end int64) string) {
+	bySem := map[string][]*Tenure{}
+	var sems []string
+	for _, t := range ts {
+		if t.Sem == "" {
+			continue
+		}
+		if _, ok := bySem[t.Sem]; !ok {
+			sems = append(sems, t.Sem)
+		}
+		bySem[t.Sem] = append(bySem[t.Sem], t)
+	}
+	sort.Strings(sems)
+	type edge struct {
+		t     int64
+		start bool
+		h     *Tenure
+	}
+	for _, sem := range sems {
+		for _, kind := range []string{"semaphore-trust", "semaphore-work"} {
+			var es []edge
+			for _, t := range bySem[sem] {
+				s, e := t.Reply, t.End
+				if kind == "semaphore-work" {
+					if len(t.Steps) == 0 {
+						continue
+					}
+					s, e = t.Steps[0], t.Steps[len(t.Steps)-1]
+				}
+				es = append(es, edge{s, true, t}, edge{e, false, t})
+			}
+			// Starts before ends at the same instant: touching holds count
+			// as overlapping, as in the per-lease check.
+			sort.Slice(es, func(i, j int) bool {
+				if es[i].t != es[j].t {
+					return es[i].t < es[j].t
+				}
+				return es[i].start && !es[j].start
+			})
+			active := map[*Tenure]bool{}
+			for _, e := range es {
+				if !e.start {
+					delete(active, e.h)
+					continue
+				}
+				active[e.h] = true
+				n := bySem[sem][0].Slots
+				if len(active) <= n {
+					continue
+				}
+				// Too many: outside the contract when an operator's
+				// deletion explains it for one of the earlier holders.
+				var others []string
+				k := ""
+				for a := range active {
+					if a != e.h {
+						others = append(others, fmt.Sprintf("%s (slot %d, token %d)", a.Owner, a.Slot, a.Token))
+						if k == "" {
+							k = outside(a, e.h, min(a.End, e.h.End))
+						}
+					}
+				}
+				sort.Strings(others)
+				if k != "" {
+					r.outsideContract(k, "semaphore %q: %d holders at %d", sem, len(active), e.t)
+					continue
+				}
+				r.violate(kind, "semaphore %q of %d slots: %s (slot %d, token %d) at %d makes %d holders, with %s",
+					sem, n, e.h.Owner, e.h.Slot, e.h.Token, e.t, len(active), strings.Join(others, ", "))
+			}
+		}
+	}
 }
 
 type span struct{ start, end int64 }
@@ -495,12 +733,32 @@ func complement(u []span, from, to int64) []span {
 	return out
 }
 
+// histGroup and tenureGroup are the group a history's waits and a tenure's
+// hold count in, for liveness: the semaphore, or the plain lease.
+func histGroup(h *History) string {
+	if h.Sem != "" {
+		return "semaphore " + h.Sem
+	}
+	return "lease"
+}
+
+func tenureGroup(t *Tenure) string {
+	if t.Sem != "" {
+		return "semaphore " + t.Sem
+	}
+	return "lease"
+}
+
 func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.Duration, opt Options) {
 	// Waiting: from the start of a blocking Acquire until it returned, or
 	// the process ended.
-	var waits []span
+	waits := map[string][]span{}
 	var from, to int64 = Never, 0
 	for _, h := range hs {
+		if h.Operator() {
+			continue
+		}
+		g := histGroup(h)
 		var w int64
 		for _, e := range h.Events {
 			from, to = min(from, e.T), max(to, e.T)
@@ -509,21 +767,36 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 				w = e.T
 			case EvGrant, EvAcqErr, EvExit:
 				if w != 0 {
-					waits = append(waits, span{w, e.T})
+					waits[g] = append(waits[g], span{w, e.T})
 					w = 0
 				}
 			}
 		}
 		if w != 0 && h.Gone != nil {
-			waits = append(waits, span{w, h.Gone.T})
+			waits[g] = append(waits[g], span{w, h.Gone.T})
 		}
 	}
-	var held []span
+	// Full: every slot (the one lease) trusted by someone.
+	byGroup := map[string][]*Tenure{}
+	capacity := map[string]int{}
 	for _, t := range ts {
-		held = append(held, span{t.Reply, t.End})
+		g := tenureGroup(t)
+		byGroup[g] = append(byGroup[g], t)
+		capacity[g] = 1
+		if t.Sem != "" {
+			capacity[g] = t.Slots
+		}
 	}
-	held = union(held)
-	gaps := intersect(complement(held, from, to), union(waits))
+	var groups []string
+	for g := range waits {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	var gaps []span
+	for _, g := range groups {
+		full := fullSpans(byGroup[g], capacity[g])
+		gaps = append(gaps, intersect(complement(full, from, to), union(waits[g]))...)
+	}
 	var faultSpans []span
 	for _, f := range faults {
 		faultSpans = append(faultSpans, span{f.Start, max(f.End, f.Start)})
@@ -555,17 +828,22 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 		}
 	}
 
-	// Takeover after the holder was killed: until the next grant's answer.
-	// Bound: the store expires the lease within TTL of the holder's last
-	// write, and a waiter retries within the retry interval.
+	// Takeover after the holder was killed: until the next grant's answer
+	// in its group. Bound: the store expires the lease within TTL of the
+	// holder's last write, and a waiter retries within the retry interval.
 	bound := opt.Profile.MaxTTL(ttl) + opt.RetryInterval + SlackLiveness
 	r.LivenessBound = fmt.Sprintf("kill: store TTL+retry+%v = %v; release: retry+%v = %v", SlackLiveness, bound, SlackLiveness, opt.RetryInterval+SlackLiveness)
-	nextGrant := func(after int64) (int64, string, bool) {
-		i := sort.Search(len(ts), func(i int) bool { return ts[i].Reply > after })
-		if i == len(ts) {
+	groupOf := map[string]string{}
+	for _, t := range ts {
+		groupOf[t.Resource] = tenureGroup(t)
+	}
+	nextGrant := func(g string, after int64) (int64, string, bool) {
+		gts := byGroup[g]
+		i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > after })
+		if i == len(gts) {
 			return 0, "", false
 		}
-		return ts[i].Reply, ts[i].Owner, true
+		return gts[i].Reply, gts[i].Process, true
 	}
 	otherFault := func(self Fault, s, e int64) bool {
 		for _, f := range faults {
@@ -575,9 +853,8 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 		}
 		return false
 	}
-	waiting := union(waits)
-	someoneWaits := func(t int64) bool {
-		for _, w := range waiting {
+	someoneWaits := func(g string, t int64) bool {
+		for _, w := range waits[g] {
 			if w.start <= t && t <= w.end {
 				return true
 			}
@@ -585,38 +862,76 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 		return false
 	}
 	for _, f := range faults {
-		if f.Kind != "kill" || !f.Holder {
+		if f.Kind != FaultKill || !f.Holder {
 			continue
 		}
-		g, _, ok := nextGrant(f.Start)
+		g, ok := groupOf[f.Resource]
+		if !ok {
+			g = "lease"
+		}
+		next, _, ok := nextGrant(g, f.Start)
 		if !ok {
 			continue
 		}
-		d := time.Duration(g - f.Start)
+		d := time.Duration(next - f.Start)
 		r.TakeoverAfterKill.add(d)
-		if d > bound && !otherFault(f, f.Start, g) {
+		if d > bound && !otherFault(f, f.Start, next) {
 			r.LivenessExceeded++
 		}
 	}
-	// Hand-off after a release: until another owner's grant was answered,
-	// when someone was waiting (a releaser that takes the lease again first
-	// did not leave it free).
+	// Hand-off after a release: until another process's grant was
+	// answered, when someone was waiting (a releaser that takes the lease
+	// again first did not leave it free).
 	for _, h := range hs {
+		g := histGroup(h)
 		for _, e := range h.Events {
-			if e.Ev != EvReleased || e.Err != "" || !someoneWaits(e.T) {
+			if e.Ev != EvReleased || e.Err != "" || !someoneWaits(g, e.T) {
 				continue
 			}
-			g, owner, ok := nextGrant(e.T)
-			if !ok || owner == h.Owner {
+			next, proc, ok := nextGrant(g, e.T)
+			if !ok || proc == h.Owner {
 				continue
 			}
-			d := time.Duration(g - e.T)
+			d := time.Duration(next - e.T)
 			r.HandoffAfterFree.add(d)
-			if d > opt.RetryInterval+SlackLiveness && !otherFault(Fault{}, e.T, g) {
+			if d > opt.RetryInterval+SlackLiveness && !otherFault(Fault{}, e.T, next) {
 				r.LivenessExceeded++
 			}
 		}
 	}
+}
+
+// fullSpans returns when at least n of the holds were trusted at once.
+func fullSpans(ts []*Tenure, n int) []span {
+	type edge struct {
+		t int64
+		d int
+	}
+	var es []edge
+	for _, t := range ts {
+		if t.End >= t.Reply {
+			es = append(es, edge{t.Reply, 1}, edge{t.End, -1})
+		}
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].t != es[j].t {
+			return es[i].t < es[j].t
+		}
+		return es[i].d > es[j].d
+	})
+	var out []span
+	c := 0
+	var start int64
+	for _, e := range es {
+		c += e.d
+		if e.d > 0 && c == n {
+			start = e.t
+		}
+		if e.d < 0 && c == n-1 {
+			out = append(out, span{start, e.t})
+		}
+	}
+	return union(out)
 }
 
 // Summary is the one-line summary of a report.
@@ -644,8 +959,25 @@ func (r *Report) Summary() string {
 		sort.Strings(vs)
 		s += " violation-kinds=" + strings.Join(vs, ",")
 	}
+	if len(r.OutsideContract) > 0 {
+		var os []string
+		for k, n := range r.OutsideContract {
+			os = append(os, fmt.Sprintf("%s:%d", k, n))
+		}
+		sort.Strings(os)
+		s += " outside-contract=" + strings.Join(os, ",")
+	}
+	if r.SemWorkers > 0 || r.SlotGrants > 0 {
+		s += fmt.Sprintf(" slot-grants=%d slot-handoffs=%d", r.SlotGrants, r.SlotHandoffs)
+	}
+	if r.Regrants > 0 {
+		s += fmt.Sprintf(" regrants-after-loss=%d", r.Regrants)
+	}
 	if r.Unsafe {
 		s += " client=UNSAFE"
+	}
+	if r.SharedOwner {
+		s += " owners=SHARED-PER-LOCKER"
 	}
 	if len(r.Missing) > 0 {
 		s += " missing-faults=" + strings.Join(r.Missing, ",")

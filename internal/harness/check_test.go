@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -70,14 +71,19 @@ func TestCheckPasses(t *testing.T) {
 	}
 }
 
-func TestCheckContinuationOfAGrant(t *testing.T) {
-	// A lost its lease locally (slow renewal) and was granted the same
-	// token again: the store kept it, no one else held it in between.
+// Every acquire is a grant of its own: a Locker that lost its lease
+// locally and was granted the same token again adopted its earlier grant
+// (the behaviour before grant identity), which the checker reports.
+func TestCheckAdoptedGrantIsAViolation(t *testing.T) {
 	hs := []*History{whist("A", 0,
 		hold{token: 4, send: 0, reply: 2, deadline: 990, steps: []int64{10}, lost: 995},
 		hold{token: 4, send: 1000, reply: 1002, deadline: 1990, steps: []int64{1010}, release: 1100})}
-	if r := check(hs); r.Violations != 0 {
-		t.Fatalf("violations: %+v", r.Examples)
+	r := check(hs)
+	if r.ViolationsByKind["token-order"] != 1 {
+		t.Fatalf("token-order violations: %v; want 1", r.ViolationsByKind)
+	}
+	if r.Regrants != 1 {
+		t.Errorf("regrants after loss = %d, want 1", r.Regrants)
 	}
 }
 
@@ -205,5 +211,96 @@ func TestCheckCountsFailedCalls(t *testing.T) {
 	}
 	if r.LongestFailStreak != "1.02s" {
 		t.Errorf("longest failed-call streak %s, want 1.02s (sent at 10 ms, last answer at 1030 ms)", r.LongestFailStreak)
+	}
+}
+
+// slotHist is a history of one semaphore worker holding slot of a
+// semaphore of n slots from reply to end (milliseconds).
+func slotHist(owner string, slot, n int, token uint64, reply, end int64) *History {
+	res := fmt.Sprintf("S/slot-%d-of-%d", slot, n)
+	h := &History{File: owner, Owner: owner, TTL: time.Second, Workload: WorkloadSemaphore, Sem: "S", Slots: n}
+	h.Events = []Event{
+		{Ev: EvStart, T: 0, Owner: owner, Workload: WorkloadSemaphore, Sem: "S", Slots: n},
+		{Ev: EvWait, T: 0},
+		{Ev: EvGrant, T: reply * ms, Resource: res, Owner: owner + ".1", Sem: "S", Slots: n, Slot: slot, Token: token, Send: (reply - 1) * ms, Reply: reply * ms, Deadline: (end + 500) * ms},
+		{Ev: EvStep, T: (reply + 1) * ms, Token: token, Deadline: (end + 500) * ms},
+		{Ev: EvStep, T: (end - 1) * ms, Token: token, Deadline: (end + 500) * ms},
+		{Ev: EvRelease, T: end * ms, Token: token},
+		{Ev: EvReleased, T: (end + 1) * ms, Token: token},
+	}
+	return h
+}
+
+func TestCheckSemaphore(t *testing.T) {
+	// Two slots, three holders over time, never more than two at once.
+	ok := []*History{
+		slotHist("A", 1, 2, 1, 0, 500),
+		slotHist("B", 2, 2, 1, 100, 700),
+		slotHist("C", 1, 2, 2, 510, 900),
+	}
+	if r := check(ok); r.Violations != 0 || r.SlotGrants != 3 || r.SlotHandoffs != 1 {
+		t.Fatalf("violations %+v, slot grants %d, slot hand-offs %d; want 0, 3, 1", r.Examples, r.SlotGrants, r.SlotHandoffs)
+	}
+	// A third holder while both slots are trusted: on a slot of another
+	// number of slots, so no slot is held twice; the semaphore's count is
+	// what catches it.
+	bad := append(ok, slotHist("D", 3, 3, 1, 200, 300))
+	r := check(bad)
+	if r.ViolationsByKind["semaphore-trust"] == 0 || r.ViolationsByKind["semaphore-work"] == 0 {
+		t.Fatalf("no semaphore violation: %v", r.ViolationsByKind)
+	}
+	if r.ViolationsByKind["exclusion-trust"] != 0 {
+		t.Errorf("exclusion-trust across different slots: %v", r.ViolationsByKind)
+	}
+}
+
+// An overlap right after an operator deleted the holder's lease is outside
+// the contract; the same overlap long after it is a violation.
+func TestCheckOutsideContract(t *testing.T) {
+	hs := []*History{
+		whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10, 600}, release: 700}),
+		whist("B", 0, hold{token: 2, send: 300, reply: 305, deadline: 1290, steps: []int64{400}, release: 450}),
+	}
+	del := Fault{Kind: FaultKeyDelete, Start: 290 * ms, End: 295 * ms, Holder: true, Token: 1}
+	r := check(hs, del)
+	if r.Violations != 0 || r.OutsideContract[FaultKeyDelete] != 2 {
+		t.Fatalf("violations %v, outside the contract %v; want 0 and 2 (trust and work)", r.ViolationsByKind, r.OutsideContract)
+	}
+	if r.OutsideReasons[FaultKeyDelete] == "" {
+		t.Error("no reason given")
+	}
+	// Tokens must still increase.
+	hs[1] = whist("B", 0, hold{token: 1, send: 300, reply: 305, deadline: 1290, steps: []int64{400}, release: 450})
+	if r := check(hs, del); r.ViolationsByKind["token-order"] == 0 {
+		t.Errorf("a token repeated after a deletion went unnoticed: %v", r.ViolationsByKind)
+	}
+	// A deletion of several keys may delete a grant applied between two of
+	// its commands, answered just after the deletion ended: still outside
+	// the contract.
+	mid := []*History{
+		whist("A", 0, hold{token: 1, send: 293, reply: 296, deadline: 1280, steps: []int64{300, 600}, release: 700}),
+		whist("B", 0, hold{token: 2, send: 296, reply: 297, deadline: 1290, steps: []int64{400}, release: 450}),
+	}
+	if r := check(mid, del); r.Violations != 0 || r.OutsideContract[FaultKeyDelete] != 2 {
+		t.Errorf("a grant sent during the deletion and answered after it: violations %v, outside the contract %v; want 0 and 2", r.ViolationsByKind, r.OutsideContract)
+	}
+	// A deletion long before does not explain the overlap.
+	hs[1] = whist("B", 0, hold{token: 2, send: 300, reply: 305, deadline: 1290, steps: []int64{400}, release: 450})
+	old := Fault{Kind: FaultKeyDelete, Start: -5000 * ms, End: -4990 * ms}
+	if r := check(hs, old); r.ViolationsByKind["exclusion-trust"] == 0 {
+		t.Errorf("an overlap long after a deletion was excused: %v %v", r.ViolationsByKind, r.OutsideContract)
+	}
+}
+
+func TestLockerOwner(t *testing.T) {
+	for in, want := range map[string]string{
+		"w1-42#9f86d081884c7d65.3":    "w1-42#9f86d081884c7d65",
+		"host.example:1#abcdef.12":    "host.example:1#abcdef",
+		"tenure semaphore of 2 slots": "tenure semaphore of 2 slots",
+		"jaeger-collector":            "jaeger-collector",
+	} {
+		if got := lockerOwner(in); got != want {
+			t.Errorf("lockerOwner(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -59,7 +59,7 @@ func TestClusterWorkersReachEveryNode(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err := setupStore(ctx, raw)
+	env, err := setupStore(ctx, Config{Store: raw})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,17 +65,18 @@ const MonoOfError = 2 * time.Microsecond
 
 // Event kinds of a worker history.
 const (
-	EvStart    = "start"    // the worker started: Owner, PID, Worker, TTL, Unsafe
-	EvCall     = "call"     // a store call was sent: ID, Op, Owner, Token (renew, release), TTL
+	EvStart    = "start"    // the worker started: Owner (the Locker's), PID, Worker, TTL, Unsafe, Workload, Sem, Slots
+	EvCall     = "call"     // a store call was sent: ID, Op, Resource, Owner (the grant's owner string), Token (renew, release), TTL
 	EvReturn   = "ret"      // a store call returned: ID, Res, Token, Holder, HolderToken, Err
 	EvWait     = "wait"     // a blocking Acquire started
-	EvGrant    = "grant"    // Acquire returned a lease: Token, Send, Reply, Deadline
+	EvGrant    = "grant"    // Acquire returned a lease: Resource, Owner (the grant's), Token, Send, Reply, Deadline; Sem, Slots, Slot for a semaphore slot
 	EvDeadline = "deadline" // the lease's deadline changed: Token, Deadline
 	EvStep     = "step"     // a work step, stamped before the check that passed: Token, Deadline
 	EvLost     = "lost"     // the worker saw the lease lost: Token, Err
 	EvRelease  = "release"  // the worker began releasing: Token
 	EvReleased = "released" // Release returned: Token, Err ("" on success)
 	EvAcqErr   = "acqerr"   // Acquire returned an error other than a grant: Err
+	EvEnded    = "ended"    // the lease's Done channel was seen closed (lost or released), at T or before: Token
 	EvExit     = "exit"     // the worker exits on its own (Err says why)
 	EvGone     = "gone"     // written by the orchestrator: the process was reaped at T (Err: "killed" or its exit status)
 )
@@ -99,6 +100,15 @@ const (
 	OpRenew   = "renew"
 	OpRelease = "release"
 	OpGet     = "get"
+	// OpDelete is an operator's deletion of the lease record of Resource
+	// (key-delete), and OpReset the replacement of the whole store
+	// (store-reset: a new SQLite file), every resource at once; the
+	// orchestrator records them in histories/operator.jsonl.
+	OpDelete = "delete"
+	OpReset  = "reset"
+	// OpTerm is an election of a new leader in an etcd cluster, seen by the
+	// orchestrator between the call and the answer (a new raft term).
+	OpTerm = "term"
 )
 
 // Event is one line of a worker history. T is always CLOCK_MONOTONIC
@@ -108,7 +118,12 @@ type Event struct {
 	T           int64  `json:"t"`
 	ID          int64  `json:"id,omitempty"`
 	Op          string `json:"op,omitempty"`
+	Resource    string `json:"r,omitempty"` // call, grant: the lease's name (a slot's name for a semaphore slot)
 	Owner       string `json:"owner,omitempty"`
+	Workload    string `json:"workload,omitempty"` // start: lease, reacquire or semaphore
+	Sem         string `json:"sem,omitempty"`      // start (semaphore workload), grant of a slot: the semaphore's resource
+	Slots       int    `json:"slots,omitempty"`    // the same: its number of slots
+	Slot        int    `json:"slot,omitempty"`     // grant of a slot: its number
 	Token       uint64 `json:"token,omitempty"`
 	TTL         int64  `json:"ttl,omitempty"` // nanoseconds
 	Res         string `json:"res,omitempty"`

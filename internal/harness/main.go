@@ -39,6 +39,9 @@ func WorkerMain(args []string) int {
 	fs.BoolVar(&cfg.Unsafe, "unsafe", false, "ignore the lease's deadline checks (a deliberately unsafe client)")
 	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability of exiting without releasing after a piece of work")
 	fs.StringVar(&translate, "translate", "", "Cassandra: node=proxy address pairs")
+	fs.StringVar(&cfg.Workload, "workload", WorkloadLease, "what the worker does: "+strings.Join(Workloads, ", "))
+	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots (-workload semaphore)")
+	fs.BoolVar(&cfg.SharedOwner, "shared-owner", false, "give the store one owner string per Locker, as before grant identity (deliberately unsafe)")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -75,9 +78,16 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.Int64Var(&seed, "seed", 0, "seed of the fault schedule and of the workers' choices (default: from the clock; printed)")
 	fs.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: every kind that applies to the store): "+strings.Join(AllFaults, ","))
 	fs.BoolVar(&cfg.Unsafe, "unsafe", false, "run a deliberately unsafe client, which works while it believes it holds the lease; the checker must report violations")
+	fs.BoolVar(&cfg.SharedOwner, "shared-owner", false, "the workers give the store one owner string per Locker instead of one per grant, as tenure did before grant identity (deliberately unsafe; the checker must report violations)")
+	fs.StringVar(&cfg.Workload, "workload", WorkloadReacquire, "what the -workers workers do: lease (rest before every acquire) or reacquire (after a loss, acquire again at once with the same Locker)")
+	fs.IntVar(&cfg.SemWorkers, "sem-workers", 3, "workers that hold slots of a semaphore (on a resource of their own), besides the -workers workers")
+	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots")
 	fs.StringVar(&out, "out", "", "output directory for histories, logs and report.json (default: a new temporary directory)")
 	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability that a worker exits without releasing after a piece of work")
 	fs.StringVar(&cfg.CassandraScript, "cassandra-script", "scripts/cassandra", "the script that kills, restarts, pauses and resumes Cassandra nodes")
+	fs.StringVar(&cfg.EtcdScript, "etcd-script", "scripts/etcd", "the script that kills, restarts, pauses and resumes the members of a three-member etcd cluster (start3) and moves its leader")
+	fs.StringVar(&cfg.PostgresScript, "postgres-script", "scripts/postgres", "the script that crashes and restarts the PostgreSQL server (with -server-faults)")
+	fs.BoolVar(&cfg.ServerFaults, "server-faults", false, "PostgreSQL: add server-restart, which kills and restarts the server through -postgres-script (its env must name the store's server: never point it at a server others use)")
 	fs.DurationVar(&cfg.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage

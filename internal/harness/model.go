@@ -43,6 +43,10 @@ type Profile struct {
 	// some time after the request was sent (a Paxos round completed later
 	// keeps the time of its proposal).
 	ExpiryFromEffect bool
+	// LeaderExtension is how much longer than its TTL a lease may live
+	// after a leader election (OpTerm): etcd's new leader renews every
+	// lease for its TTL plus an extension of up to the election timeout.
+	LeaderExtension time.Duration
 }
 
 func ceilMillis(ttl time.Duration) time.Duration {
@@ -80,12 +84,13 @@ func ProfileFor(scheme string) (Profile, error) {
 
 // Input is a store operation as the linearizability model sees it.
 type Input struct {
-	Op    string // acquire, renew, release, get
-	Owner string
-	Token uint64 // renew, release
-	TTL   time.Duration
-	Call  int64 // when the request was sent
-	Ret   int64 // when the answer arrived; Never when the effect may come later
+	Op       string // acquire, renew, release, get; delete and reset (an operator's)
+	Resource string // the lease's name; "" for reset (every lease)
+	Owner    string // the grant's owner string
+	Token    uint64 // renew, release
+	TTL      time.Duration
+	Call     int64 // when the request was sent
+	Ret      int64 // when the answer arrived; Never when the effect may come later
 }
 
 // Output is a store operation's result as the model sees it.
@@ -107,6 +112,8 @@ type State struct {
 	// ExpMin and ExpMax bound the store's expiry of the lease: it is live
 	// before ExpMin and expired from ExpMax on.
 	ExpMin, ExpMax int64
+	// TTL is the TTL the lease was last written with (for OpTerm).
+	TTL time.Duration
 	// Lo is a lower bound of the time at which the last operation took
 	// effect: linearization points never go back in time.
 	Lo int64
@@ -174,6 +181,7 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 		n.ExpMin = satAdd(from, p.MinTTL(ttl))
 		n.ExpMax = satAdd(ret, p.MaxTTL(ttl))
 		n.Lo = t0
+		n.TTL = ttl
 		return n
 	}
 	freed := func(t int64) State { return State{Lo: t, NextToken: s.NextToken} }
@@ -269,6 +277,23 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 		default:
 			add(noop)
 		}
+	case OpTerm:
+		// The etcd cluster elected a leader between in.Call and in.Ret: the
+		// new leader gives every lease its full TTL again, plus up to an
+		// election timeout.
+		n := s
+		if s.Holder != "" && live {
+			n.ExpMax = max(s.ExpMax, satAdd(in.Ret, p.MaxTTL(s.TTL)+p.LeaderExtension))
+		}
+		add(n)
+	case OpDelete, OpReset:
+		// An operator deleted the lease's record (or the whole store): the
+		// resource is free, and the store must still never grant a token
+		// below those it granted before.
+		if out.Res == ResUnknown {
+			add(noop)
+		}
+		add(freed(tLo))
 	case OpGet:
 		switch out.Res {
 		case ResGot:
@@ -303,15 +328,22 @@ func (p Profile) Model() porcupine.Model {
 			}
 			return out
 		},
-		Equal: func(a, b any) bool { return a.(State) == b.(State) },
+		Partition: partitionByResource,
+		Equal:     func(a, b any) bool { return a.(State) == b.(State) },
 		Hash: func(state any) uint64 {
 			s := state.(State)
 			h := fnv.New64a()
-			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken)
+			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%d", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken, s.TTL)
 			return h.Sum64()
 		},
 		DescribeOperation: func(input, output any) string {
 			in, out := input.(Input), output.(Output)
+			switch in.Op {
+			case OpDelete, OpReset:
+				return fmt.Sprintf("%s(%s) by the operator", in.Op, in.Resource)
+			case OpTerm:
+				return "leader elected"
+			}
 			s := fmt.Sprintf("%s(%s", in.Op, short(in.Owner))
 			if in.Token != 0 {
 				s += fmt.Sprintf(", t%d", in.Token)
@@ -334,6 +366,37 @@ func (p Profile) Model() porcupine.Model {
 		},
 	}
 	return nm.ToModel()
+}
+
+// partitionByResource splits a history by lease: each lease's operations
+// are linearizable on their own (a reset, which deletes every lease, goes
+// into every partition).
+func partitionByResource(ops []porcupine.Operation) [][]porcupine.Operation {
+	by := map[string][]porcupine.Operation{}
+	var names []string
+	var resets []porcupine.Operation
+	for _, op := range ops {
+		in := op.Input.(Input)
+		if in.Op == OpReset || in.Op == OpTerm {
+			resets = append(resets, op)
+			continue
+		}
+		if _, ok := by[in.Resource]; !ok {
+			names = append(names, in.Resource)
+		}
+		by[in.Resource] = append(by[in.Resource], op)
+	}
+	sort.Strings(names)
+	var out [][]porcupine.Operation
+	for _, n := range names {
+		p := append(by[n], resets...)
+		sort.SliceStable(p, func(i, j int) bool { return p[i].Call < p[j].Call })
+		out = append(out, p)
+	}
+	if len(out) == 0 && len(resets) > 0 {
+		out = append(out, resets)
+	}
+	return out
 }
 
 func short(owner string) string {
@@ -359,7 +422,39 @@ func (p Profile) mayHideEffect(in Input, out Output) bool {
 // operations. A call without an answer (its process was killed) and a call
 // whose outcome is unknown return at Never when the profile allows late
 // effects; otherwise at the answer, or when the process was reaped.
+//
+// A holder named by a Locker's owner string rather than a grant's (the
+// store saw one owner string per Locker: -shared-owner) is the grant of
+// that Locker that was granted that token on that resource first.
 func (p Profile) Operations(hs []*History) []porcupine.Operation {
+	type grantKey struct {
+		resource, locker string
+		token            uint64
+	}
+	grantOf := map[grantKey]string{}
+	firstAt := map[grantKey]int64{}
+	for _, h := range hs {
+		calls := map[int64]Event{}
+		for _, e := range h.Events {
+			switch {
+			case e.Ev == EvCall:
+				calls[e.ID] = e
+			case e.Ev == EvReturn && e.Res == ResGranted:
+				if c, ok := calls[e.ID]; ok {
+					k := grantKey{c.Resource, lockerOwner(c.Owner), e.Token}
+					if t, seen := firstAt[k]; !seen || e.T < t {
+						grantOf[k], firstAt[k] = c.Owner, e.T
+					}
+				}
+			}
+		}
+	}
+	holder := func(resource, owner string, token uint64) string {
+		if g, ok := grantOf[grantKey{resource, owner, token}]; ok && lockerOwner(owner) == owner && g != owner {
+			return g
+		}
+		return owner
+	}
 	var ops []porcupine.Operation
 	for ci, h := range hs {
 		calls := map[int64]Event{}
@@ -376,8 +471,11 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 					continue
 				}
 				done[e.ID] = true
-				in := Input{Op: c.Op, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T}
+				in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T}
 				out := Output{Res: e.Res, Token: e.Token, Holder: e.Holder, HolderToken: e.HolderToken}
+				if out.Holder != "" && out.Holder != c.Owner {
+					out.Holder = holder(c.Resource, out.Holder, out.HolderToken)
+				}
 				if e.Res == ResUnknown && p.LateEffects {
 					in.Ret = Never
 				}
@@ -396,7 +494,7 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 			if !p.LateEffects && h.Gone != nil {
 				ret = h.Gone.T
 			}
-			in := Input{Op: c.Op, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret}
+			in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret}
 			ops = append(ops, porcupine.Operation{ClientId: ci, Input: in, Call: in.Call, Output: Output{Res: ResUnknown}, Return: ret})
 		}
 	}
@@ -504,6 +602,10 @@ func ceilSeconds(ttl time.Duration) time.Duration {
 	return (ttl + time.Second - 1) / time.Second * time.Second
 }
 
+// etcdRevokeCommit bounds the time etcd takes to commit the revocation of an
+// expired lease through raft (a proposal, written to a quorum's disks).
+const etcdRevokeCommit = time.Second
+
 // clockSlack covers the difference between Cassandra's clock (the wall
 // clock, which NTP may slew by up to 500 ppm) and CLOCK_MONOTONIC over a
 // lease's lifetime.
@@ -530,13 +632,18 @@ var CassandraProfile = Profile{
 // TTL in whole milliseconds, rounded up, on the database's clock (the wall
 // clock, hence clockSlack), and a lease is live while expires_at >
 // clock_timestamp(). A request delivered late (the proxy's delay) may take
-// effect after its client gave up: late effects.
+// effect after its client gave up: late effects. The TTL counts from the
+// statement's clock reading, which comes after the request was sent but may
+// come well before the commit makes the row visible (the commit waits for
+// its WAL flush, the statement for a row lock): a grant's row was seen to
+// expire 1.001 s after its clock reading but only 0.61 s after a read
+// that did not see it yet (safety-ci seed 402, under load). So the expiry
+// is counted from the send time, as the holder's deadline is.
 var PostgresProfile = Profile{
-	Name:             "postgres",
-	MinTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
-	MaxTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
-	LateEffects:      true,
-	ExpiryFromEffect: true,
+	Name:        "postgres",
+	MinTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
+	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
+	LateEffects: true,
 }
 
 // RedisProfile is the Redis store's timing (docs/stores.md): a script sets
@@ -551,16 +658,37 @@ var RedisProfile = Profile{
 }
 
 // EtcdProfile is the etcd store's timing (docs/stores.md, measured on etcd
-// 3.4): an etcd lease of ⌈ttl⌉ whole seconds, raised to etcd's minimum of
-// 2 s, is granted at the start of the acquire, and expired leases are
-// revoked by a loop that runs every 500 ms: a lease lives at least the
-// requested TTL and at most max(⌈ttl⌉, 2 s) + 0.5 s after its grant or last
-// keep-alive.
+// 3.4). The store puts its keys on an etcd lease it shares between grants,
+// of ⌈ttl⌉ whole seconds plus a margin (a tenth, at least 1 s), which it
+// keeps alive while the process runs, and its reaper deletes a grant's key
+// once the grant went unconfirmed for its TTL. A lease lives at least the
+// requested TTL from the send of its last confirmation. While the holder's
+// process runs, its reaper deletes the key within about a TTL of that; when
+// the process stops (SIGSTOP, SIGKILL) its reaper stops too, and the key
+// lives until the shared etcd lease expires: ⌈ttl⌉ + the margin after the
+// last keep-alive, which the process may have sent up to a TTL after the
+// last confirmation (a semaphore worker's marker or another grant keeps the
+// etcd lease alive), plus etcd's revoke loop (500 ms), plus the commit of
+// the revocation through raft (a loaded three-member cluster took up to
+// 0.3 s; the bound allows 1 s). Seen: a slot lease whose holder was paused
+// 0.52 s after its last renewal was still held 3.54 s after that renewal
+// (safety-ci seed 402). In a cluster, a newly elected leader renews every
+// etcd lease for its full TTL plus up to an election timeout (etcd 3.4
+// keeps no remaining TTLs; docs/stores.md): the orchestrator records each
+// election it sees (OpTerm), and the model extends the live lease then.
 var EtcdProfile = Profile{
 	Name:   "etcd",
 	MinTTL: func(ttl time.Duration) time.Duration { return ttl - clockSlack },
 	MaxTTL: func(ttl time.Duration) time.Duration {
-		return max(ceilSeconds(ttl), 2*time.Second) + 500*time.Millisecond + clockSlack
+		return ttl + max(ceilSeconds(ttl)+etcdMargin(ttl), 2*time.Second) + 500*time.Millisecond + etcdRevokeCommit + clockSlack
 	},
-	LateEffects: true,
+	LateEffects:     true,
+	LeaderExtension: 1500 * time.Millisecond,
+}
+
+// etcdMargin is how much longer than the TTL, in whole seconds, the etcd
+// store's shared etcd lease lives: a tenth, rounded up, at least a second.
+func etcdMargin(ttl time.Duration) time.Duration {
+	secs := int64(ceilSeconds(ttl) / time.Second)
+	return time.Duration(max(1, (secs+9)/10)) * time.Second
 }

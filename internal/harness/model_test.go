@@ -19,6 +19,7 @@ type op struct {
 	granted uint64 // granted token
 	holder  string // held, got
 	htoken  uint64
+	lease   string // the lease's name ("" for all the same)
 }
 
 // histories builds one history per owner from ops.
@@ -39,7 +40,7 @@ func histories(ttl time.Duration, gone map[string]int64, ops ...op) []*History {
 			order = append(order, owner)
 		}
 		id++
-		h.Events = append(h.Events, Event{Ev: EvCall, T: o.call * ms, ID: id, Op: o.kind, Owner: o.owner, Token: o.token, TTL: int64(ttl)})
+		h.Events = append(h.Events, Event{Ev: EvCall, T: o.call * ms, ID: id, Op: o.kind, Resource: o.lease, Owner: o.owner, Token: o.token, TTL: int64(ttl)})
 		if o.ret != 0 {
 			h.Events = append(h.Events, Event{Ev: EvReturn, T: o.ret * ms, ID: id, Res: o.res, Token: o.granted, Holder: o.holder, HolderToken: o.htoken})
 		}
@@ -82,6 +83,17 @@ func release(owner string, token uint64, call, ret int64, res string) op {
 func get(call, ret int64, res, holder string, token uint64) op {
 	return op{kind: OpGet, call: call, ret: ret, res: res, holder: holder, htoken: token}
 }
+
+// operator's operations: a deletion of the lease's record, an election.
+func del(call, ret int64) op {
+	return op{owner: operatorOwner, kind: OpDelete, call: call, ret: ret, res: ResReleased}
+}
+
+func term(call, ret int64) op {
+	return op{owner: operatorOwner, kind: OpTerm, call: call, ret: ret, res: ResRenewed}
+}
+
+func on(resource string, o op) op { o.lease = resource; return o }
 
 func TestModel(t *testing.T) {
 	sec := time.Second
@@ -215,17 +227,27 @@ func TestModel(t *testing.T) {
 			release("A", 1, 100, 300, ResLost),
 			granted("B", 120, 200, 2),
 		}, "Illegal"},
-		{"etcd: a 1s lease may live 2.5s (etcd's minimum TTL and revoke loop)", EtcdProfile, nil, []op{
+		{"etcd: a 1s lease may live 4.5s (a TTL of keep-alives, the shared etcd lease's 1+1 s, revoke loop and the revocation's commit)", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			held("B", 2400, 2410, "A", 1),
+			held("B", 4400, 4410, "A", 1),
 		}, "Ok"},
-		{"etcd: held after 2.5s", EtcdProfile, nil, []op{
+		{"etcd: held after 4.5s", EtcdProfile, nil, []op{
 			granted("A", 0, 10, 1),
-			held("B", 2600, 2610, "A", 1),
+			held("B", 4600, 4610, "A", 1),
 		}, "Illegal"},
 		{"postgres: granted before the TTL", PostgresProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			granted("B", 900, 950, 2),
+		}, "Illegal"},
+		{"postgres: the TTL counts from the statement's clock, which may be read well before its commit", PostgresProfile, nil, []op{
+			granted("A", 0, 500, 1),          // a commit that waited 400 ms for its WAL flush or a lock
+			get(300, 310, ResNotHeld, "", 0), // not visible yet at 310
+			granted("B", 1100, 1110, 2),      // expired: expires_at was clock_timestamp() (< 310) + 1 s
+		}, "Ok"},
+		{"postgres: but not from before the request was sent", PostgresProfile, nil, []op{
+			granted("A", 0, 500, 1),
+			get(300, 310, ResNotHeld, "", 0),
+			granted("B", 980, 990, 2),
 		}, "Illegal"},
 		{"redis: granted after the TTL", RedisProfile, nil, []op{
 			granted("A", 0, 10, 1),
@@ -242,6 +264,54 @@ func TestModel(t *testing.T) {
 		{"cassandra: granted before ceil(ttl)", CassandraProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			granted("B", 900, 950, 2),
+		}, "Illegal"},
+		{"an operator's deletion frees the lease at once", PostgresProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			granted("B", 200, 210, 6),
+		}, "Ok"},
+		{"tokens do not go back after a deletion", PostgresProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			granted("B", 200, 210, 1),
+		}, "Illegal"},
+		{"a deleted lease is not renewed", RedisProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			renew("A", 5, 200, 210, ResRenewed),
+		}, "Illegal"},
+		{"a deleted lease is lost", RedisProfile, nil, []op{
+			granted("A", 0, 10, 5),
+			del(100, 110),
+			renew("A", 5, 200, 210, ResLost),
+		}, "Ok"},
+		{"etcd: an election renews live leases", EtcdProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			term(1000, 1100),
+			held("B", 7000, 7010, "A", 1), // 1.1 s + 4.5 s + 1.5 s
+		}, "Ok"},
+		{"etcd: an election does not revive an expired lease", EtcdProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			term(4600, 4700),
+			held("B", 7000, 7010, "A", 1),
+		}, "Illegal"},
+		{"shared owner: a holder named by its Locker's owner string is that Locker's grant", SQLiteProfile, nil, []op{
+			granted("w1-1#aa.1", 0, 10, 1),
+			held("w2-2#bb.1", 100, 110, "w1-1#aa", 1),
+		}, "Ok"},
+		{"shared owner: a later grant of the Locker that adopts the live earlier one", SQLiteProfile, nil, []op{
+			granted("w1-1#aa.1", 0, 10, 1),
+			granted("w1-1#aa.2", 500, 510, 1),
+			held("w2-2#bb.1", 600, 610, "w1-1#aa", 1),
+		}, "Illegal"},
+		{"tokens per lease", SQLiteProfile, nil, []op{
+			on("R1", granted("A", 0, 10, 1)),
+			on("R2", granted("B", 20, 30, 1)),
+			on("R2", held("A", 40, 50, "B", 1)),
+		}, "Ok"},
+		{"a later grant of the same Locker does not adopt its earlier one", SQLiteProfile, nil, []op{
+			granted("A#n.1", 0, 10, 4),
+			granted("A#n.2", 900, 910, 4), // the store renewed grant .1 for grant .2
 		}, "Illegal"},
 	}
 	for _, c := range cases {

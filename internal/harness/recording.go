@@ -20,13 +20,13 @@ type RecordingStore struct {
 	rec   *Recorder
 
 	mu        sync.Mutex
-	lastGrant Event // the return event of the last granted Acquire, with Send set
+	lastGrant map[string]Event // per resource: the return event of the last granted Acquire, with Send set
 }
 
 // NewRecordingStore wraps inner. When inner is a driver.Notifier, so is the
 // result.
 func NewRecordingStore(inner driver.Store, rec *Recorder) driver.Store {
-	s := &RecordingStore{inner: inner, rec: rec}
+	s := &RecordingStore{inner: inner, rec: rec, lastGrant: map[string]Event{}}
 	if n, ok := inner.(driver.Notifier); ok {
 		return &recordingNotifier{RecordingStore: s, n: n}
 	}
@@ -42,9 +42,10 @@ func (s *recordingNotifier) Subscribe(ctx context.Context, resource string) (<-c
 	return s.n.Subscribe(ctx, resource)
 }
 
-// LastGrant returns the send and reply times and the token of the last
-// Acquire call that the store answered with a grant.
-func LastGrant(s driver.Store) (send, reply int64, token uint64) {
+// LastGrant returns the send and reply times, the owner string and the
+// token of the last Acquire call of resource that the store answered with a
+// grant.
+func LastGrant(s driver.Store, resource string) (send, reply int64, owner string, token uint64) {
 	var rs *RecordingStore
 	switch v := s.(type) {
 	case *RecordingStore:
@@ -52,17 +53,18 @@ func LastGrant(s driver.Store) (send, reply int64, token uint64) {
 	case *recordingNotifier:
 		rs = v.RecordingStore
 	default:
-		return 0, 0, 0
+		return 0, 0, "", 0
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	return rs.lastGrant.Send, rs.lastGrant.T, rs.lastGrant.Token
+	g := rs.lastGrant[resource]
+	return g.Send, g.T, g.Holder, g.Token
 }
 
-func (s *RecordingStore) call(op, owner string, token uint64, ttl time.Duration) (int64, int64) {
+func (s *RecordingStore) call(op, resource, owner string, token uint64, ttl time.Duration) (int64, int64) {
 	id := s.rec.newID()
 	t := MonoNow()
-	s.rec.Record(Event{Ev: EvCall, T: t, ID: id, Op: op, Owner: owner, Token: token, TTL: int64(ttl)})
+	s.rec.Record(Event{Ev: EvCall, T: t, ID: id, Op: op, Resource: resource, Owner: owner, Token: token, TTL: int64(ttl)})
 	return id, t
 }
 
@@ -86,7 +88,7 @@ func classify(err error, ok string) (string, string) {
 
 // Acquire implements driver.Store.
 func (s *RecordingStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
-	id, send := s.call(OpAcquire, owner, 0, ttl)
+	id, send := s.call(OpAcquire, resource, owner, 0, ttl)
 	rec, err := s.inner.Acquire(ctx, resource, owner, ttl)
 	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
 	e.Res, e.Err = classify(err, ResGranted)
@@ -104,7 +106,7 @@ func (s *RecordingStore) Acquire(ctx context.Context, resource, owner string, tt
 		g := e
 		g.Send = send
 		s.mu.Lock()
-		s.lastGrant = g
+		s.lastGrant[resource] = g
 		s.mu.Unlock()
 	}
 	return rec, err
@@ -112,7 +114,7 @@ func (s *RecordingStore) Acquire(ctx context.Context, resource, owner string, tt
 
 // Renew implements driver.Store.
 func (s *RecordingStore) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
-	id, _ := s.call(OpRenew, owner, token, ttl)
+	id, _ := s.call(OpRenew, resource, owner, token, ttl)
 	err := s.inner.Renew(ctx, resource, owner, token, ttl)
 	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
 	e.Res, e.Err = classify(err, ResRenewed)
@@ -122,7 +124,7 @@ func (s *RecordingStore) Renew(ctx context.Context, resource, owner string, toke
 
 // Release implements driver.Store.
 func (s *RecordingStore) Release(ctx context.Context, resource, owner string, token uint64) error {
-	id, _ := s.call(OpRelease, owner, token, 0)
+	id, _ := s.call(OpRelease, resource, owner, token, 0)
 	err := s.inner.Release(ctx, resource, owner, token)
 	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
 	e.Res, e.Err = classify(err, ResReleased)
@@ -132,7 +134,7 @@ func (s *RecordingStore) Release(ctx context.Context, resource, owner string, to
 
 // Get implements driver.Store.
 func (s *RecordingStore) Get(ctx context.Context, resource string) (tenure.Record, error) {
-	id, _ := s.call(OpGet, "", 0, 0)
+	id, _ := s.call(OpGet, resource, "", 0, 0)
 	rec, err := s.inner.Get(ctx, resource)
 	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
 	e.Res, e.Err = classify(err, ResGot)
@@ -144,10 +146,19 @@ func (s *RecordingStore) Get(ctx context.Context, resource string) (tenure.Recor
 }
 
 // List implements driver.Store. It is not recorded: the checker's model
-// covers one resource.
+// covers point operations (Semaphore.Holders lists, a worker never calls it).
 func (s *RecordingStore) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
 	return s.inner.List(ctx, prefix)
 }
 
 // Close implements driver.Store.
 func (s *RecordingStore) Close() error { return s.inner.Close() }
+
+// CheckTTL implements driver.TTLChecker: the inner store's check, or the
+// plain one when it has none.
+func (s *RecordingStore) CheckTTL(ttl time.Duration) error {
+	if c, ok := s.inner.(driver.TTLChecker); ok {
+		return c.CheckTTL(ttl)
+	}
+	return driver.ValidateTTL(ttl)
+}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/internal/netfault"
 )
 
@@ -31,8 +32,24 @@ type Config struct {
 	Seed     uint64        // seeds the fault schedule and the workers
 	Faults   []string      // fault kinds; nil means every kind that applies to the store
 	Unsafe   bool          // run the deliberately unsafe client
-	Out      string        // output directory: histories/, logs/, faults.jsonl, report.json
-	ExitProb float64       // probability that a worker exits without releasing after a piece of work
+	// SharedOwner makes the workers give the store one owner string per
+	// Locker, as tenure did before grant identity (deliberately unsafe).
+	SharedOwner bool
+	Out         string  // output directory: histories/, logs/, faults.jsonl, report.json
+	ExitProb    float64 // probability that a worker exits without releasing after a piece of work
+
+	// Workload is what the Workers workers do: WorkloadLease or
+	// WorkloadReacquire (default).
+	Workload string
+	// SemWorkers more workers hold slots of a semaphore of Slots slots, on
+	// a resource of their own (WorkloadSemaphore).
+	SemWorkers int
+	Slots      int
+
+	// ServerFaults allows faults that crash and restart the store's server
+	// (server-restart on PostgreSQL, through PostgresScript); the server
+	// must be one of the script's (its env names the store's address).
+	ServerFaults bool
 
 	// Exe and ExeArgs run a worker: Exe ExeArgs... worker FLAGS.
 	Exe     string
@@ -40,6 +57,11 @@ type Config struct {
 
 	// CassandraScript is scripts/cassandra, for node faults.
 	CassandraScript string
+	// EtcdScript is scripts/etcd, for the member faults of a three-member
+	// cluster.
+	EtcdScript string
+	// PostgresScript is scripts/postgres, for server-restart.
+	PostgresScript string
 
 	// LinearizabilityTimeout bounds porcupine (0: no limit).
 	LinearizabilityTimeout time.Duration
@@ -56,6 +78,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Workers < 2 {
 		return nil, errors.New("harness: need at least 2 workers")
 	}
+	if cfg.Workload == "" {
+		cfg.Workload = WorkloadReacquire
+	}
+	if cfg.Workload != WorkloadLease && cfg.Workload != WorkloadReacquire {
+		return nil, fmt.Errorf("harness: workload %q: the -workers workers run %s or %s (the semaphore's are -sem-workers)", cfg.Workload, WorkloadLease, WorkloadReacquire)
+	}
+	if cfg.SemWorkers < 0 || cfg.SemWorkers > 0 && (cfg.Slots < 1 || cfg.Slots >= cfg.SemWorkers) {
+		return nil, fmt.Errorf("harness: %d semaphore workers for %d slots: want more workers than slots, and at least one slot", cfg.SemWorkers, cfg.Slots)
+	}
 	if cfg.TTL <= 0 || cfg.Retry <= 0 || cfg.Duration <= 0 {
 		return nil, errors.New("harness: TTL, retry and duration must be positive")
 	}
@@ -67,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	env, err := setupStore(ctx, cfg.Store)
+	env, err := setupStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -86,27 +117,47 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer ff.Close()
+	op, err := NewRecorder(filepath.Join(cfg.Out, "histories", operatorHistory))
+	if err != nil {
+		return nil, err
+	}
+	defer op.Close()
+	op.Record(Event{Ev: EvStart, T: MonoNow(), Owner: operatorOwner, Worker: -1})
 	o := &orch{
 		cfg:      cfg,
 		env:      env,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x7e17e)),
 		targets:  rand.New(rand.NewPCG(cfg.Seed, 0x7a76e7)),
 		faultsF:  ff,
+		operator: op,
 		changed:  make(chan struct{}, 1),
 		resource: fmt.Sprintf("harness-%d-%d", cfg.Seed, MonoNow()),
 	}
-	fmt.Fprintf(cfg.Log, "harness: store=%s seed=%d workers=%d ttl=%v duration=%v faults=%s out=%s\n",
-		env.scheme, cfg.Seed, cfg.Workers, cfg.TTL, cfg.Duration, strings.Join(kinds, ","), cfg.Out)
-	for i := 0; i < cfg.Workers; i++ {
-		s := &slot{idx: i}
+	fmt.Fprintf(cfg.Log, "harness: store=%s seed=%d workers=%d (%s) semaphore-workers=%d slots=%d ttl=%v duration=%v faults=%s out=%s\n",
+		env.scheme, cfg.Seed, cfg.Workers, cfg.Workload, cfg.SemWorkers, cfg.Slots, cfg.TTL, cfg.Duration, strings.Join(kinds, ","), cfg.Out)
+	for i := 0; i < cfg.Workers+cfg.SemWorkers; i++ {
+		s := &slot{idx: i, sem: i >= cfg.Workers}
 		o.slots = append(o.slots, s)
 		if err := o.start(s); err != nil {
 			o.shutdown()
 			return nil, err
 		}
 	}
+	// An etcd cluster's elections extend its leases: record them.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if env.scheme == "etcd" && len(env.nodes) > 1 {
+			if err := o.watchTerms(wctx); err != nil {
+				fmt.Fprintf(cfg.Log, "harness: watching the leader: %v\n", err)
+			}
+		}
+	}()
 	runErr := o.inject(ctx, kinds)
 	o.shutdown()
+	stopWatch()
+	<-watched
 
 	hs, err := ReadHistories(filepath.Join(cfg.Out, "histories"))
 	if err != nil {
@@ -127,7 +178,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if env.scheme == "cassandra" && len(env.nodes) > 1 {
 		rep.Store = fmt.Sprintf("cassandra-%dnodes", len(env.nodes))
 	}
+	if env.scheme == "etcd" && len(env.nodes) > 1 {
+		rep.Store = fmt.Sprintf("etcd-%dmembers", len(env.nodes))
+	}
 	rep.Seed, rep.Workers, rep.TTL, rep.Duration, rep.Unsafe = cfg.Seed, cfg.Workers, cfg.TTL.String(), cfg.Duration.String(), cfg.Unsafe
+	rep.Workload, rep.SemWorkers, rep.SharedOwner = cfg.Workload, cfg.SemWorkers, cfg.SharedOwner
+	if cfg.SemWorkers > 0 {
+		rep.Slots = cfg.Slots
+	}
 	for _, k := range kinds {
 		if rep.Faults[k] == 0 {
 			rep.Missing = append(rep.Missing, k)
@@ -140,12 +198,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, runErr
 }
 
+// The operator's history: the deletions and resets of key-delete and
+// store-reset, as operations on the store.
+const (
+	operatorHistory = "operator.jsonl"
+	operatorOwner   = "operator"
+)
+
 type orch struct {
 	cfg      Config
 	env      *storeEnv
 	rng      *rand.Rand // the schedule: kinds, durations, gaps, nodes
-	targets  *rand.Rand // workers picked when none holds the lease (timing-dependent, so apart from the schedule)
+	lastSem  bool       // the last holder struck was a semaphore worker
+	targets  *rand.Rand // workers picked among holders, or when none holds a lease (timing-dependent, so apart from the schedule)
 	faultsF  *os.File
+	operator *Recorder
 	changed  chan struct{}
 	resource string
 
@@ -156,13 +223,31 @@ type orch struct {
 }
 
 type slot struct {
-	idx     int
-	gen     int
-	pid     int
-	proc    *os.Process
-	holding bool
-	token   uint64
-	history string
+	idx      int
+	sem      bool // a semaphore worker
+	gen      int
+	pid      int
+	proc     *os.Process
+	holding  bool
+	token    uint64
+	resource string // of the lease it holds
+	history  string
+}
+
+// semResource is the semaphore workers' resource.
+func (o *orch) semResource() string { return o.resource + "-sem" }
+
+// resources lists every lease name of the run: the lease workers'
+// resource, the semaphore's slots and its marker.
+func (o *orch) resources() []string {
+	rs := []string{o.resource}
+	if o.cfg.SemWorkers > 0 {
+		for i := 1; i <= o.cfg.Slots; i++ {
+			rs = append(rs, tenure.SlotName(o.semResource(), i, o.cfg.Slots))
+		}
+		rs = append(rs, tenure.MarkerName(o.semResource()))
+	}
+	return rs
 }
 
 func (o *orch) notify() {
@@ -183,9 +268,15 @@ func (o *orch) start(s *slot) error {
 func (o *orch) startLocked(s *slot) error {
 	name := fmt.Sprintf("w%02d-%03d", s.idx, s.gen)
 	hist := filepath.Join(o.cfg.Out, "histories", name+".jsonl")
+	resource, workload := o.resource, o.cfg.Workload
+	if s.sem {
+		resource, workload = o.semResource(), WorkloadSemaphore
+	}
 	args := append(slices.Clone(o.cfg.ExeArgs), "worker",
 		"-store", o.env.workerURL,
-		"-resource", o.resource,
+		"-resource", resource,
+		"-workload", workload,
+		"-slots", strconv.Itoa(o.cfg.Slots),
 		"-ttl", o.cfg.TTL.String(),
 		"-retry", o.cfg.Retry.String(),
 		"-history", hist,
@@ -197,6 +288,9 @@ func (o *orch) startLocked(s *slot) error {
 	}
 	if o.cfg.Unsafe {
 		args = append(args, "-unsafe")
+	}
+	if o.cfg.SharedOwner {
+		args = append(args, "-shared-owner")
 	}
 	logf, err := os.Create(filepath.Join(o.cfg.Out, "logs", name+".log"))
 	if err != nil {
@@ -230,6 +324,9 @@ func (o *orch) startLocked(s *slot) error {
 				s.holding = true
 				if len(f) > 1 {
 					s.token, _ = strconv.ParseUint(f[1], 10, 64)
+				}
+				if len(f) > 2 {
+					s.resource = f[2]
 				}
 			case statusEnd:
 				s.holding = false
@@ -350,18 +447,37 @@ func (o *orch) inject(ctx context.Context, kinds []string) error {
 	}
 }
 
-// holder waits up to d for a worker that holds the lease; without one it
-// returns a random worker.
+// holder waits up to d for a worker that holds a lease, and returns one at
+// random; without one it returns a random worker.
 func (o *orch) holder(ctx context.Context, d time.Duration) *slot {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		o.mu.Lock()
+		var holders []*slot
 		for _, s := range o.slots {
 			if s.holding && s.proc != nil {
-				o.mu.Unlock()
-				return s
+				holders = append(holders, s)
 			}
+		}
+		if len(holders) > 0 {
+			// Strike the lease's holders and the semaphore's in turn, so
+			// that every fault kind meets both workloads (a slot holder
+			// drawn at random among three holders was missed by three
+			// pauses in a row often enough to fail a short test).
+			var turn []*slot
+			for _, s := range holders {
+				if s.sem != o.lastSem {
+					turn = append(turn, s)
+				}
+			}
+			if len(turn) == 0 {
+				turn = holders
+			}
+			s := turn[o.targets.IntN(len(turn))]
+			o.lastSem = s.sem
+			o.mu.Unlock()
+			return s
 		}
 		o.mu.Unlock()
 		select {
@@ -397,6 +513,9 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		o.mu.Lock()
 		proc, pid := s.proc, s.pid
 		f.Holder, f.Token = s.holding, s.token
+		if s.holding {
+			f.Resource = s.resource
+		}
 		o.mu.Unlock()
 		if proc == nil {
 			return f, errNoFault
@@ -418,7 +537,12 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		return f, nil
 	case FaultStuckWriter:
 		d := o.between(1.5, 2.5)
-		conn, err := o.env.db.Conn(ctx)
+		db, err := openSQLite(o.env.sqlitePth) // anew: store-reset may have replaced the file
+		if err != nil {
+			return f, err
+		}
+		defer db.Close()
+		conn, err := db.Conn(ctx)
 		if err != nil {
 			return f, err
 		}
@@ -465,19 +589,134 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		}
 		f.End = MonoNow()
 		return f, nil
-	case FaultNodeKill, FaultNodePause, FaultCASTimeout:
+	case FaultLateDelivery:
+		return o.lateDelivery(ctx, f)
+	case FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange:
 		return o.nodeFault(ctx, f)
+	case FaultServerRestart:
+		return o.serverRestart(ctx, f)
+	case FaultStoreReset, FaultKeyDelete:
+		return o.operatorFault(ctx, f)
 	}
 	return f, fmt.Errorf("unknown fault kind %q", kind)
 }
 
 func (o *orch) script(ctx context.Context, args ...string) error {
-	cmd := exec.CommandContext(ctx, o.cfg.CassandraScript, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %w: %s", o.cfg.CassandraScript, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	_, err := runScript(ctx, o.env.nodeScript, args...)
+	return err
+}
+
+// lateDelivery holds back every request for 0.5 to 2 TTLs, for 1 to 2.5
+// TTLs: calls give up (each is bounded by the time left on its lease, at
+// most a TTL), and the requests reach the server afterwards.
+func (o *orch) lateDelivery(ctx context.Context, f Fault) (Fault, error) {
+	f.Target = "store network"
+	hold := o.between(1, 2.5)
+	late := o.between(0.5, 2)
+	var held0, deliv0, after0 int64
+	for _, p := range o.env.proxies {
+		h, d, a := p.LateStats()
+		held0, deliv0, after0 = held0+h, deliv0+d, after0+a
 	}
-	return nil
+	f.Start = MonoNow()
+	for _, p := range o.env.proxies {
+		p.SetLate(late)
+	}
+	sleep(ctx, hold)
+	for _, p := range o.env.proxies {
+		p.SetLate(0)
+	}
+	// Healed once every held request was delivered.
+	for _, p := range o.env.proxies {
+		p.Drain(late + 10*time.Second)
+	}
+	f.End = MonoNow()
+	var held, deliv, after int64
+	for _, p := range o.env.proxies {
+		h, d, a := p.LateStats()
+		held, deliv, after = held+h, deliv+d, after+a
+	}
+	f.Detail = fmt.Sprintf("requests sent during %v delivered %v late: %d chunks held, %d delivered, %d of them after their client closed the connection",
+		hold.Round(time.Millisecond), late.Round(time.Millisecond), held-held0, deliv-deliv0, after-after0)
+	return f, nil
+}
+
+// serverRestart crashes the PostgreSQL server (scripts/postgres kill:
+// SIGKILL of the postmaster and its backends), leaves it down for up to
+// 1.5 TTLs, and starts it again on its data (crash recovery).
+func (o *orch) serverRestart(ctx context.Context, f Fault) (Fault, error) {
+	bg := context.WithoutCancel(ctx)
+	down := o.between(0, 1.5)
+	f.Target = "server"
+	f.Start = MonoNow()
+	if _, err := runScript(bg, o.env.serverCmd, "kill"); err != nil {
+		return f, err
+	}
+	sleep(ctx, down)
+	_, err := runScript(bg, o.env.serverCmd, "start")
+	f.End = MonoNow()
+	f.Detail = fmt.Sprintf("killed, down %v, started again (ready after %v)", down.Round(time.Millisecond),
+		time.Duration(f.End-f.Start).Round(time.Millisecond))
+	return f, err
+}
+
+// operatorFault deletes lease records as an operator would (key-delete),
+// or the SQLite file (store-reset), under the running workers; the
+// deletion goes into the operator's history as a store operation.
+func (o *orch) operatorFault(ctx context.Context, f Fault) (Fault, error) {
+	bg := context.WithoutCancel(ctx)
+	// Strike while someone holds a lease, as an operator "unlocking" it
+	// would.
+	s := o.holder(ctx, 3*o.cfg.TTL)
+	o.mu.Lock()
+	var res string
+	if s != nil && s.holding {
+		f.Holder, f.Token, f.Resource, res = true, s.token, s.resource, s.resource
+	}
+	o.mu.Unlock()
+	all := o.rng.IntN(2) == 0
+	if res == "" {
+		all = true
+	}
+	// One operation per lease deleted (a reset deletes them all at once);
+	// a deletion that failed stays without an answer: it may have taken
+	// effect.
+	var ids []int64
+	call := func(op, resource string) {
+		id := o.operator.newID()
+		ids = append(ids, id)
+		o.operator.Record(Event{Ev: EvCall, T: f.Start, ID: id, Op: op, Resource: resource})
+	}
+	var err error
+	if f.Kind == FaultStoreReset {
+		replace := o.rng.IntN(2) == 0
+		f.Target = "store file"
+		f.Start = MonoNow()
+		call(OpReset, "")
+		f.Detail, err = resetSQLite(bg, o.env.sqlitePth, replace)
+	} else {
+		targets, prefix := []string{res}, ""
+		f.Target = "lease of " + res
+		if all {
+			targets, prefix = o.resources(), o.resource
+			f.Target = "every lease of the run"
+		}
+		f.Start = MonoNow()
+		for _, r := range targets {
+			call(OpDelete, r)
+		}
+		cctx, cancel := context.WithTimeout(bg, 30*time.Second)
+		f.Detail, err = deleteKeys(cctx, o.env.raw, targets, prefix)
+		cancel()
+	}
+	f.End = MonoNow()
+	if err != nil {
+		return f, err
+	}
+	for _, id := range ids {
+		o.operator.Record(Event{Ev: EvReturn, T: f.End, ID: id, Res: ResReleased})
+	}
+	return f, nil
 }
 
 func (o *orch) nodeFault(ctx context.Context, f Fault) (Fault, error) {
@@ -486,6 +725,15 @@ func (o *orch) nodeFault(ctx context.Context, f Fault) (Fault, error) {
 	f.Target = fmt.Sprintf("node %d", n)
 	bg := context.WithoutCancel(ctx)
 	switch f.Kind {
+	case FaultLeaderChange:
+		// Move the raft leader to member n, or to another one when n leads.
+		f.Start = MonoNow()
+		out, err := runScript(bg, o.env.nodeScript, "move-leader", fmt.Sprint(n))
+		f.End = MonoNow()
+		f.Target = "raft leader"
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		f.Detail = lines[len(lines)-1] // "leader M -> N"
+		return f, err
 	case FaultNodeKill:
 		d := o.between(1.5, 3)
 		f.Start = MonoNow()

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -34,49 +33,71 @@ const (
 	FaultProxyDelay     = "proxy-delay"     // network stores: the proxy delays every chunk both ways
 	FaultProxyDrop      = "proxy-drop"      // the proxy forwards requests and drops replies
 	FaultProxyBlackhole = "proxy-blackhole" // the proxy drops everything without closing connections
-	FaultNodeKill       = "node-kill"       // Cassandra cluster: SIGKILL one node, restart it later
-	FaultNodePause      = "node-pause"      // Cassandra cluster: SIGSTOP one node for longer than the TTL
+	FaultLateDelivery   = "late-delivery"   // network stores: the proxy holds requests back and delivers them after their senders gave up
+	FaultNodeKill       = "node-kill"       // Cassandra and etcd clusters: SIGKILL one node, restart it later
+	FaultNodePause      = "node-pause"      // Cassandra and etcd clusters: SIGSTOP one node for longer than the TTL
 	FaultCASTimeout     = "cas-timeout"     // Cassandra cluster: pause two replicas for a moment while holders renew
+	FaultLeaderChange   = "leader-change"   // etcd cluster: move the raft leader to another member
+	FaultServerRestart  = "server-restart"  // PostgreSQL: SIGKILL the server, start it again (crash recovery)
+	FaultStoreReset     = "store-reset"     // SQLite: delete or replace the database file under running workers
+	FaultKeyDelete      = "key-delete"      // PostgreSQL, etcd, Redis: an operator deletes lease rows or keys
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultProxyDelay, FaultProxyDrop,
-	FaultProxyBlackhole, FaultNodeKill, FaultNodePause, FaultCASTimeout}
+	FaultProxyBlackhole, FaultLateDelivery, FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange,
+	FaultServerRestart, FaultStoreReset, FaultKeyDelete}
+
+// OutsideContract lists the fault kinds that break a premise of the lease
+// contract, with the reason: the checker reports the overlaps of trusted
+// holds they cause as outside the contract instead of as violations (every
+// other check still applies: fencing tokens must keep increasing, the store
+// must stay linearizable with the deletion as one of its operations).
+var OutsideContract = map[string]string{
+	FaultKeyDelete: "an operator deleted the lease of a live holder: the store grants the resource again at once, " +
+		"and the holder cannot know before its next renewal (up to TTL/3 later) that its lease is gone",
+	FaultStoreReset: "an operator deleted or replaced the SQLite file under live holders: the store grants the resource again " +
+		"in the new file at once, and a holder cannot know before its next write (up to TTL/3 later) that its file is gone",
+}
 
 // storeEnv is how the orchestrator reaches a store and which faults apply.
 type storeEnv struct {
-	scheme    string
-	profile   Profile
-	workerURL string
-	translate string // Cassandra: node address=proxy address pairs for the workers
-	faults    []string
-	proxies   []*netfault.Proxy
-	nodes     []int  // Cassandra node numbers of scripts/cassandra
-	sqlitePth string // SQLite: the database file
-	db        *sql.DB
+	scheme     string
+	profile    Profile
+	raw        string // the store's URL (the real servers)
+	workerURL  string
+	translate  string // Cassandra: node address=proxy address pairs for the workers
+	faults     []string
+	proxies    []*netfault.Proxy
+	nodes      []int  // node numbers of scripts/cassandra or scripts/etcd
+	nodeScript string // the script that kills, restarts, pauses and resumes nodes
+	serverCmd  string // scripts/postgres, for server-restart
+	sqlitePth  string // SQLite: the database file
+	closers    []func() error
 }
 
 func (e *storeEnv) close() {
 	for _, p := range e.proxies {
 		p.Close()
 	}
-	if e.db != nil {
-		e.db.Close()
+	for _, c := range e.closers {
+		c() //nolint:errcheck // clean-up
 	}
 }
 
-// setupStore prepares the store named by raw: the schema, and for network
-// stores a fault proxy in front of every node.
-func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
+// setupStore prepares the store of cfg: the schema, and for network stores
+// a fault proxy in front of every node.
+func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
+	raw := cfg.Store
 	su, err := store.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
-	env := &storeEnv{scheme: su.Scheme(), workerURL: raw}
-	switch cfg := su.Config().(type) {
+	env := &storeEnv{scheme: su.Scheme(), workerURL: raw, raw: raw}
+	switch scfg := su.Config().(type) {
 	case *sqlite.Config:
 		env.profile = SQLiteProfile
-		p := cfg.Path
+		p := scfg.Path
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return nil, err
 		}
@@ -84,21 +105,17 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 			return nil, err
 		}
 		env.sqlitePth = p
-		env.faults = []string{FaultPause, FaultKill, FaultStuckWriter}
-		db, err := sql.Open("sqlite", "file:"+p+"?_busy_timeout=30000&_txlock=immediate")
-		if err != nil {
-			return nil, err
-		}
-		env.db = db
+		env.faults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultStoreReset}
 		return env, nil
 	case *cassandra.Config:
 		env.profile = CassandraProfile
-		port := cfg.Port
+		env.nodeScript = cfg.CassandraScript
+		port := scfg.Port
 		if port == 0 {
 			port = 9042
 		}
 		var pairs []string
-		for _, h := range cfg.Hosts {
+		for _, h := range scfg.Hosts {
 			ip := net.ParseIP(h)
 			if ip == nil || !ip.IsLoopback() {
 				env.close()
@@ -116,7 +133,7 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 			}
 			env.proxies = append(env.proxies, p)
 			pairs = append(pairs, target+"="+p.Addr())
-			if len(cfg.Hosts) > 1 {
+			if len(scfg.Hosts) > 1 {
 				env.nodes = append(env.nodes, int(ip.To4()[3])) // node N is 127.0.0.N
 			} else {
 				env.nodes = append(env.nodes, 0) // the one-node server
@@ -135,12 +152,58 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 				return nil, err
 			}
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole}
-		if len(cfg.Hosts) >= 3 {
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery}
+		if len(scfg.Hosts) >= 3 {
 			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultCASTimeout)
 		}
 		return env, nil
-	case *postgres.Config, *etcd.Config, *redis.Config:
+	case *etcd.Config:
+		env.profile = EtcdProfile
+		// Each member gets a proxy on its own address; the workers' URL
+		// names the proxies.
+		var eps []string
+		for _, ep := range scfg.Client.Endpoints {
+			h, _, err := net.SplitHostPort(ep)
+			if err != nil {
+				env.close()
+				return nil, fmt.Errorf("harness: etcd endpoint %q: %w", ep, err)
+			}
+			ip := net.ParseIP(h)
+			if ip == nil || !ip.IsLoopback() {
+				env.close()
+				return nil, fmt.Errorf("harness: etcd endpoint %q: the harness drives servers on loopback addresses only", ep)
+			}
+			p, err := netfault.StartOn(h, ep)
+			if err != nil {
+				env.close()
+				return nil, err
+			}
+			env.proxies = append(env.proxies, p)
+			eps = append(eps, p.Addr())
+			if len(scfg.Client.Endpoints) > 1 {
+				env.nodes = append(env.nodes, int(ip.To4()[3])) // member N is on 127.0.0.N (scripts/etcd start3)
+			}
+		}
+		_, query, _ := strings.Cut(raw, "?")
+		env.workerURL = "etcd://" + strings.Join(eps, ",")
+		if query != "" {
+			env.workerURL += "?" + query
+		}
+		if err := su.Init(ctx); err != nil {
+			env.close()
+			return nil, err
+		}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery, FaultKeyDelete}
+		if len(env.nodes) >= 3 {
+			if err := checkScriptNodes(ctx, cfg.EtcdScript, scfg.Client.Endpoints); err != nil {
+				env.close()
+				return nil, err
+			}
+			env.nodeScript = cfg.EtcdScript
+			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultLeaderChange)
+		}
+		return env, nil
+	case *postgres.Config, *redis.Config:
 		// One server: one proxy in front of it, and the workers' URL
 		// points at the proxy.
 		u, err := url.Parse(raw)
@@ -166,7 +229,15 @@ func setupStore(ctx context.Context, raw string) (*storeEnv, error) {
 			env.close()
 			return nil, err
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery, FaultKeyDelete}
+		if _, ok := scfg.(*postgres.Config); ok && cfg.ServerFaults {
+			if err := checkScriptServer(ctx, cfg.PostgresScript, "TENURE_POSTGRES", u.Host); err != nil {
+				env.close()
+				return nil, err
+			}
+			env.serverCmd = cfg.PostgresScript
+			env.faults = append(env.faults, FaultServerRestart)
+		}
 		return env, nil
 	}
 	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, etcd:// and redis:// stores", su.Scheme())

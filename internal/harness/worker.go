@@ -31,10 +31,38 @@ type WorkerConfig struct {
 	// ExitProb is the probability that the worker exits after a piece of
 	// work without releasing its lease, as a crashed process would.
 	ExitProb float64
+	// Workload is what the worker does (WorkloadLease, WorkloadReacquire,
+	// WorkloadSemaphore; default WorkloadLease).
+	Workload string
+	// Slots is the semaphore's number of slots (WorkloadSemaphore).
+	Slots int
+	// SharedOwner gives the store one owner string per Locker instead of
+	// one per grant, as tenure did before grant identity
+	// (sharedOwnerStore): a deliberately unsafe configuration.
+	SharedOwner bool
 }
 
+// Workloads.
+const (
+	// WorkloadLease rests a moment before every acquire, also after a loss.
+	WorkloadLease = "lease"
+	// WorkloadReacquire acquires again at once with the same Locker when
+	// its lease was lost locally (its deadline passed, or the store said
+	// another grant holds): the case of a Locker whose earlier grant the
+	// store may still keep.
+	WorkloadReacquire = "reacquire"
+	// WorkloadSemaphore holds a slot of a semaphore of Slots slots on the
+	// resource (Locker.Semaphore), and, like WorkloadReacquire, acquires
+	// again at once after a loss.
+	WorkloadSemaphore = "semaphore"
+)
+
+// Workloads lists the workloads.
+var Workloads = []string{WorkloadLease, WorkloadReacquire, WorkloadSemaphore}
+
 // Status lines a worker writes on its status output for the orchestrator:
-// "G <token>" when it starts trusting a lease, "E" when it stops.
+// "G <token> <resource>" when it starts trusting a lease, "E" when it
+// stops.
 const (
 	statusGrant = "G"
 	statusEnd   = "E"
@@ -65,22 +93,48 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 		return err
 	}
 	defer store.Close()
+	if cfg.SharedOwner {
+		store = withSharedOwner(store)
+	}
 	rs := NewRecordingStore(store, rec)
 	lk, err := tenure.New(rs, tenure.WithOwnerID(fmt.Sprintf("w%d-%d", cfg.Worker, os.Getpid())),
 		tenure.WithRetry(min(10*time.Millisecond, cfg.Retry), cfg.Retry))
 	if err != nil {
 		return err
 	}
-	rec.Record(Event{Ev: EvStart, T: MonoNow(), Owner: lk.Owner(), PID: os.Getpid(), Worker: cfg.Worker, TTL: int64(cfg.TTL), Unsafe: cfg.Unsafe})
+	if cfg.Workload == "" {
+		cfg.Workload = WorkloadLease
+	}
+	start := Event{Ev: EvStart, T: MonoNow(), Owner: lk.Owner(), PID: os.Getpid(), Worker: cfg.Worker, TTL: int64(cfg.TTL), Unsafe: cfg.Unsafe, Workload: cfg.Workload}
 	w := &worker{cfg: cfg, rec: rec, rs: rs, lk: lk, status: status,
 		rng:  rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid()))),
 		step: max(cfg.TTL/8, time.Millisecond)}
-	for ctx.Err() == nil {
-		// Rest a little between pieces of work, so that others get a turn.
-		if !w.sleep(ctx, time.Duration(w.rng.Int64N(int64(cfg.TTL/2)))) {
-			break
+	switch cfg.Workload {
+	case WorkloadLease, WorkloadReacquire:
+	case WorkloadSemaphore:
+		sem, err := lk.Semaphore(cfg.Resource, cfg.Slots)
+		if err != nil {
+			return err
 		}
-		if err := w.round(ctx); err != nil {
+		w.sem = sem
+		start.Sem, start.Slots = cfg.Resource, cfg.Slots
+	default:
+		return fmt.Errorf("harness: unknown workload %q (want %v)", cfg.Workload, Workloads)
+	}
+	rec.Record(start)
+	lost := false
+	for ctx.Err() == nil {
+		// Rest a little between pieces of work, so that others get a turn;
+		// after a loss, the reacquire and semaphore workloads go again at
+		// once, with the same Locker.
+		if !lost || cfg.Workload == WorkloadLease {
+			if !w.sleep(ctx, time.Duration(w.rng.Int64N(int64(cfg.TTL/2)))) {
+				break
+			}
+		}
+		var err error
+		lost, err = w.round(ctx)
+		if err != nil {
 			if errors.Is(err, ErrAbandon) {
 				rec.Record(Event{Ev: EvExit, T: MonoNow(), Err: "abandon"})
 			}
@@ -99,6 +153,7 @@ type worker struct {
 	rec    *Recorder
 	rs     driver.Store
 	lk     *tenure.Locker
+	sem    *tenure.Semaphore // WorkloadSemaphore
 	status io.Writer
 	rng    *rand.Rand
 	step   time.Duration
@@ -106,34 +161,52 @@ type worker struct {
 
 func (w *worker) say(s string) { fmt.Fprintln(w.status, s) }
 
-// round acquires the resource (blocking), works, and releases.
-func (w *worker) round(ctx context.Context) error {
+// acquire acquires the resource (blocking), or a slot of the semaphore.
+func (w *worker) acquire(ctx context.Context) (*tenure.Lease, Event, error) {
+	g := Event{Ev: EvGrant}
+	if w.sem != nil {
+		sl, err := w.sem.Acquire(ctx, w.cfg.TTL)
+		if err != nil {
+			return nil, g, err
+		}
+		g.Sem, g.Slots, g.Slot = w.sem.Resource(), w.sem.Slots(), sl.Slot
+		return sl.Lease, g, nil
+	}
+	l, err := w.lk.Acquire(ctx, w.cfg.Resource, w.cfg.TTL)
+	return l, g, err
+}
+
+// round acquires (blocking), works, and releases. lost reports that the
+// worker saw its lease lost.
+func (w *worker) round(ctx context.Context) (lost bool, err error) {
 	w.rec.Record(Event{Ev: EvWait, T: MonoNow()})
-	lease, err := w.lk.Acquire(ctx, w.cfg.Resource, w.cfg.TTL)
+	lease, g, err := w.acquire(ctx)
 	if err != nil {
 		w.rec.Record(Event{Ev: EvAcqErr, T: MonoNow(), Err: err.Error()})
-		return nil
+		return false, nil
 	}
-	send, reply, token := LastGrant(w.rs)
-	if token != lease.Token() {
-		return fmt.Errorf("harness: the recorded grant has token %d, the lease %d", token, lease.Token())
+	res := lease.Resource()
+	send, reply, owner, token := LastGrant(w.rs, res)
+	if token != lease.Token() || owner != lease.Owner() {
+		return false, fmt.Errorf("harness: the recorded grant of %q is %s with token %d, the lease %s with %d", res, owner, token, lease.Owner(), lease.Token())
 	}
 	tok := lease.Token()
-	w.rec.Record(Event{Ev: EvGrant, T: MonoNow(), Token: tok, Send: send, Reply: reply, Deadline: MonoOf(lease.Deadline())})
-	w.say(fmt.Sprintf("%s %d", statusGrant, tok))
+	g.T, g.Resource, g.Owner, g.Token, g.Send, g.Reply, g.Deadline = MonoNow(), res, owner, tok, send, reply, MonoOf(lease.Deadline())
+	w.rec.Record(g)
+	w.say(fmt.Sprintf("%s %d %s", statusGrant, tok, res))
 	stop := w.watchDeadline(lease)
 	defer stop()
 	steps := 2 + w.rng.IntN(15) // 0.25 to 2 TTLs of work
 	abandon := w.rng.Float64() < w.cfg.ExitProb
 	if w.cfg.Unsafe {
-		return w.unsafeHold(ctx, lease, steps, abandon)
+		return false, w.unsafeHold(ctx, lease, steps, abandon)
 	}
 	for i := 0; i < steps; i++ {
 		ts := MonoNow()
 		if err := lease.Err(); err != nil {
 			w.rec.Record(Event{Ev: EvLost, T: MonoNow(), Token: tok, Err: err.Error()})
 			w.say(statusEnd)
-			return nil
+			return true, nil
 		}
 		w.rec.Record(Event{Ev: EvStep, T: ts, Token: tok, Deadline: MonoOf(lease.Deadline())})
 		if !w.work(ctx) {
@@ -142,12 +215,12 @@ func (w *worker) round(ctx context.Context) error {
 	}
 	w.rec.Record(Event{Ev: EvDeadline, T: MonoNow(), Token: tok, Deadline: MonoOf(lease.Deadline())})
 	if abandon && ctx.Err() == nil {
-		return ErrAbandon
+		return false, ErrAbandon
 	}
 	w.rec.Record(Event{Ev: EvRelease, T: MonoNow(), Token: tok})
 	w.say(statusEnd)
 	w.release(ctx, lease) //nolint:errcheck // recorded; a failed release is the store's to expire
-	return nil
+	return false, nil
 }
 
 // unsafeHold works while the worker believes it holds the lease, without
@@ -204,8 +277,9 @@ func (w *worker) sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // watchDeadline records the lease's deadline whenever it moves, so that the
-// history has the deadline a killed worker last trusted. It samples every
-// millisecond: tenure offers no notification of a renewal.
+// history has the deadline a killed worker last trusted, and the moment it
+// saw the lease end (EvEnded: after that, Err no longer returns nil). It
+// samples every millisecond: tenure offers no notification of a renewal.
 func (w *worker) watchDeadline(lease *tenure.Lease) func() {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -220,6 +294,7 @@ func (w *worker) watchDeadline(lease *tenure.Lease) func() {
 			case <-done:
 				return
 			case <-lease.Done():
+				w.rec.Record(Event{Ev: EvEnded, T: MonoNow(), Token: lease.Token()})
 				return
 			case <-tick.C:
 				if d := lease.Deadline(); !d.Equal(last) {

@@ -1,11 +1,11 @@
 // Package netfault is a TCP proxy for fault tests: it stands between clients
-// and a real server and, on command, passes traffic, delays it, drops it
+// and a real server and, on command, passes traffic, delays it, holds
+// requests back and delivers them late (after their sender gave up), drops it
 // silently in one or both directions (a black hole: no reset, calls hang), or
 // resets every connection.
 package netfault
 
 import (
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -35,9 +35,14 @@ type Proxy struct {
 	target string
 	mode   atomic.Int32
 	delay  atomic.Int64 // added before forwarding each chunk, in nanoseconds
+	late   atomic.Int64 // requests read now are delivered this much later, in nanoseconds
+
+	held, delivered, afterClose atomic.Int64 // LateStats
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
+	queued int // chunks held back, not yet delivered or dropped
+	idle   *sync.Cond
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -56,6 +61,7 @@ func StartOn(host, target string) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.idle = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -69,6 +75,44 @@ func (p *Proxy) SetMode(m Mode) { p.mode.Store(int32(m)) }
 
 // SetDelay delays every forwarded chunk by d (0 to stop).
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// SetLate holds back the requests (client-to-server bytes) read from now on
+// and delivers each d after it was read, in order, on its own connection (0
+// to stop: later requests are delivered as soon as those held before them
+// were). Replies pass as they come. A client that gives up on a held
+// request and closes its connection does not take the request back: the
+// proxy keeps the server's side open, delivers what it held at its time,
+// then half-closes it (the server reads the request, then end of file), and
+// reads and drops the server's answers. A client that gives up without
+// closing (a cancelled gRPC stream, an abandoned CQL stream) has its
+// cancellation delivered just as late, after the request. So a request is
+// applied by the server after its sender gave up, as a slow network may do.
+func (p *Proxy) SetLate(d time.Duration) { p.late.Store(int64(d)) }
+
+// LateStats returns, since the proxy started, the chunks of requests held
+// back by SetLate, how many of them were delivered, and how many of those
+// were delivered after their client had closed its connection.
+func (p *Proxy) LateStats() (held, delivered, afterClose int64) {
+	return p.held.Load(), p.delivered.Load(), p.afterClose.Load()
+}
+
+// Drain waits until every held request was delivered (or dropped by Reset or
+// Close), or until timeout; it reports whether nothing is held.
+func (p *Proxy) Drain(timeout time.Duration) bool {
+	t := time.AfterFunc(timeout, func() {
+		p.mu.Lock()
+		p.idle.Broadcast()
+		p.mu.Unlock()
+	})
+	defer t.Stop()
+	end := time.Now().Add(timeout)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.queued > 0 && time.Now().Before(end) {
+		p.idle.Wait()
+	}
+	return p.queued == 0
+}
 
 // Reset closes every open connection (clients see a reset or EOF); new
 // connections are still accepted.
@@ -124,6 +168,11 @@ func (p *Proxy) accept() {
 	}
 }
 
+// halfCloseGrace bounds how long the proxy keeps a server connection open
+// after it delivered the requests of a client that had gone, for the server
+// to answer them and close.
+const halfCloseGrace = 10 * time.Second
+
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(client)
@@ -135,37 +184,172 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	defer p.untrack(server)
-	done := make(chan struct{}, 2)
-	go func() { p.copy(server, client, false); done <- struct{}{} }()
-	go func() { p.copy(client, server, true); done <- struct{}{} }()
-	<-done // one side ended: end both
+	replies := make(chan struct{})
+	go func() { p.copyReplies(client, server); close(replies) }()
+	requests := make(chan struct{})
+	go func() { p.copyRequests(server, client); close(requests) }()
+	select {
+	case <-replies: // the server ended (or the proxy reset it): end both
+	case <-requests:
+		// The client ended and everything it sent was delivered (or the
+		// server refused it): give the server a moment to answer and close.
+		t := time.NewTimer(halfCloseGrace)
+		defer t.Stop()
+		select {
+		case <-replies:
+		case <-t.C:
+		}
+	}
 }
 
-// copy forwards src to dst chunk by chunk, applying the mode at each chunk.
-func (p *Proxy) copy(dst io.Writer, src io.Reader, reply bool) {
+// forward writes one chunk to dst as the mode says; false when dst failed.
+func (p *Proxy) forward(dst net.Conn, b []byte, reply bool) bool {
+	if d := time.Duration(p.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	switch Mode(p.mode.Load()) {
+	case Blackhole:
+		return true // dropped
+	case DropReplies:
+		if reply {
+			return true
+		}
+	}
+	_, err := dst.Write(b)
+	return err == nil
+}
+
+// copyReplies forwards the server's bytes to the client chunk by chunk. Once
+// the client is gone, it reads and drops them until the server ends.
+func (p *Proxy) copyReplies(client, server net.Conn) {
 	buf := make([]byte, 32<<10)
+	clientGone := false
 	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if d := time.Duration(p.delay.Load()); d > 0 {
-				time.Sleep(d)
-			}
-			switch Mode(p.mode.Load()) {
-			case Blackhole:
-				// dropped
-			case DropReplies:
-				if !reply {
-					if _, werr := dst.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-			default:
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
+		n, err := server.Read(buf)
+		if n > 0 && !clientGone && !p.forward(client, buf[:n], true) {
+			clientGone = true
 		}
 		if err != nil { // EOF or a closed connection
+			return
+		}
+	}
+}
+
+type chunk struct {
+	b   []byte
+	due time.Time
+	// held: read while SetLate was on, or queued behind such a chunk.
+	held bool
+}
+
+// copyRequests forwards the client's bytes to the server in order, each at
+// its due time (when read, or SetLate later). When the client ends, what it
+// sent is still delivered, then the server's side is half-closed.
+func (p *Proxy) copyRequests(server, client net.Conn) {
+	var (
+		mu      sync.Mutex
+		q       []chunk
+		eof     bool
+		dead    bool // the sender stopped: later chunks are dropped
+		lastDue time.Time
+		wake    = make(chan struct{}, 1)
+	)
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				now := time.Now()
+				late := time.Duration(p.late.Load())
+				mu.Lock()
+				if dead {
+					mu.Unlock()
+					continue
+				}
+				c := chunk{b: append([]byte(nil), buf[:n]...), due: now.Add(late)}
+				if c.due.Before(lastDue) {
+					c.due = lastDue // in order, behind what is held
+				}
+				lastDue = c.due
+				c.held = late > 0 || len(q) > 0 && q[len(q)-1].held
+				if c.held {
+					p.held.Add(1)
+					p.mu.Lock()
+					p.queued++
+					p.mu.Unlock()
+				}
+				q = append(q, c)
+				mu.Unlock()
+				signal()
+			}
+			if err != nil {
+				mu.Lock()
+				eof = true
+				mu.Unlock()
+				signal()
+				return
+			}
+		}
+	}()
+	done := func(c chunk) {
+		if !c.held {
+			return
+		}
+		p.mu.Lock()
+		p.queued--
+		if p.queued == 0 {
+			p.idle.Broadcast()
+		}
+		p.mu.Unlock()
+	}
+	defer func() {
+		// Whatever is left was dropped (the server failed).
+		mu.Lock()
+		for _, c := range q {
+			done(c)
+		}
+		q, dead = nil, true
+		mu.Unlock()
+	}()
+	for {
+		mu.Lock()
+		if len(q) == 0 {
+			ended := eof
+			mu.Unlock()
+			if ended {
+				if tc, ok := server.(*net.TCPConn); ok {
+					tc.CloseWrite() //nolint:errcheck // the server may be gone already
+				}
+				return
+			}
+			<-wake
+			continue
+		}
+		c := q[0]
+		mu.Unlock()
+		if d := time.Until(c.due); d > 0 {
+			t := time.NewTimer(d)
+			<-t.C
+		}
+		ok := p.forward(server, c.b, false)
+		mu.Lock()
+		q = q[1:]
+		gone := eof
+		mu.Unlock()
+		if c.held && ok {
+			p.delivered.Add(1)
+			if gone {
+				p.afterClose.Add(1)
+			}
+		}
+		done(c)
+		if !ok {
 			return
 		}
 	}

@@ -110,3 +110,67 @@ func TestStartOn(t *testing.T) {
 		t.Fatalf("read %q, %v through the proxy; want \"hi\\n\"", line, err)
 	}
 }
+
+// SetLate: a request held back is delivered after its client gave up and
+// closed the connection, and later requests on a connection wait behind the
+// held ones.
+func TestLateDelivery(t *testing.T) {
+	addr, got := echo(t)
+	p, err := Start(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const late = 300 * time.Millisecond
+	p.SetLate(late)
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	c.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	c.Write([]byte("late\n"))
+	if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+		t.Fatal("got an answer to a held request")
+	}
+	c.Close() // the client gives up
+	select {
+	case s := <-got:
+		if s != "late\n" {
+			t.Fatalf("server got %q", s)
+		}
+		if d := time.Since(sent); d < late {
+			t.Fatalf("delivered after %v, want at least %v", d, late)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held request was never delivered")
+	}
+	if !p.Drain(5 * time.Second) {
+		t.Fatal("Drain: requests still held")
+	}
+	if held, delivered, after := p.LateStats(); held != 1 || delivered != 1 || after != 1 {
+		t.Errorf("LateStats = %d held, %d delivered, %d after close; want 1, 1, 1", held, delivered, after)
+	}
+
+	// Order: a request sent after SetLate(0) waits for one held before it.
+	p.SetLate(late)
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.Write([]byte("first\n"))
+	time.Sleep(20 * time.Millisecond)
+	p.SetLate(0)
+	c2.Write([]byte("second\n"))
+	c2.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c2)
+	for _, want := range []string{"first\n", "second\n"} {
+		if s, err := r.ReadString('\n'); err != nil || s != want {
+			t.Fatalf("read %q, %v; want %q", s, err, want)
+		}
+		if s := <-got; s != want {
+			t.Fatalf("server got %q, want %q", s, want)
+		}
+	}
+}
