@@ -90,7 +90,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 					// Put on an etcd lease that expired and awaits revocation:
 					// the key goes with it. Free it now and start again.
 					s.forget(g)
-					s.deleteGrant(ctx, key, owner, rev)
+					s.deleteGrant(ctx, key, owner, rev, ss.id)
 					continue
 				}
 				// The key is ours, but for how long is unknown: a retry of
@@ -137,11 +137,15 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 
 // deleteGrant deletes key if it still holds the grant of owner and token,
 // best effort.
-func (s *Store) deleteGrant(ctx context.Context, key, owner string, token int64) {
+func (s *Store) deleteGrant(ctx context.Context, key, owner string, token int64, lease clientv3.LeaseID) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	// Only while the key is still on this Store's etcd lease: an owner
+	// string may be shared (a semaphore's marker), and another Store that
+	// renewed the key moved it onto an etcd lease of its own.
 	_, _ = s.cli.Txn(dctx).
-		If(clientv3.Compare(clientv3.Value(key), "=", owner), clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
+		If(clientv3.Compare(clientv3.Value(key), "=", owner), clientv3.Compare(clientv3.CreateRevision(key), "=", token),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
 }

@@ -540,7 +540,12 @@ func (s *Store) reap() {
 			ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
 			_, err := s.cli.Txn(ctx).
 				If(clientv3.Compare(clientv3.Value(g.key), "=", g.owner),
-					clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token)).
+					clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token),
+					// Only while the key is still on this Store's etcd
+					// lease: an owner string may be shared (a semaphore's
+					// marker), and another Store that renewed the key moved
+					// it onto an etcd lease of its own.
+					clientv3.Compare(clientv3.LeaseValue(g.key), "=", g.ss.id)).
 				Then(clientv3.OpDelete(g.key)).
 				Commit()
 			cancel()

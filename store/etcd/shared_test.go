@@ -561,3 +561,38 @@ func TestLostAcquireLeavesNoKey(t *testing.T) {
 	}
 	t.Logf("the key of the lost acquire went %v after it was applied", time.Since(applied).Round(time.Millisecond))
 }
+
+// TestSharedOwnerKeyNotReapedByAnotherStore: a key held under an owner
+// string that several Stores share (a semaphore's marker) and renewed by
+// another Store, which moves it onto an etcd lease of its own, is not
+// deleted by the first Store's reaper once the first stops renewing it (the
+// reaper compared only value and create_revision, and deleted a marker
+// still in use: a harness soak on a three-member cluster saw a semaphore
+// marker granted afresh while holders renewed it).
+func TestSharedOwnerKeyNotReapedByAnotherStore(t *testing.T) {
+	first, second := open(t), open(t)
+	ctx := testserver.Ctx(t)
+	r := testserver.Resource(t)
+	const shared = "tenure semaphore of 2 slots"
+	rec, err := first.Acquire(ctx, r, shared, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Acquire(ctx, r, shared, 2*time.Second); err != nil {
+		t.Fatalf("the second Store's acquire for the shared owner: %v", err)
+	}
+	start := time.Now()
+	for time.Since(start) < 5*time.Second {
+		if err := second.Renew(ctx, r, shared, rec.Token, 2*time.Second); err != nil {
+			t.Fatalf("renewing through the second Store after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	got, err := second.Get(ctx, r)
+	if err != nil {
+		t.Fatalf("the key renewed by the second Store: %v", err)
+	}
+	if got.Token != rec.Token {
+		t.Fatalf("token %d; want %d (the key was deleted and granted again)", got.Token, rec.Token)
+	}
+}
