@@ -42,7 +42,7 @@ through, the terminal's foreground on a terminal), with these variables
 added to its environment for the current term:
 
   TENURE_RESOURCE  the resource name
-  TENURE_OWNER     the lease's owner: the --owner id, "#", and a random nonce
+  TENURE_OWNER     the grant's owner string: the --owner id, "#", a random nonce, ".", and the grant's number
   TENURE_TOKEN     the fencing token of the term; it grows with every term
 
 A resource name that starts with "-" goes after "--", with a second "--"

@@ -46,7 +46,7 @@ its own process group, with stdin, stdout and stderr passed through, and
 with these variables added to its environment:
 
   TENURE_RESOURCE  the resource name
-  TENURE_OWNER     the lease's owner: the --owner id, "#", and a random nonce
+  TENURE_OWNER     the grant's owner string: the --owner id, "#", a random nonce, ".", and the grant's number
   TENURE_TOKEN     the fencing token, a number that grows with every grant
   TENURE_SLOT      with --slots N: the slot held, 1 to N
 

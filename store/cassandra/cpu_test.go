@@ -35,7 +35,7 @@ import (
 func TestServerCPUPerGrant(t *testing.T) {
 	pidS := os.Getenv("TENURE_CASSANDRA_PID")
 	if pidS == "" {
-		t.Skip("set TENURE_CASSANDRA_PID to the pid of the Cassandra process at TENURE_CASSANDRA (on this host) to measure")
+		t.Skip("a measurement: set TENURE_CASSANDRA_PID to the pid of the local Cassandra process the tests use")
 	}
 	pid, err := strconv.Atoi(pidS)
 	if err != nil {
