@@ -210,8 +210,19 @@ const MarkerTTL = 30 * time.Second
 // number of slots shares) the semaphore's marker lease for MarkerTTL. It
 // returns an error wrapping ErrSlotsMismatch when holders of another
 // number of slots hold it.
+//
+// The marker's owner string is shared, so a marker acquire whose outcome is
+// unknown (a lost answer; on Cassandra, contention among holders renewing
+// it at once) is simply made again, up to three times while ctx lasts:
+// whichever of them was applied, the marker is this number's.
 func (s *Semaphore) marker(ctx context.Context) error {
-	_, err := s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), MarkerTTL)
+	var err error
+	for try := 0; try < 3; try++ {
+		_, err = s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), MarkerTTL)
+		if !errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
+			break
+		}
+	}
 	var held *HeldError
 	switch {
 	case err == nil:
