@@ -109,10 +109,7 @@ func testSemaphoreFullAndHolders(t *testing.T, cfg Config) {
 	e := newEnv(t, cfg)
 	ctx := ctxT(t)
 	r := e.res("sem")
-	a, err := e.locker(e.store).Semaphore(r, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := e.semaphore(r, 2)
 	s1, err := a.TryAcquire(ctx, longTTL)
 	if err != nil {
 		t.Fatal(err)
@@ -124,10 +121,7 @@ func testSemaphoreFullAndHolders(t *testing.T, cfg Config) {
 	if s1.Slot == s2.Slot {
 		t.Fatalf("both grants on slot %d", s1.Slot)
 	}
-	b, err := e.locker(e.store).Semaphore(r, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := e.semaphore(r, 2)
 	_, err = b.TryAcquire(ctx, longTTL)
 	var held *tenure.SlotsHeldError
 	if !errors.As(err, &held) || !errors.Is(err, tenure.ErrHeld) {
@@ -171,23 +165,27 @@ func testSemaphoreSlotsMismatch(t *testing.T, cfg Config) {
 	e := newEnv(t, cfg)
 	ctx := ctxT(t)
 	r := e.res("sem")
-	a, err := e.locker(e.store).Semaphore(r, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := e.semaphore(r, 2)
 	sl, err := a.TryAcquire(ctx, longTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sl.Release(ctx)
-	b, err := e.locker(e.store).Semaphore(r, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := e.semaphore(r, 3)
 	if got, err := b.TryAcquire(ctx, longTTL); !errors.Is(err, tenure.ErrSlotsMismatch) {
 		if err == nil {
 			got.Release(ctx)
 		}
 		t.Fatalf("TryAcquire with 3 slots while 2 are in use: %v; want ErrSlotsMismatch", err)
 	}
+}
+
+// semaphore returns a Semaphore of slots slots on r, on a Locker of its own.
+func (e *env) semaphore(r string, slots int) *tenure.Semaphore {
+	e.t.Helper()
+	sem, err := e.locker(e.store).Semaphore(r, slots)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return sem
 }
