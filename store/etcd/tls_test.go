@@ -30,7 +30,7 @@ import (
 // answers a read.
 func startTLSEtcd(t *testing.T, p testserver.PKI, dir string, clientAuth bool) string {
 	t.Helper()
-	bin := testserver.OwnBinary(t, "/usr/bin/etcd", "etcd-server")
+	bin := etcdBinary(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testserver.FreePort(t)))
 	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(testserver.FreePort(t)))
 	args := []string{

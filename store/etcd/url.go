@@ -17,7 +17,7 @@ func init() {
 	store.Register(store.Driver[Config, *Store]{
 		Schemes: []string{"etcd"},
 		Usage: "etcd://[user:password@]host1:2379[,host2:2379][?param=value&...]  an etcd cluster " +
-			"(parameters: prefix, dial_timeout, tls, ca, cert, key, username, password)",
+			"(parameters: prefix, dial_timeout, tls, ca, cert, key, username, password, allow_unsafe_server)",
 		Parse:    ParseURL,
 		Open:     Open,
 		CheckTTL: Config.CheckTTL,
@@ -33,7 +33,9 @@ func init() {
 // system's CAs), ca=FILE (PEM CAs; implies TLS), cert=FILE and key=FILE
 // (client certificate; imply TLS), username=NAME and password=SECRET
 // (instead of the user info), dial_timeout=DURATION (default 5s),
-// prefix=KEYPREFIX. Any other option is an error. The error describes a
+// prefix=KEYPREFIX, allow_unsafe_server=true (Config.AllowUnsafeServer:
+// accept etcd releases with known lease-safety bugs). Any other option is an
+// error. The error describes a
 // malformed URL and never contains the password.
 func ParseURL(raw string) (Config, error) {
 	rest, ok := strings.CutPrefix(raw, "etcd://")
@@ -104,8 +106,12 @@ func ParseURL(raw string) (Config, error) {
 			cfg.Client.DialTimeout = d
 		case "prefix":
 			cfg.Prefix = v
+		case "allow_unsafe_server":
+			if cfg.AllowUnsafeServer, err = strconv.ParseBool(v); err != nil {
+				return Config{}, fmt.Errorf("etcd store: allow_unsafe_server=%q is not a boolean", v)
+			}
 		default:
-			return Config{}, fmt.Errorf("etcd store: unknown URL option %q (known: tls, ca, cert, key, username, password, dial_timeout, prefix)", k)
+			return Config{}, fmt.Errorf("etcd store: unknown URL option %q (known: tls, ca, cert, key, username, password, dial_timeout, prefix, allow_unsafe_server)", k)
 		}
 	}
 	if useTLS || ca != "" || cert != "" || key != "" {
