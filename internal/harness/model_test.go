@@ -235,6 +235,20 @@ func TestModel(t *testing.T) {
 			granted("A", 0, 10, 1),
 			held("B", 4600, 4610, "A", 1),
 		}, "Illegal"},
+		{"etcd: an acquire whose outcome is unknown may leave a key that ends before its TTL (its shared etcd lease's keep-alive was not confirmed)", EtcdProfile, nil, []op{
+			acq("A", 0, 2000, ResUnknown),
+			held("B", 10, 20, "A", 3),
+			granted("B", 900, 910, 4),
+		}, "Ok"},
+		{"redis: an acquire whose outcome is unknown keeps its TTL if applied", RedisProfile, nil, []op{
+			acq("A", 0, 2000, ResUnknown),
+			held("B", 10, 20, "A", 3),
+			granted("B", 900, 910, 4),
+		}, "Illegal"},
+		{"etcd: a confirmed grant keeps its TTL", EtcdProfile, nil, []op{
+			granted("A", 0, 10, 3),
+			granted("B", 900, 910, 4),
+		}, "Illegal"},
 		{"postgres: granted before the TTL", PostgresProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			granted("B", 900, 950, 2),

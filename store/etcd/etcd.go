@@ -1,6 +1,18 @@
 // Package etcd is a driver.Store on etcd, through go.etcd.io/etcd/client/v3
-// (client v3.6, tested against etcd server 3.4.23 as Debian ships it; the v3
-// gRPC API it uses exists unchanged since etcd 3.3).
+// (client v3.6, tested against etcd server 3.6.16). Open refuses etcd
+// releases with known lease-safety bugs (ErrUnsafeServer: before 3.5.23, and
+// 3.6 before 3.6.5), unless Config.AllowUnsafeServer is set.
+//
+// # Keep-alives and raft terms
+//
+// A keep-alive confirms a shared etcd lease only when a linearizable read
+// sent after its answer is served in the same raft term as the answer: a
+// leader that was stopped and runs again answers keep-alives from its own
+// memory until it learns of the newer term (sameTerm in session.go). What the
+// store cannot prevent: such a leader may also have the revocation of live
+// etcd leases applied (etcd-io/etcd#15247, open on 3.6.16 for a stopped
+// leader; docs/stores.md), deleting keys whose holders still trust them
+// until their next renewal.
 //
 // # Keys, shared etcd leases and tokens
 //
@@ -128,6 +140,12 @@ type Config struct {
 	// MaxTxnOps is the most keys one batch renewal checks in one Txn: the
 	// server's --max-txn-ops (default 128, the default here too).
 	MaxTxnOps int
+
+	// AllowUnsafeServer lets Open accept etcd members whose release has
+	// known lease-safety bugs (ErrUnsafeServer: every release before 3.5.23,
+	// 3.6 before 3.6.5). With it, a paused or overloaded etcd leader can
+	// delete the key of a lease its holder still trusts.
+	AllowUnsafeServer bool
 }
 
 // Store is a driver.Store, driver.Notifier and driver.BatchRenewer on
@@ -164,7 +182,10 @@ type Store struct {
 
 // Open connects to etcd and checks that the cluster answers a linearizable
 // read, within the dial timeout (and ctx). Bad configuration returns an
-// error before any I/O.
+// error before any I/O. Unless cfg.AllowUnsafeServer is set, it asks each
+// endpoint for its server version (one Status call each, in parallel,
+// within the same timeout) and returns an error wrapping ErrUnsafeServer
+// when a member that answers runs a release with known lease-safety bugs.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Client.Endpoints) == 0 {
 		return nil, errors.New("etcd store: no endpoints")
@@ -193,6 +214,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, err := cli.Get(cctx, cfg.Prefix, clientv3.WithCountOnly()); err != nil {
 		cli.Close()
 		return nil, connectErr(cc, err)
+	}
+	if !cfg.AllowUnsafeServer {
+		if err := checkServers(cctx, cli, cc.Endpoints); err != nil {
+			cli.Close()
+			return nil, err
+		}
 	}
 	if cfg.MaxTxnOps <= 0 {
 		cfg.MaxTxnOps = DefaultMaxTxnOps

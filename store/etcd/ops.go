@@ -123,7 +123,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			case <-time.After(100 * time.Millisecond):
 				continue
 			case <-ctx.Done():
-				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, context.Cause(ctx))
+				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, ctxErr(ctx))
 			}
 		}
 		holder := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
@@ -463,7 +463,7 @@ func (s *Store) checkItems(ctx context.Context, items []renewItem, errs []error,
 				resp, err = s.check(ctx, gs)
 				<-s.checks
 			case <-ctx.Done():
-				err = context.Cause(ctx)
+				err = ctxErr(ctx)
 			}
 			for j, it := range part {
 				g := it.g

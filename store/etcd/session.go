@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -219,6 +220,9 @@ func (ss *session) startLocked(now time.Time) *keepAlive {
 	started := ss.s.goBackground(func() {
 		ctx, cancel := context.WithTimeout(ss.s.bgCtx, timeout)
 		resp, err := ss.s.cli.KeepAliveOnce(ctx, ss.id)
+		if err == nil {
+			err = ss.s.sameTerm(ctx, resp.ResponseHeader)
+		}
 		cancel()
 		ss.mu.Lock()
 		switch {
@@ -247,6 +251,40 @@ func (ss *session) startLocked(now time.Time) *keepAlive {
 }
 
 var errClosed = errors.New("the store is closed")
+
+// errDeposedLeader means that a keep-alive was answered in a raft term that
+// had ended by the time a linearizable read that followed it was served:
+// a leader that was paused or cut off may have renewed the etcd lease in
+// its own memory only, while the cluster's leader let it expire.
+var errDeposedLeader = errors.New("keep-alive answered in a raft term that has ended (a deposed leader may have answered it)")
+
+// sameTerm confirms a keep-alive answered with header hdr: a linearizable
+// read sent after the answer (one Range of a single key, count only) must
+// be served in the same raft term. etcd renews leases in the leader's
+// memory, outside raft, and a leader that was stopped (SIGSTOP, a frozen
+// VM) answers keep-alives when it runs again until it learns of the newer
+// term, even on etcd 3.6: its leadership check trusts a member whose raft
+// loop ticked recently, which a resumed process does at once (etcd
+// server/etcdserver/server.go, ensureLeadership and isActive). Terms only
+// grow and each has at most one leader, so an answer whose term is still
+// current after it came from the leader of that term or a follower that
+// forwarded to it. The read goes through raft's ReadIndex, which a deposed
+// leader cannot serve. Cost: one read per keep-alive (keep-alives are per
+// shared etcd lease, a few per margin, and mostly off the operations'
+// path).
+func (s *Store) sameTerm(ctx context.Context, hdr *etcdserverpb.ResponseHeader) error {
+	if hdr == nil {
+		return errors.New("keep-alive answer without a header")
+	}
+	r, err := s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("keep-alive: confirming the raft term: %w", err)
+	}
+	if r.Header == nil || r.Header.RaftTerm != hdr.RaftTerm {
+		return errDeposedLeader
+	}
+	return nil
+}
 
 // goBackground runs f in a goroutine that Close waits for, unless the Store
 // is closed (then it returns false).
@@ -277,7 +315,7 @@ func wait(ctx context.Context, f *keepAlive) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("keep-alive: %w", context.Cause(ctx))
+		return fmt.Errorf("keep-alive: %w", ctxErr(ctx))
 	}
 }
 
@@ -352,9 +390,25 @@ func (s *Store) session(ctx context.Context, secs int64) (*session, error) {
 			}
 			return p.ss, nil
 		case <-ctx.Done():
-			return nil, context.Cause(ctx)
+			return nil, ctxErr(ctx)
 		}
 	}
+}
+
+// ctxErr is the error of an operation cut short because ctx ended: it wraps
+// ctx.Err() (context.Canceled or context.DeadlineExceeded) and names the
+// cause, without wrapping it. A Locker cancels the contexts of its store
+// calls with causes that wrap ErrLeaseLost (a release, a loss); an error
+// that wrapped them would read as the store's answer that the lease is lost
+// (the harness recorded such a renewal as "lost" and the release that
+// followed as "released": not linearizable, seed 3670411738911098 on etcd
+// 3.6.16).
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w (%v)", err, cause)
+	}
+	return err
 }
 
 func (s *Store) grantSession(ctx context.Context, secs int64) (*session, error) {

@@ -27,6 +27,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -133,6 +134,7 @@ var tests = []test{
 	{name: "Renew", f: testRenew},
 	{name: "Release", f: testRelease},
 	{name: "ReleaseTwice", f: testReleaseTwice},
+	{name: "CancelledCallNotLost", f: testCancelledCallNotLost},
 	{name: "ExpiryFreesResource", f: testExpiry},
 	{name: "StaleOwnerOrToken", f: testStale},
 	{name: "RenewNeverRevives", f: testRenewNeverRevives},
@@ -400,6 +402,39 @@ func testReleaseTwice(t *testing.T, cfg Config) {
 		t.Fatalf("Renew after Release: %v; want ErrLeaseLost", err)
 	}
 	e.mustFree(ctx, e.res("r"))
+}
+
+// testCancelledCallNotLost: a call on a live lease whose context was
+// cancelled with a cause that wraps ErrLeaseLost (a Locker cancels its
+// renewals so when the lease is released or lost) either succeeds or fails
+// without wrapping ErrLeaseLost: only the store's answer may say that a
+// lease is lost, and the lease stays held. Seen on etcd: a renewal cut short
+// by a release returned the cause, which read as "lost".
+func testCancelledCallNotLost(t *testing.T, cfg Config) {
+	e, ctx := newEnv(t, cfg), ctxT(t)
+	a := e.owner("a")
+	rec := e.mustAcquire(ctx, e.res("r"), a, longTTL)
+	cause := fmt.Errorf("%w: released by its holder (test)", tenure.ErrLeaseLost)
+	cctx, cancel := context.WithCancelCause(ctx)
+	cancel(cause)
+	if err := e.store.Renew(cctx, e.res("r"), a, rec.Token, longTTL); errors.Is(err, tenure.ErrLeaseLost) {
+		t.Fatalf("Renew on a cancelled context: %v; an error that wraps ErrLeaseLost says the store answered so", err)
+	}
+	if err := e.store.Release(cctx, e.res("r"), a, rec.Token); errors.Is(err, tenure.ErrLeaseLost) {
+		t.Fatalf("Release on a cancelled context: %v; an error that wraps ErrLeaseLost says the store answered so", err)
+	}
+	if _, err := e.store.Acquire(cctx, e.res("other"), a, longTTL); errors.Is(err, tenure.ErrLeaseLost) {
+		t.Fatalf("Acquire on a cancelled context: %v", err)
+	}
+	// Whatever the cancelled Release did, the lease was live: held, or
+	// freed by that Release.
+	got, err := e.store.Get(ctx, e.res("r"))
+	switch {
+	case err == nil && (got.Owner != a || got.Token != rec.Token):
+		t.Fatalf("after the cancelled calls: held by %q token %d; want %q token %d or free", got.Owner, got.Token, a, rec.Token)
+	case err != nil && !errors.Is(err, tenure.ErrNotHeld):
+		t.Fatalf("Get: %v", err)
+	}
 }
 
 func testExpiry(t *testing.T, cfg Config) {
