@@ -108,8 +108,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		kinds = env.faults
 	}
 	for _, k := range kinds {
-		if !slices.Contains(env.faults, k) {
-			return nil, fmt.Errorf("harness: fault %q does not apply to %s stores (they have: %s)", k, env.scheme, strings.Join(env.faults, ","))
+		if !slices.Contains(env.faults, k) && !slices.Contains(env.extra, k) {
+			return nil, fmt.Errorf("harness: fault %q does not apply to %s stores (they have: %s)", k, env.scheme, strings.Join(append(slices.Clone(env.faults), env.extra...), ","))
 		}
 	}
 	ff, err := os.OpenFile(filepath.Join(cfg.Out, "faults.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -591,7 +591,7 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		return f, nil
 	case FaultLateDelivery:
 		return o.lateDelivery(ctx, f)
-	case FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange:
+	case FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange, FaultLeaderPause:
 		return o.nodeFault(ctx, f)
 	case FaultServerRestart:
 		return o.serverRestart(ctx, f)
@@ -722,8 +722,27 @@ func (o *orch) operatorFault(ctx context.Context, f Fault) (Fault, error) {
 func (o *orch) nodeFault(ctx context.Context, f Fault) (Fault, error) {
 	nodes := o.env.nodes
 	n := nodes[o.rng.IntN(len(nodes))]
-	f.Target = fmt.Sprintf("node %d", n)
 	bg := context.WithoutCancel(ctx)
+	if o.env.scheme == "etcd" && (f.Kind == FaultNodePause || f.Kind == FaultLeaderPause) {
+		// An etcd leader stopped for longer than the TTL revokes, when it
+		// runs again, leases that were kept alive (leader-pause, outside
+		// the contract): node-pause stops a follower, leader-pause the
+		// leader.
+		out, err := runScript(bg, o.env.nodeScript, "leader")
+		leader, perr := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil || perr != nil {
+			return f, fmt.Errorf("harness: which etcd member leads: %q: %w", out, errors.Join(err, perr))
+		}
+		if f.Kind == FaultLeaderPause {
+			n = leader
+		} else if n == leader {
+			n = nodes[(slices.Index(nodes, n)+1+o.rng.IntN(len(nodes)-1))%len(nodes)]
+		}
+	}
+	f.Target = fmt.Sprintf("node %d", n)
+	if f.Kind == FaultLeaderPause {
+		f.Target = fmt.Sprintf("node %d (the raft leader)", n)
+	}
 	switch f.Kind {
 	case FaultLeaderChange:
 		// Move the raft leader to member n, or to another one when n leads.
@@ -745,7 +764,7 @@ func (o *orch) nodeFault(ctx context.Context, f Fault) (Fault, error) {
 		f.End = MonoNow()
 		f.Detail = fmt.Sprintf("down %v before restart", d.Round(time.Millisecond))
 		return f, err
-	case FaultNodePause:
+	case FaultNodePause, FaultLeaderPause:
 		d := o.between(1.5, 3)
 		f.Start = MonoNow()
 		if err := o.script(bg, "pause", strconv.Itoa(n)); err != nil {
