@@ -86,12 +86,17 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 				life: time.Duration(secs) * time.Second}
 			s.add(g)
 			if err := wait(ctx, f); err != nil {
-				if errors.Is(err, errSessionGone) && attempt < 3 {
+				if errors.Is(err, errSessionGone) {
 					// Put on an etcd lease that expired and awaits revocation:
-					// the key goes with it. Free it now and start again.
+					// the key goes with it. Neither deleted here nor tried
+					// again in this call: each call has one effect that
+					// others can see (a reader saw this key between a delete
+					// and a retry that then answered "held": not
+					// linearizable, seed 3670411738911098). The caller's
+					// retry with the same owner finds the key (or its
+					// absence) and grants anew once it is gone.
 					s.forget(g)
-					s.deleteGrant(ctx, key, owner, rev, ss.id)
-					continue
+					return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: put on an etcd lease that has expired: %w", resource, err))
 				}
 				// The key is ours, but for how long is unknown: a retry of
 				// this grant finds it and renews it.
@@ -133,21 +138,6 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		}
 		return driver.Record{}, &driver.HeldError{Holder: holder}
 	}
-}
-
-// deleteGrant deletes key if it still holds the grant of owner and token,
-// best effort.
-func (s *Store) deleteGrant(ctx context.Context, key, owner string, token int64, lease clientv3.LeaseID) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	// Only while the key is still on this Store's etcd lease: an owner
-	// string may be shared (a semaphore's marker), and another Store that
-	// renewed the key moved it onto an etcd lease of its own.
-	_, _ = s.cli.Txn(dctx).
-		If(clientv3.Compare(clientv3.Value(key), "=", owner), clientv3.Compare(clientv3.CreateRevision(key), "=", token),
-			clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
 }
 
 // wholeSeconds returns ttl in whole seconds, rounded up.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenure-go/tenure/clock"
@@ -151,5 +152,66 @@ func TestRenewCutShortIsNotLost(t *testing.T) {
 	}
 	if err := s.Release(ctx, "a", "owner-a", a.Token); err != nil {
 		t.Fatalf("release after the cut renewal: %v", err)
+	}
+}
+
+// goneLease answers keep-alives with "lease not found" while gone is set.
+type goneLease struct {
+	clientv3.Lease
+	gone atomic.Bool
+}
+
+func (l *goneLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	if l.gone.Load() {
+		return nil, rpctypes.ErrLeaseNotFound
+	}
+	return l.Lease.KeepAliveOnce(ctx, id)
+}
+
+// TestAcquireOnExpiredSessionHasOneEffect: an acquire whose put landed on a
+// shared etcd lease that a keep-alive then finds gone reports an unknown
+// outcome and leaves the key to go with its etcd lease; it neither deletes
+// the key nor grants again within the same call, so that what readers see
+// of it is one effect (the harness saw a reader find such a key, and the
+// call, after deleting it and trying again, answer "held": not
+// linearizable). Fails on the code that deleted and retried: the call was
+// granted a second token.
+func TestAcquireOnExpiredSessionHasOneEffect(t *testing.T) {
+	u := testserver.Env(t, "TENURE_ETCD", "etcd")
+	if !strings.HasPrefix(u, "etcd://") {
+		u = "etcd://" + u
+	}
+	cfg, err := ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Prefix = "/tenure-test/one-effect/" + time.Now().Format("150405.000000000") + "/"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fc := clock.NewFake()
+	s.clock = fc
+	fake := &goneLease{Lease: s.cli.Lease}
+	s.cli.Lease = fake
+
+	if _, err := s.Acquire(ctx, "a", "owner-a", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(1500 * time.Millisecond) // the next acquire needs a keep-alive
+	fake.gone.Store(true)
+	rec, err := s.Acquire(ctx, "b", "owner-b", 2*time.Second)
+	if !errors.Is(err, driver.ErrUnknownOutcome) {
+		t.Fatalf("acquire on an etcd lease found gone: %+v, %v; want an unknown outcome", rec, err)
+	}
+	resp, err := s.cli.Get(ctx, s.key("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "owner-b" || resp.Kvs[0].Version != 1 {
+		t.Fatalf("key after the call: %v; want the one put, untouched (its etcd lease takes it)", resp.Kvs)
 	}
 }
