@@ -263,3 +263,14 @@ func lastToken(t *testing.T, path string) uint64 {
 	}
 	return v
 }
+
+// TestVersion: "tenure version" prints one line naming tenure and the Go
+// toolchain, and exits 0 without a store.
+func TestVersion(t *testing.T) {
+	e := newEnv(t)
+	e.store = "postgres://nobody@127.0.0.1:1/none" // never opened
+	code, stdout, stderr := e.run("version")
+	if code != 0 || !strings.HasPrefix(stdout, "tenure ") || !strings.Contains(stdout, " go1.") || strings.Count(stdout, "\n") != 1 {
+		t.Fatalf("tenure version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}

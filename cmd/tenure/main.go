@@ -253,7 +253,7 @@ Store URLs:
 	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
 
-	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd())
+	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newVersionCmd())
 	a.root = root
 	return root
 }
