@@ -187,7 +187,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 		Identity:    ownerID,
 		TTL:         f.ttl,
 		RetryPeriod: f.retry,
-		Logger:      a.log,
+		Logger:      a.libraryLog(),
 		// A forced release or a takeover stops the singleton within a round
 		// trip on stores that notify, as for tenure run.
 		ReleaseWatch: true,

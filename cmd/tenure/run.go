@@ -243,7 +243,7 @@ func (a *app) run(c *cobra.Command, f *runFlags, args []string) error {
 	// WithReleaseWatch: on stores that announce releases, a lease freed or
 	// taken by someone else ends within a round trip, and the command is
 	// stopped then, not at the next renewal.
-	lk, err := tenure.New(st, tenure.WithOwnerID(ownerID), tenure.WithLogger(a.log), tenure.WithReleaseWatch())
+	lk, err := tenure.New(st, tenure.WithOwnerID(ownerID), tenure.WithLogger(a.libraryLog()), tenure.WithReleaseWatch())
 	if err != nil {
 		stopWatch()
 		return fail(exitSoftware, "run: %s", errText(err))

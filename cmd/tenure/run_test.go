@@ -300,6 +300,11 @@ func TestRunLostLeaseGraceThenKill(t *testing.T) {
 	if msg := a.stderr(); !strings.Contains(msg, "lost") || !strings.Contains(msg, "SIGKILL") {
 		t.Fatalf("alpha's stderr should report the loss and the SIGKILL:\n%s", msg)
 	}
+	// Once: tenure's sentence, not also the library's "lease lost" warning
+	// (a new user saw both, one after the other).
+	if msg := a.stderr(); strings.Count(msg, "lost while the command ran") != 1 || strings.Contains(msg, `msg="lease lost"`) {
+		t.Fatalf("alpha's stderr should report the loss once:\n%s", msg)
+	}
 	waitFor(t, 5*time.Second, "alpha's command to be gone", func() bool { return processGone(ai.pid) })
 
 	evs := readEvents(t, out)

@@ -8,7 +8,9 @@ package main
 // and a name of 100 KB would flood it.
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"unicode"
@@ -82,4 +84,42 @@ func shorten(s string, limit int) string {
 		start++
 	}
 	return fmt.Sprintf("%s…(%d bytes)…%s", s[:head], start-head, s[start:])
+}
+
+// libraryLog is the logger given to the library (Locker, election): a.log,
+// except that the library's "lease lost" warning is logged at debug level,
+// because run and elect say the same in a sentence of their own on stderr
+// (the warning and the sentence both appeared, one after the other).
+func (a *app) libraryLog() *slog.Logger {
+	return slog.New(demoteHandler{Handler: a.log.Handler(), msgs: map[string]bool{"lease lost": true}})
+}
+
+// demoteHandler logs records whose message is in msgs at debug level.
+type demoteHandler struct {
+	slog.Handler
+	msgs map[string]bool
+}
+
+func (h demoteHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	// The message is not known here: let records through that the inner
+	// handler takes at any level, and decide in Handle.
+	return h.Handler.Enabled(ctx, l) || h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h demoteHandler) Handle(ctx context.Context, r slog.Record) error {
+	if h.msgs[r.Message] && r.Level > slog.LevelDebug {
+		r.Level = slog.LevelDebug
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h demoteHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return demoteHandler{Handler: h.Handler.WithAttrs(as), msgs: h.msgs}
+}
+
+func (h demoteHandler) WithGroup(name string) slog.Handler {
+	return demoteHandler{Handler: h.Handler.WithGroup(name), msgs: h.msgs}
 }
