@@ -649,7 +649,14 @@ func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end i
 					continue
 				}
 				active[e.h] = true
-				n := bySem[sem][0].Slots
+				// Every holder trusts at most its own number of slots
+				// (holders of one semaphore may be started with different
+				// numbers: the marker must keep them apart), so the limit
+				// is the least among the holders at this instant.
+				n := e.h.Slots
+				for a := range active {
+					n = min(n, a.Slots)
+				}
 				if len(active) <= n {
 					continue
 				}

@@ -252,6 +252,18 @@ func TestCheckSemaphore(t *testing.T) {
 	if r.ViolationsByKind["exclusion-trust"] != 0 {
 		t.Errorf("exclusion-trust across different slots: %v", r.ViolationsByKind)
 	}
+	// Holders started with different numbers of slots: a holder of 3 slots
+	// first, then two holders of 2 beside it. Three holders is one more than
+	// a holder of 2 trusts, whichever holder came first (the check used
+	// the first holder's number, 3, and missed it).
+	mixed := []*History{
+		slotHist("D", 3, 3, 1, 0, 300),
+		slotHist("A", 1, 2, 1, 100, 500),
+		slotHist("B", 2, 2, 1, 150, 700),
+	}
+	if r := check(mixed); r.ViolationsByKind["semaphore-trust"] == 0 {
+		t.Fatalf("holders of 2 slots beside a holder of 3, three at once: no violation (%v)", r.ViolationsByKind)
+	}
 }
 
 // An overlap right after an operator deleted the holder's lease is outside

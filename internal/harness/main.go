@@ -81,6 +81,7 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.BoolVar(&cfg.SharedOwner, "shared-owner", false, "the workers give the store one owner string per Locker instead of one per grant, as tenure did before grant identity (deliberately unsafe; the checker must report violations)")
 	fs.StringVar(&cfg.Workload, "workload", WorkloadReacquire, "what the -workers workers do: lease (rest before every acquire) or reacquire (after a loss, acquire again at once with the same Locker)")
 	fs.IntVar(&cfg.SemWorkers, "sem-workers", 3, "workers that hold slots of a semaphore (on a resource of their own), besides the -workers workers")
+	fs.BoolVar(&cfg.SemMixed, "sem-mixed", false, "start the semaphore workers with different settings: every other one with twice the TTL, the last one with one slot more (the marker must keep it apart)")
 	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots")
 	fs.StringVar(&out, "out", "", "output directory for histories, logs and report.json (default: a new temporary directory)")
 	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability that a worker exits without releasing after a piece of work")

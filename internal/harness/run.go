@@ -45,6 +45,13 @@ type Config struct {
 	// a resource of their own (WorkloadSemaphore).
 	SemWorkers int
 	Slots      int
+	// SemMixed starts the semaphore workers with different settings, as
+	// processes of one deployment may be during a rollout: every other one
+	// with twice the TTL, and the last one with one slot more (its marker
+	// must keep it apart from holders of Slots slots, with
+	// ErrSlotsMismatch). The kind of the marker-TTL bug, where a short-TTL
+	// holder shortened the shared marker.
+	SemMixed bool
 
 	// ServerFaults allows faults that crash and restart the store's server
 	// (server-restart on PostgreSQL, through PostgresScript); the server
@@ -237,6 +244,21 @@ type slot struct {
 // semResource is the semaphore workers' resource.
 func (o *orch) semResource() string { return o.resource + "-sem" }
 
+// semSettings returns the TTL and number of slots of semaphore worker idx
+// with SemMixed: twice the TTL for every other one, one slot more for the
+// last one.
+func (o *orch) semSettings(idx int) (time.Duration, int) {
+	k := idx - o.cfg.Workers
+	ttl, slots := o.cfg.TTL, o.cfg.Slots
+	if k%2 == 1 {
+		ttl *= 2
+	}
+	if k == o.cfg.SemWorkers-1 {
+		slots++
+	}
+	return ttl, slots
+}
+
 // resources lists every lease name of the run: the lease workers'
 // resource, the semaphore's slots and its marker.
 func (o *orch) resources() []string {
@@ -244,6 +266,11 @@ func (o *orch) resources() []string {
 	if o.cfg.SemWorkers > 0 {
 		for i := 1; i <= o.cfg.Slots; i++ {
 			rs = append(rs, tenure.SlotName(o.semResource(), i, o.cfg.Slots))
+		}
+		if o.cfg.SemMixed {
+			for i := 1; i <= o.cfg.Slots+1; i++ {
+				rs = append(rs, tenure.SlotName(o.semResource(), i, o.cfg.Slots+1))
+			}
 		}
 		rs = append(rs, tenure.MarkerName(o.semResource()))
 	}
@@ -269,15 +296,19 @@ func (o *orch) startLocked(s *slot) error {
 	name := fmt.Sprintf("w%02d-%03d", s.idx, s.gen)
 	hist := filepath.Join(o.cfg.Out, "histories", name+".jsonl")
 	resource, workload := o.resource, o.cfg.Workload
+	ttl, slots := o.cfg.TTL, o.cfg.Slots
 	if s.sem {
 		resource, workload = o.semResource(), WorkloadSemaphore
+		if o.cfg.SemMixed {
+			ttl, slots = o.semSettings(s.idx)
+		}
 	}
 	args := append(slices.Clone(o.cfg.ExeArgs), "worker",
 		"-store", o.env.workerURL,
 		"-resource", resource,
 		"-workload", workload,
-		"-slots", strconv.Itoa(o.cfg.Slots),
-		"-ttl", o.cfg.TTL.String(),
+		"-slots", strconv.Itoa(slots),
+		"-ttl", ttl.String(),
 		"-retry", o.cfg.Retry.String(),
 		"-history", hist,
 		"-worker", strconv.Itoa(s.idx),
