@@ -84,7 +84,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			rev := resp.Header.Revision
 			g := &grant{key: key, resource: resource, owner: owner, token: rev, mod: rev, ss: ss,
 				life: time.Duration(secs) * time.Second}
-			s.add(g)
+			if !s.addChecked(g) {
+				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: %w", resource, errGhostDeleting))
+			}
 			if err := wait(ctx, f); err != nil {
 				if errors.Is(err, errSessionGone) {
 					// Put on an etcd lease that expired and awaits revocation:
@@ -103,7 +105,10 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: %w", resource, err))
 			}
 			if !s.confirm(g) {
-				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: taken by the reaper while the keep-alive ran", resource)
+				// The put was applied (readers may have seen it) and the
+				// reaper has deleted it, or is deleting it: not a definite
+				// failure, an unknown outcome (found by a review).
+				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: taken by the reaper while the keep-alive ran", resource))
 			}
 			return driver.Record{Resource: resource, Owner: owner, Token: uint64(rev), TTL: ttl,
 				Remaining: time.Duration(secs) * time.Second}, nil
@@ -282,7 +287,9 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 		f := ss.start(begin.Add(ttl))
 		ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: kv.ModRevision, ss: ss,
 			life: time.Duration(secs) * time.Second}
-		s.add(ng)
+		if !s.addChecked(ng) {
+			return driver.UnknownOutcome(fmt.Errorf("etcd store: renew %q: %w", resource, errGhostDeleting))
+		}
 		return s.settle(ctx, ng, f)
 	}
 	// Prove the etcd lease alive now, so that moving the key cannot revive
@@ -324,7 +331,11 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: resp.Header.Revision, ss: ss,
 		life: time.Duration(secs) * time.Second}
-	s.add(ng)
+	if !s.addChecked(ng) {
+		// An earlier move of this key whose answer was lost left a ghost
+		// whose delete is in flight: it may take the key just moved.
+		return driver.UnknownOutcome(fmt.Errorf("etcd store: renew %q: %w", resource, errGhostDeleting))
+	}
 	return s.settle(ctx, ng, f)
 }
 

@@ -457,6 +457,10 @@ func (s *Store) lookup(key, owner string, token uint64) *grant {
 func (s *Store) add(g *grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.addLocked(g)
+}
+
+func (s *Store) addLocked(g *grant) {
 	if old := s.grants[g.key]; old != nil {
 		s.dropLocked(old)
 	}
@@ -524,6 +528,10 @@ type ghost struct {
 	ss         *session
 	next       time.Time // the next check (s.clock)
 	every      time.Duration
+	// deleting: exorcise found the key without a grant and its delete is
+	// in flight (guarded by Store.mu); addChecked refuses to confirm a
+	// grant of the key meanwhile.
+	deleting bool
 }
 
 // addGhost records a put of key by owner on ss whose outcome is unknown.
@@ -626,18 +634,52 @@ func (s *Store) exorcise(h *ghost) {
 	if string(kv.Value) != h.owner || clientv3.LeaseID(kv.Lease) != h.ss.id {
 		return
 	}
+	// Decide and mark under one lock: a grant of the key recorded before
+	// this is kept; one recorded after it (a retry by the same owner that
+	// adopted or re-created the key while the delete is in flight) is not
+	// confirmed (addChecked).
 	s.mu.Lock()
 	g := s.grants[h.key]
-	s.mu.Unlock()
 	if g != nil && g.owner == h.owner && g.ss == h.ss {
+		s.mu.Unlock()
 		return
 	}
+	h.deleting = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		h.deleting = false
+		s.mu.Unlock()
+	}()
 	_, _ = s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(h.key), "=", h.owner),
 			clientv3.Compare(clientv3.CreateRevision(h.key), "=", kv.CreateRevision),
 			clientv3.Compare(clientv3.LeaseValue(h.key), "=", h.ss.id)).
 		Then(clientv3.OpDelete(h.key)).
 		Commit()
+}
+
+// errGhostDeleting means that the key of a grant being confirmed may be
+// deleted by the Store's own exorcise, in flight.
+var errGhostDeleting = errors.New("the store is deleting this owner's key, left by an acquire whose answer was lost")
+
+// addChecked records g as add does, unless a delete of its key and owner by
+// exorcise is in flight (then it records nothing and returns false): found
+// by a review, a retry of an acquire whose answer was lost adopted the key
+// and was confirmed while the exorcise's delete, decided before, landed
+// after it.
+func (s *Store) addChecked(g *grant) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.ghosts {
+		if h.deleting && h.key == g.key && h.owner == g.owner {
+			return false
+		}
+	}
+	// A delete decided after this finds the grant (exorcise checks
+	// s.grants under the same lock) and keeps it.
+	s.addLocked(g)
+	return true
 }
 
 // over reports whether the etcd lease has certainly ended, or no longer
