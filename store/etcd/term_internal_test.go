@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/internal/testserver"
 )
 
 // deposedLease answers keep-alives as the real server does, but, while
@@ -44,22 +42,9 @@ func (l *deposedLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (
 // server; the raft term of the keep-alive's answer is the one thing
 // altered. Fails on the code before sameTerm: the acquire is granted.
 func TestKeepAliveOfDeposedLeaderNotTrusted(t *testing.T) {
-	u := testserver.Env(t, "TENURE_ETCD", "etcd")
-	if !strings.HasPrefix(u, "etcd://") {
-		u = "etcd://" + u
-	}
-	cfg, err := ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Prefix = "/tenure-test/deposed/" + time.Now().Format("150405.000000000") + "/"
+	s := openInternal(t, "deposed")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	fc := clock.NewFake()
 	s.clock = fc
 	fake := &deposedLease{Lease: s.cli.Lease}
@@ -112,22 +97,9 @@ func (l *blockedLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (
 // recorded such a renewal as lost (etcd 3.6.16, seed 3670411738911098).
 // Fails on the code that returned context.Cause.
 func TestRenewCutShortIsNotLost(t *testing.T) {
-	u := testserver.Env(t, "TENURE_ETCD", "etcd")
-	if !strings.HasPrefix(u, "etcd://") {
-		u = "etcd://" + u
-	}
-	cfg, err := ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Prefix = "/tenure-test/cut/" + time.Now().Format("150405.000000000") + "/"
+	s := openInternal(t, "cut")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	fc := clock.NewFake()
 	s.clock = fc
 	blocked := &blockedLease{Lease: s.cli.Lease, release: make(chan struct{})}
@@ -177,22 +149,9 @@ func (l *goneLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*cl
 // linearizable). Fails on the code that deleted and retried: the call was
 // granted a second token.
 func TestAcquireOnExpiredSessionHasOneEffect(t *testing.T) {
-	u := testserver.Env(t, "TENURE_ETCD", "etcd")
-	if !strings.HasPrefix(u, "etcd://") {
-		u = "etcd://" + u
-	}
-	cfg, err := ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Prefix = "/tenure-test/one-effect/" + time.Now().Format("150405.000000000") + "/"
+	s := openInternal(t, "one-effect")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	fc := clock.NewFake()
 	s.clock = fc
 	fake := &goneLease{Lease: s.cli.Lease}
