@@ -78,9 +78,14 @@ var (
 // further away was not written by tenure). Any other row is free: it blocks
 // nobody, and its token still counts for the floor. Every comparison is
 // guarded by a type test, so the condition is never NULL.
-const liveSQL = `(typeof(owner) = 'text' AND owner <> '' AND typeof(token) = 'integer' AND token > 0
+const liveSQL = `(` + mayBeLiveSQL + ` AND expires_ms - ttl_ms <= ?2)`
+
+// mayBeLiveSQL is liveSQL without its bound on the time of the grant: the
+// rows that a read which saw the table at or after ?2 may judge live (see
+// row.liveBetween).
+const mayBeLiveSQL = `(typeof(owner) = 'text' AND owner <> '' AND typeof(token) = 'integer' AND token > 0
 	AND typeof(ttl_ms) = 'integer' AND ttl_ms > 0 AND typeof(epoch) = 'text' AND epoch = ?1
-	AND typeof(expires_ms) = 'integer' AND expires_ms > ?2 AND expires_ms - ttl_ms <= ?2)`
+	AND typeof(expires_ms) = 'integer' AND expires_ms > ?2)`
 
 // tableColumns returns the columns of table, in order; none when it does
 // not exist.

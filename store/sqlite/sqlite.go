@@ -510,13 +510,52 @@ type row struct {
 // live reports whether the row is a live lease at nowMs of epoch: the
 // condition of liveSQL.
 func (r row) live(epoch string, nowMs int64) bool {
+	exp, ttl, ok := r.lease(epoch)
+	return ok && exp > nowMs && exp-ttl <= nowMs
+}
+
+// lease returns the expiry and TTL of a row that has every column of a
+// lease on epoch's clock, with the right types (liveSQL without its
+// clock).
+func (r row) lease(epoch string) (exp, ttl int64, ok bool) {
 	owner, ok1 := r.owner.(string)
 	token, ok2 := r.token.(int64)
 	ttl, ok3 := r.ttl.(int64)
 	e, ok4 := r.epoch.(string)
 	exp, ok5 := r.expires.(int64)
-	return ok1 && ok2 && ok3 && ok4 && ok5 && owner != "" && token > 0 && ttl > 0 && e == epoch &&
-		exp > nowMs && exp-ttl <= nowMs
+	return exp, ttl, ok1 && ok2 && ok3 && ok4 && ok5 && owner != "" && token > 0 && ttl > 0 && e == epoch
+}
+
+// liveness is what a reader knows of a row it read between two clock
+// readings.
+type liveness int
+
+const (
+	dead   liveness = iota // not a live lease at the instant the read saw
+	alive                  // a live lease at that instant
+	unsure                 // its expiry fell between the readings: read again
+)
+
+// liveBetween judges a row that a read saw at some instant between the
+// clock readings before and after its query (WAL readers see a snapshot,
+// and other processes commit while the reader runs). A row expired at
+// before was dead then; a row that expires after after was alive at the
+// instant of the snapshot, since a writer stamps a row with the clock it
+// read before its commit, which is at or before that instant. Expiries in
+// between are unsure. A row stamped after after was not written by tenure
+// (liveSQL's rule). Judging a row at one reading only reports a lease free
+// that was never free: at before, a lease renewed after that reading looks
+// granted in the future; at after, a lease that expired between the
+// snapshot and the reading, renewed meanwhile, looks expired.
+func (r row) liveBetween(epoch string, before, after int64) liveness {
+	exp, ttl, ok := r.lease(epoch)
+	switch {
+	case !ok || exp <= before || exp-ttl > after:
+		return dead
+	case exp > after:
+		return alive
+	}
+	return unsure
 }
 
 // record returns the lease of a live row.
@@ -715,66 +754,128 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	return o.err
 }
 
-// Get implements driver.Store.
+// Get implements driver.Store. The answer is the lease at one instant
+// during the call: the host clock is read before and after the query, and a
+// lease whose expiry falls between the two readings is read again.
 func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return driver.Record{}, err
 	}
-	epoch, now, err := s.clock()
-	if err != nil {
-		return driver.Record{}, err
+	for {
+		epoch, before, err := s.clock()
+		if err != nil {
+			return driver.Record{}, err
+		}
+		r, err := scanRow(s.db.QueryRowContext(ctx, selectRow, resource))
+		if ferr := s.checkFile(); ferr != nil {
+			return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, ferr)
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			return driver.Record{}, fmt.Errorf("sqlite store: %q: %w", resource, driver.ErrNotHeld)
+		}
+		if err != nil {
+			return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, err)
+		}
+		after, err := s.clockAfter(epoch)
+		if err != nil {
+			return driver.Record{}, err
+		}
+		switch r.liveBetween(epoch, before.Milliseconds(), after) {
+		case alive:
+			return r.record(resource, after), nil
+		case dead:
+			return driver.Record{}, fmt.Errorf("sqlite store: %q: %w", resource, driver.ErrNotHeld)
+		}
+		if err := ctx.Err(); err != nil {
+			return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, err)
+		}
 	}
-	nowMs := now.Milliseconds()
-	r, err := scanRow(s.db.QueryRowContext(ctx, selectRow, resource))
-	if ferr := s.checkFile(); ferr != nil {
-		return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, ferr)
-	}
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return driver.Record{}, fmt.Errorf("sqlite store: get %q: %w", resource, err)
-	}
-	if errors.Is(err, sql.ErrNoRows) || !r.live(epoch, nowMs) {
-		return driver.Record{}, fmt.Errorf("sqlite store: %q: %w", resource, driver.ErrNotHeld)
-	}
-	return r.record(resource, nowMs), nil
 }
 
-// List implements driver.Store.
+// clockAfter reads the host clock after a query that followed a reading on
+// epoch's clock, in milliseconds. A new epoch (the clock restarted, which a
+// test's clock can do) is an error: the reading before no longer counts.
+func (s *Store) clockAfter(epoch string) (int64, error) {
+	e, now, err := s.clock()
+	if err != nil {
+		return 0, err
+	}
+	if e != epoch {
+		return 0, fmt.Errorf("sqlite store: the host clock restarted (boot id %q, was %q) during a read", e, epoch)
+	}
+	return now.Milliseconds(), nil
+}
+
+// List implements driver.Store. Like Get, it reads the host clock before
+// and after its query, and reads again when a lease's expiry falls between
+// the two readings, so the list is the leases at one instant during the
+// call.
 func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
+	for {
+		out, again, err := s.listOnce(ctx, prefix)
+		if err != nil || !again {
+			return out, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
+		}
+	}
+}
+
+// listOnce is one reading of List; again is true when a lease's expiry fell
+// between the clock readings around the query.
+func (s *Store) listOnce(ctx context.Context, prefix string) (out []driver.Record, again bool, err error) {
 	epoch, now, err := s.clock()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	nowMs := now.Milliseconds()
+	before := now.Milliseconds()
 	// Resource names are valid UTF-8, which never holds the byte 0xff, so
-	// prefix+"\xff" bounds the range of names that start with prefix.
+	// prefix+"\xff" bounds the range of names that start with prefix. The
+	// query keeps every row that may have been live at the instant it saw
+	// (liveSQL at before, without its bound on the grant's time, which
+	// liveBetween checks at after).
 	rows, err := s.db.QueryContext(ctx, `SELECT resource, owner, token, ttl_ms, epoch, expires_ms FROM tenure_leases
-		WHERE resource >= ?3 AND resource < ?4 AND `+liveSQL+` ORDER BY resource`, epoch, nowMs, prefix, prefix+"\xff")
+		WHERE resource >= ?3 AND resource < ?4 AND `+mayBeLiveSQL+` ORDER BY resource`, epoch, before, prefix, prefix+"\xff")
 	if err != nil {
 		if ferr := s.checkFile(); ferr != nil {
 			err = ferr
 		}
-		return nil, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
+		return nil, false, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
 	}
 	defer rows.Close()
-	var out []driver.Record
+	var read []row
+	var names []string
 	for rows.Next() {
 		var resource string
 		var r row
 		if err := rows.Scan(&resource, &r.owner, &r.token, &r.ttl, &r.epoch, &r.expires); err != nil {
-			return nil, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
+			return nil, false, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
 		}
-		if strings.HasPrefix(resource, prefix) && r.live(epoch, nowMs) {
-			out = append(out, r.record(resource, nowMs))
+		if strings.HasPrefix(resource, prefix) {
+			read, names = append(read, r), append(names, resource)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
+		return nil, false, fmt.Errorf("sqlite store: list %q: %w", prefix, err)
 	}
 	if ferr := s.checkFile(); ferr != nil {
-		return nil, fmt.Errorf("sqlite store: list %q: %w", prefix, ferr)
+		return nil, false, fmt.Errorf("sqlite store: list %q: %w", prefix, ferr)
 	}
-	return out, nil
+	after, err := s.clockAfter(epoch)
+	if err != nil {
+		return nil, false, err
+	}
+	for i, r := range read {
+		switch r.liveBetween(epoch, before, after) {
+		case alive:
+			out = append(out, r.record(names[i], after))
+		case unsure:
+			return nil, true, nil
+		}
+	}
+	return out, false, nil
 }
