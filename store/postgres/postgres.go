@@ -480,8 +480,15 @@ ON CONFLICT (resource) DO UPDATE SET (token, owner, granted_at, ttl_ms, expires_
 )
 RETURNING owner, token, coalesce(ttl_ms, 0), %[5]s,
 	CASE WHEN owner IS DISTINCT FROM $2 THEN set_config('synchronous_commit', 'off', true) END`, t, q, ms, liveSQL("l", "c.now"), remainSQL("l"))
+	// Get and List judge a row live at the start of the statement's
+	// transaction (now(): they run as one statement each), which is before
+	// the statement took its snapshot, never at clock_timestamp(), read
+	// after it: a lease that expired between the snapshot and that reading,
+	// renewed by a session that committed meanwhile, would read as free
+	// although it never was. A row the snapshot holds whose expiry is after
+	// now() was live then, or (committed after now()) when it committed.
 	s.sql.holder = fmt.Sprintf(`SELECT owner, token, coalesce(ttl_ms, 0), %[2]s FROM %[1]s h WHERE resource = $1 AND %[3]s`,
-		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
+		t, remainSQL("h"), liveSQL("h", "now()"))
 	// Renew and Release answer with no row when they applied, and with one
 	// row naming the current holder (NULLs when there is none) when they
 	// did not, in the same statement: the holder is read from the
@@ -532,7 +539,7 @@ WHERE u.i IS NULL`,
 		t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
 	s.sql.list = fmt.Sprintf(`SELECT resource, owner, token, coalesce(ttl_ms, 0), %[2]s
 FROM %[1]s h WHERE resource >= $1 AND starts_with(resource, $1) AND %[3]s
-ORDER BY resource`, t, remainSQL("h"), liveSQL("h", "clock_timestamp()"))
+ORDER BY resource`, t, remainSQL("h"), liveSQL("h", "now()"))
 	// Sweep: rows of leases that expired or were released SweepGrace ago,
 	// and rows that are neither a lease nor a released one (partial rows).
 	dead := fmt.Sprintf(`(((d.owner IS NOT NULL AND d.expires_at > clock_timestamp() - %[1]s AND d.token > 0)
@@ -821,33 +828,42 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 		return nil, err
 	}
 	var out []driver.Record
-	err := s.with(ctx, "list", prefix, func(c *pgxpool.Conn) error {
-		out = out[:0]
-		rows, err := c.Query(ctx, s.sql.list, s.args(prefix)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				rec             driver.Record
-				token           int64
-				ttlMs, remainMs int64
-			)
-			if err := rows.Scan(&rec.Resource, &rec.Owner, &token, &ttlMs, &remainMs); err != nil {
-				return err
-			}
-			rec.Token = uint64(token)
-			rec.TTL = time.Duration(ttlMs) * time.Millisecond
-			rec.Remaining = time.Duration(max(remainMs, 0)) * time.Millisecond
-			out = append(out, rec)
-		}
-		return rows.Err()
+	err := s.with(ctx, "list", prefix, func(c *pgxpool.Conn) (err error) {
+		out, err = s.list(ctx, c, prefix)
+		return err
 	})
 	if err != nil {
 		return nil, s.failed("list", prefix, err)
 	}
 	return out, nil
+}
+
+type rowsQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (s *Store) list(ctx context.Context, q rowsQuerier, prefix string) ([]driver.Record, error) {
+	rows, err := q.Query(ctx, s.sql.list, s.args(prefix)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.Record
+	for rows.Next() {
+		var (
+			rec             driver.Record
+			token           int64
+			ttlMs, remainMs int64
+		)
+		if err := rows.Scan(&rec.Resource, &rec.Owner, &token, &ttlMs, &remainMs); err != nil {
+			return nil, err
+		}
+		rec.Token = uint64(token)
+		rec.TTL = time.Duration(ttlMs) * time.Millisecond
+		rec.Remaining = time.Duration(max(remainMs, 0)) * time.Millisecond
+		out = append(out, rec)
+	}
+	return out, rows.Err()
 }
 
 // Sweep deletes the rows of leases that were released or expired more than

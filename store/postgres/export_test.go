@@ -1,0 +1,20 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenure-go/tenure/driver"
+)
+
+// GetIn runs Get's statement in tx, so that a test can hold the
+// statement's snapshot while other sessions commit and the clock moves on.
+func GetIn(ctx context.Context, s *Store, tx pgx.Tx, resource string) (driver.Record, error) {
+	return s.get(ctx, tx, resource)
+}
+
+// ListIn runs List's statement in tx.
+func ListIn(ctx context.Context, s *Store, tx pgx.Tx, prefix string) ([]driver.Record, error) {
+	return s.list(ctx, tx, prefix)
+}
