@@ -207,6 +207,38 @@ func TestReleaseGoesOnInTheBackground(t *testing.T) {
 	}
 }
 
+// A release whose caller gives up while the store call hangs returns at
+// once, and the release goes on in the background on a context the caller
+// cannot end: the lease is freed.
+func TestReleaseCutShortGoesOnInTheBackground(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	l, err := f.lk.TryAcquire(ctx, "r", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.faulty.Set(storetest.OpRelease, storetest.Hang, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for f.faulty.Hung() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := l.Release(rctx); err == nil || !strings.Contains(err.Error(), "background") {
+		t.Fatalf("Release whose caller gave up during a hung call: %v; want not confirmed, going on in the background", err)
+	}
+	if err := f.lk.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := f.mem.Get(ctx, "r"); !errors.Is(err, tenure.ErrNotHeld) {
+		t.Fatalf("after Close: %v; want the background release done", err)
+	}
+	if n := f.faulty.Calls(storetest.OpRelease); n != 2 {
+		t.Fatalf("%d release calls; want the hung one and one in the background", n)
+	}
+}
+
 // Field case C14: the machine sleeps 10 s while holding a lease with a 3 s
 // TTL. The store's clock ran on; Go's timers did not. At resume the holder
 // sees the loss at its first check, and another owner can be granted it.

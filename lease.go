@@ -230,7 +230,7 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	// A renewal sent before the loss may still have been applied, so the
 	// store may keep the lease up to a TTL after it was sent.
 	l.lk.background(until, func() {
-		if err := l.releaseUntil(context.Background(), until, nil); err == nil {
+		if err := l.releaseUntil(context.Background(), until, nil, false); err == nil {
 			l.lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.token)
 		}
 	})
@@ -406,14 +406,16 @@ func (l *Lease) end(op string) (time.Time, error) {
 // then frees the resource in the store, conditioned on this grant (owner
 // string and token).
 //
-// The store call runs on a context that ctx's cancellation cannot cut short
-// before it is sent, bounded by the time until the store would expire the
-// lease anyway, so Release(lease.Context()) and Release on a context
-// cancelled during a renewal still free the lease (field case C13). Release
-// returns when the store answered, or when ctx ends, whichever is first; a
-// release not yet confirmed then goes on in the background until the lease
-// would expire (Locker.Close waits for it). A ctx that had already ended when
-// Release was called does not cut the first attempt short.
+// The store call is bounded by the time until the store would expire the
+// lease anyway, and ctx's cancellation never keeps it from being sent: a
+// ctx that had already ended when Release was called (Release(lease.Context()),
+// or a context cancelled during a renewal: field case C13) does not cut the
+// first attempt short, and an attempt that ctx cuts short is made again at
+// once in the background, on a context ctx cannot end. Release returns when
+// the store answered, or when ctx ends, whichever is first; a release not
+// yet confirmed then goes on in the background until the lease would expire
+// (Locker.Close waits for it). The first attempt runs in the calling
+// goroutine.
 //
 // It returns nil when the store confirmed that this grant no longer holds
 // the lease; an error wrapping ErrLeaseLost when the lease had already been
@@ -430,28 +432,82 @@ func (l *Lease) Release(ctx context.Context) error {
 	return err
 }
 
-// releaseWithin frees the lease in the store (see Release): in the calling
-// goroutine when ctx cannot end it early, otherwise in the background with
-// the caller waiting for the answer or for ctx.
+// releaseWithin frees the lease in the store (see Release). The first
+// attempt runs in the calling goroutine: on a context ctx cannot end when
+// ctx could not end the call anyway or had already ended, and otherwise on
+// ctx itself, so that the caller who gives up gets its answer at once. An
+// attempt that ctx cut short, or that failed, goes on in the background
+// (as unknown: it may have been applied), with the caller waiting for its
+// answer or for ctx.
 func (l *Lease) releaseWithin(ctx context.Context, until time.Time) error {
 	done := ctx.Done()
 	if done == nil || ctx.Err() != nil {
-		return l.releaseUntil(context.WithoutCancel(ctx), until, nil)
+		return l.releaseUntil(context.WithoutCancel(ctx), until, nil, false)
 	}
+	err, final := l.releaseOnce(ctx, until)
+	if final {
+		return err
+	}
+	cutShort := ctx.Err() != nil
+	unknown := cutShort || errors.Is(err, ErrUnknownOutcome)
 	result := make(chan error, 1)
-	var last lastError
-	l.lk.background(until, func() { result <- l.releaseUntil(context.WithoutCancel(ctx), until, &last) })
+	last := &lastError{err: err}
+	l.lk.background(until, func() {
+		if !unknown {
+			// A failed first attempt waits out one retry delay, as the
+			// attempts of releaseUntil do.
+			if !l.lk.sleep(context.Background(), l.lk.cfg.retry.Delay(0), until) {
+				result <- l.unconfirmed(err)
+				return
+			}
+		}
+		result <- l.releaseUntil(context.WithoutCancel(ctx), until, last, unknown)
+	})
+	if cutShort {
+		return l.notConfirmedBeforeGivingUp(ctx, last)
+	}
 	select {
 	case err := <-result:
 		return err
 	case <-done:
-		err := fmt.Errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
-			l.resource, l.token, context.Cause(ctx), l.ttl)
-		if e := last.get(); e != nil {
-			err = fmt.Errorf("%w: %w", err, e)
-		}
-		return err
+		return l.notConfirmedBeforeGivingUp(ctx, last)
 	}
+}
+
+// releaseOnce makes one release attempt on ctx, bounded by until (or by
+// one retry interval when until has passed). final is true when its answer
+// is Release's (freed, not this grant's, bad input); otherwise err is the
+// failure, and the release should be tried again.
+func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, final bool) {
+	left := until.Sub(l.lk.clock.Now())
+	if left <= 0 {
+		left = l.lk.cfg.retry.Cap
+	}
+	cctx, cancel := l.lk.bounded(ctx, left)
+	err = l.lk.store.Release(cctx, l.resource, l.owner, l.token)
+	interrupted := cctx.Err() != nil
+	cancel()
+	switch {
+	case err == nil:
+		return nil, true
+	case interrupted && !definite(err):
+		return driver.UnknownOutcome(err), false
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
+		return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err), true
+	}
+	return err, false
+}
+
+// notConfirmedBeforeGivingUp is Release's error when its caller's ctx
+// ended before the store confirmed the release, which goes on in the
+// background.
+func (l *Lease) notConfirmedBeforeGivingUp(ctx context.Context, last *lastError) error {
+	err := fmt.Errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
+		l.resource, l.token, context.Cause(ctx), l.ttl)
+	if e := last.get(); e != nil {
+		err = fmt.Errorf("%w: %w", err, e)
+	}
+	return err
 }
 
 // lastError keeps the last error of a release running in the background,
@@ -479,10 +535,11 @@ func (e *lastError) get() error {
 // until until (when the store expires it anyway) or until ctx ends. It
 // always makes one attempt, even when the local clock says the store has
 // expired the lease already: the store's clock may run slower, and freeing a
-// lease that is gone costs one answer.
-func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastError) error {
+// lease that is gone costs one answer. unknown says that an earlier attempt
+// may have freed it (its answer was lost), so that an answer "not this
+// grant's" confirms the release.
+func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastError, unknown bool) error {
 	lk := l.lk
-	unknown := false
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		left := until.Sub(lk.clock.Now())
@@ -519,7 +576,13 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 	if unknown {
 		lastErr = driver.UnknownOutcome(lastErr)
 	}
-	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.token, l.ttl, lastErr)
+	return l.unconfirmed(lastErr)
+}
+
+// unconfirmed is Release's error when the store did not confirm the
+// release before the lease would expire: err is the last failure.
+func (l *Lease) unconfirmed(err error) error {
+	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.token, l.ttl, err)
 }
 
 // ReleaseAfter ends the lease like Release (its context is cancelled with

@@ -408,6 +408,40 @@ func TestReleaseWithStoreUnreachableSaysTTL(t *testing.T) {
 	}
 }
 
+// A release whose first attempt fails is retried while the caller waits,
+// and Release reports the store's confirmation.
+func TestReleaseRetriedWhileCallerWaits(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	l, err := f.lk.TryAcquire(ctx, "r", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.faulty.Set(storetest.OpRelease, storetest.Fail, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.Release(rctx) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Release after one failed attempt: %v; want confirmed", err)
+			}
+			if n := f.faulty.Calls(storetest.OpRelease); n != 2 {
+				t.Fatalf("%d release calls; want 2", n)
+			}
+			if _, err := f.mem.Get(ctx, "r"); !errors.Is(err, tenure.ErrNotHeld) {
+				t.Fatalf("after Release: %v; want free", err)
+			}
+			return
+		default:
+			f.clock.Advance(10 * time.Millisecond) // the retry waits on the fake clock
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 func TestNotReentrant(t *testing.T) {
 	f := newFixture(t)
 	ctx := ctxT(t)

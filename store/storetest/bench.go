@@ -17,6 +17,7 @@ import (
 //	StoreAcquireRelease   Store.Acquire then Store.Release of one resource
 //	StoreRenew            Store.Renew of one held lease
 //	LockerCycle           Locker.TryAcquire, Lease.Renew, Lease.Release
+//	LockerCycleTimeout    the same, each call on a context with a timeout
 //	LockerCycleParallel   the same with GOMAXPROCS goroutines (b.RunParallel),
 //	                      each with its own Locker and resource
 //
@@ -78,6 +79,23 @@ func Benchmarks(b *testing.B, s driver.Store, prefix string, unit string, count 
 		}
 		return l.Release(ctx)
 	}
+	// timed runs op on a context of its own with a timeout, as services
+	// call libraries (and as the peers benchmark does).
+	timed := func(op func(context.Context) error) error {
+		octx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return op(octx)
+	}
+	cycleTimed := func(lk *tenure.Locker, r string) error {
+		var l *tenure.Lease
+		if err := timed(func(ctx context.Context) (err error) { l, err = lk.TryAcquire(ctx, r, ttl); return err }); err != nil {
+			return err
+		}
+		if err := timed(l.Renew); err != nil {
+			return err
+		}
+		return timed(l.Release)
+	}
 	b.Run("LockerCycle", func(b *testing.B) {
 		lk, err := tenure.New(s, tenure.WithOwnerID("bench"))
 		if err != nil {
@@ -88,6 +106,21 @@ func Benchmarks(b *testing.B, s driver.Store, prefix string, unit string, count 
 		before := start()
 		for b.Loop() {
 			if err := cycle(lk, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, before)
+	})
+	b.Run("LockerCycleTimeout", func(b *testing.B) {
+		lk, err := tenure.New(s, tenure.WithOwnerID("bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer lk.Close(ctx)
+		r := prefix + "/locker-cycle-timeout"
+		before := start()
+		for b.Loop() {
+			if err := cycleTimed(lk, r); err != nil {
 				b.Fatal(err)
 			}
 		}
