@@ -236,6 +236,20 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	})
 }
 
+// nextRenewal is when a lease's next background renewal is due, after the
+// renewal that was due at due was sent at sent and confirmed: an interval
+// after due, keeping the lease's phase, or an interval after sent when due
+// is unknown or more than half an interval before sent. Renewals are never
+// sent more than the batch window before they are due, so the result is at
+// most an interval and the window after sent: far ahead of the deadline,
+// sent + TTL·(1−ρ).
+func nextRenewal(due, sent time.Time, interval time.Duration) time.Time {
+	if due.IsZero() || due.Add(interval/2).Before(sent) || due.After(sent.Add(batchWindow)) {
+		return sent.Add(interval)
+	}
+	return due.Add(interval)
+}
+
 func (l *Lease) stopTimersLocked() {
 	if l.watchdog != nil {
 		l.watchdog.Stop()
@@ -249,14 +263,22 @@ func (l *Lease) scheduleLocked(d time.Duration) {
 
 // backgroundRenew renews once and schedules the next renewal.
 func (l *Lease) backgroundRenew() {
-	l.afterBackground(l.renew(l.opCtx))
+	due := l.lk.sched.due(l)
+	l.afterBackground(l.renew(l.opCtx), due)
 }
 
-// afterBackground schedules the next background renewal after one that
-// ended with err: at the interval after the confirmed request was sent, or
-// after a backoff delay when it failed with a transient error. The watchdog
-// ends the lease at the deadline whatever happens here.
-func (l *Lease) afterBackground(err error) {
+// afterBackground schedules the next background renewal after one that was
+// due at due (zero: unknown) and ended with err. After a confirmed renewal
+// the next one is due an interval after this one was due, so that each
+// lease keeps its own phase: renewals that a batch sends together (up to
+// the batch window early, or late behind a queue) do not fall due together
+// again, and a Locker's renewals stay as spread over the interval as its
+// leases were taken. A renewal sent more than half an interval late (an
+// overloaded store) starts a new phase an interval after its send instead,
+// so that a queue is not answered with renewals in quick succession. After
+// a transient failure the next attempt comes after a backoff delay. The
+// watchdog ends the lease at the deadline whatever happens here.
+func (l *Lease) afterBackground(err error, due time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld {
@@ -265,7 +287,7 @@ func (l *Lease) afterBackground(err error) {
 	now := l.lk.clock.Now()
 	if err == nil {
 		l.failures = 0
-		l.scheduleLocked(l.lastSend.Add(l.interval).Sub(now))
+		l.scheduleLocked(nextRenewal(due, l.lastSend, l.interval).Sub(now))
 		return
 	}
 	left := l.deadline.Sub(now)

@@ -842,6 +842,7 @@ func (lk *Locker) renewBatch(b driver.BatchRenewer, leases []*Lease) {
 	now := lk.clock.Now()
 	reqs := make([]driver.Renewal, 0, len(leases))
 	live := make([]*Lease, 0, len(leases))
+	dues := make([]time.Time, 0, len(leases))
 	var bound time.Duration
 	for _, l := range leases {
 		l.mu.Lock()
@@ -854,6 +855,7 @@ func (lk *Locker) renewBatch(b driver.BatchRenewer, leases []*Lease) {
 		default:
 			reqs = append(reqs, driver.Renewal{Resource: l.resource, Owner: l.owner, Token: l.token, TTL: l.ttl})
 			live = append(live, l)
+			dues = append(dues, lk.sched.due(l))
 			bound = max(bound, left)
 		}
 	}
@@ -873,7 +875,7 @@ func (lk *Locker) renewBatch(b driver.BatchRenewer, leases []*Lease) {
 			err = errs[i]
 		}
 		lk.tel.renewed(context.Background(), nil, l.resource, took, err)
-		l.afterBackground(l.settle(tSend, err))
+		l.afterBackground(l.settle(tSend, err), dues[i])
 	}
 }
 

@@ -68,6 +68,17 @@ func (s *scheduler) schedule(l *Lease, at time.Time) {
 	s.armLocked()
 }
 
+// due returns the time l's renewal that fired last was due, while l has no
+// later renewal scheduled (zero otherwise).
+func (s *scheduler) due(l *Lease) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := l.sched; e != nil && e.index < 0 {
+		return e.at
+	}
+	return time.Time{}
+}
+
 // cancel removes l's next renewal, if any.
 func (s *scheduler) cancel(l *Lease) {
 	s.mu.Lock()
