@@ -38,14 +38,15 @@ var (
 
 func init() { wallMinusMon.Store(wallMinusMono(base)) }
 
-// bootMinusMono returns how far the clock that counts suspended time is
-// ahead of the one that does not (see suspendClocks).
+// bootMinusMono returns how far the host's clock that counts suspended
+// time is ahead of the process's clock that does not (see suspendClocks;
+// hostOffset).
 func bootMinusMono() int64 {
 	var b, m unix.Timespec
 	if unix.ClockGettime(withoutSuspend, &m) != nil || unix.ClockGettime(withSuspend, &b) != nil {
 		return 0
 	}
-	return b.Nano() - m.Nano()
+	return b.Nano() - int64(hostOffset()) - m.Nano()
 }
 
 // wallMinusMono is t's wall time minus its monotonic time since base, in

@@ -45,3 +45,28 @@ func TestRealReadsBootClock(t *testing.T) {
 		t.Fatalf("CLOCK_BOOTTIME behind CLOCK_MONOTONIC by %v", time.Duration(-d))
 	}
 }
+
+// A process checkpointed and restored (CRIU, podman) runs on in a time
+// namespace whose offsets make its CLOCK_BOOTTIME and CLOCK_MONOTONIC go
+// on from the checkpoint; the host's boot clock counted the hour it was
+// away, so the reading does too.
+func TestRestoreIntoTimeNamespaceCountsAsSuspended(t *testing.T) {
+	saved0, savedS, savedW, savedOff := bootMinusMono0, suspended.Load(), wallMinusMon.Load(), hostOffset
+	t.Cleanup(func() {
+		bootMinusMono0 = saved0
+		suspended.Store(savedS)
+		wallMinusMon.Store(savedW)
+		hostOffset = savedOff
+	})
+	hostOffset = func() time.Duration { return 0 }
+	bootMinusMono0 = bootMinusMono()
+	suspended.Store(0)
+	wallMinusMon.Store(0)
+	// Restored an hour later: the namespace's clocks are an hour behind
+	// the host's (a negative offset); the wall clock jumped an hour.
+	hostOffset = func() time.Duration { return -time.Hour }
+	s := time.Duration(suspendedAt(int64(time.Hour), bootMinusMono))
+	if s < time.Hour-time.Millisecond || s > time.Hour+time.Second {
+		t.Fatalf("after a restore an hour later: suspended %v; want an hour", s)
+	}
+}
