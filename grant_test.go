@@ -686,3 +686,30 @@ func TestAcquireInterruptedAfterSendIsUnknown(t *testing.T) {
 		t.Fatalf("after Close the interrupted acquire's lease is still held: %+v, %v", rec, err)
 	}
 }
+
+// Do's function sees the loss at its first check after a suspend past the
+// deadline, before any timer fires, as the lease's own context does; its
+// context still carries the lease (LeaseFromContext). Found by an
+// adversarial review: a context derived from the lease's waited for the
+// watchdog or the suspend watch while another owner held the resource.
+func TestDoContextReadsTheClock(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	inFn, checked := make(chan struct{}), make(chan error, 1)
+	resume := make(chan struct{})
+	go f.lk.Do(ctx, "r", 3*time.Second, func(fctx context.Context) error {
+		if tenure.LeaseFromContext(fctx) == nil {
+			t.Error("Do's context carries no lease")
+		}
+		close(inFn)
+		<-resume
+		checked <- fctx.Err()
+		return nil
+	})
+	<-inFn
+	f.clock.Suspend(10 * time.Second)
+	close(resume)
+	if err := <-checked; err == nil {
+		t.Fatal("Do's context is live after a suspend past the lease's deadline")
+	}
+}

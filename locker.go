@@ -631,7 +631,9 @@ func (lk *Locker) sleep(ctx context.Context, d time.Duration, until time.Time) b
 // Do acquires resource (blocking, like Acquire), runs fn with the lease's
 // context, and releases the lease on every exit of fn, a panic included
 // (the panic then goes on up the stack: field case C12). fn's context is
-// cancelled when the lease is lost or when ctx ends. Do returns fn's error;
+// cancelled when the lease is lost or when ctx ends; like Lease.Context, it
+// reads the clock on every Err, Done and Value call, so after a pause or a
+// suspend past the deadline fn sees the loss at its first check. Do returns fn's error;
 // if the lease was lost while fn ran, the result also wraps the loss cause
 // (errors.Is ErrLeaseLost), and a failed release is joined to it. fn must
 // stop when its context is cancelled.
@@ -640,7 +642,11 @@ func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancel(lease.Context())
+	inner, cancel := context.WithCancel(lease.Context())
+	// fn's context reads the clock on every Err, Done and Value, as the
+	// lease's own does: a context merely derived from it waits for the
+	// watchdog timer, which fires late after a pause or a suspend.
+	fctx := &leaseContext{Context: inner, l: lease}
 	stop := context.AfterFunc(ctx, cancel)
 	returned := false
 	defer func() {
