@@ -198,7 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fs := fsOf(filepath.Dir(cfg.Path)); fs != "" {
+	if fs := pathFS(cfg.Path); fs != "" {
 		return nil, fmt.Errorf("sqlite store: %s is on a network file system (%s): SQLite's locks do not hold there, and the clock "+
 			"that expires leases is per host, so two hosts would both be granted; put the file on a local file system, "+
 			"or use PostgreSQL, etcd or Redis for leases across hosts", cfg.Path, fs)
@@ -250,6 +250,32 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		time.Sleep(time.Duration(1+attempt%20) * time.Millisecond)
 	}
 	return s, nil
+}
+
+// pathFS names the network file system that the database at path would be
+// on, or "": the directory as written, and, through symbolic links, the
+// directory where the file is, or where a dangling link would make SQLite
+// create it (SQLite follows links to the database, and puts its -wal and
+// -shm next to the file it finds).
+func pathFS(path string) string {
+	dirs := []string{filepath.Dir(path)}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		dirs = append(dirs, filepath.Dir(real))
+	} else if target, err := os.Readlink(path); err == nil {
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		dirs = append(dirs, filepath.Dir(target))
+		if real, err := filepath.EvalSymlinks(filepath.Dir(target)); err == nil {
+			dirs = append(dirs, real)
+		}
+	}
+	for _, d := range dirs {
+		if fs := fsOf(d); fs != "" {
+			return fs
+		}
+	}
+	return ""
 }
 
 // OpenURL opens the store that a sqlite: URL names (see ParseURL and Open).
