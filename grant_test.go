@@ -713,3 +713,45 @@ func TestDoContextReadsTheClock(t *testing.T) {
 		t.Fatal("Do's context is live after a suspend past the lease's deadline")
 	}
 }
+
+// ReleaseAfter's hold outlives a renewal of the grant delivered late: the
+// store keeps the lease under KeptOwner, so a renewal that was sent before
+// the hold, held up in the network, and applied after it finds another
+// holder and cannot cut the hold back to the lease's TTL (found by an
+// adversarial review, on Redis and PostgreSQL: the hold was one renewal
+// with a longer TTL, which the late renewal overwrote).
+func TestReleaseAfterOutlivesLateRenewal(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	const short, hold = 3 * time.Second, 20 * time.Second
+	l, err := f.lk.TryAcquire(ctx, "cron", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.faulty.Set(storetest.OpRenew, storetest.Late, 1) // held up in the network
+	if err := l.Renew(ctx); err == nil {
+		t.Fatal("a renewal held up in the network reported success")
+	}
+	if err := l.ReleaseAfter(ctx, hold); err != nil {
+		t.Fatalf("ReleaseAfter: %v", err)
+	}
+	if n := f.faulty.DeliverLate(); n != 1 {
+		t.Fatalf("%d late requests delivered; want the renewal", n)
+	}
+	f.clock.Advance(2 * short) // past the lease's TTL, within the hold
+	rec, err := f.mem.Get(ctx, "cron")
+	if err != nil || rec.Owner != tenure.KeptOwner(l.Owner()) || rec.Token != l.Token() {
+		t.Fatalf("%v after ReleaseAfter(%v) and a late renewal: %+v, %v; want held by %s, token %d", 2*short, hold, rec, err, tenure.KeptOwner(l.Owner()), l.Token())
+	}
+	other, _ := tenure.New(f.mem, tenure.WithClock(f.clock))
+	if _, err := other.TryAcquire(ctx, "cron", short); !errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("another owner within the hold: %v; want ErrHeld", err)
+	}
+	if !f.lk.Owns(rec.Owner) {
+		t.Fatalf("Owns(%q) = false for the Locker's kept lease", rec.Owner)
+	}
+	f.clock.Advance(hold)
+	if _, err := other.TryAcquire(ctx, "cron", short); err != nil {
+		t.Fatalf("another owner after the hold: %v", err)
+	}
+}

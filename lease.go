@@ -609,11 +609,18 @@ func (l *Lease) unconfirmed(err error) error {
 
 // ReleaseAfter ends the lease like Release (its context is cancelled with
 // ErrReleased and renewal stops), but instead of freeing the resource it
-// leaves it held in the store for d from now: one renewal of this grant with
-// TTL d, rounded as the store rounds TTLs. Nobody else is granted the
-// resource before d has passed. This is how a job run from cron on several
-// hosts whose clocks differ by a few seconds runs once per tick (ShedLock's
-// lockAtLeastFor).
+// leaves it held in the store for d from now, rounded as the store rounds
+// TTLs. Nobody else is granted the resource before d has passed. This is
+// how a job run from cron on several hosts whose clocks differ by a few
+// seconds runs once per tick (ShedLock's lockAtLeastFor).
+//
+// The store keeps the lease under another owner string, KeptOwner(Owner()),
+// with the same token (driver.Keeper; every store of this module has it),
+// so that a renewal of this grant that reaches the store after the hold
+// began (a request delivered after its sender gave up) finds another holder
+// and cannot cut the hold short. On a store without driver.Keeper it is one
+// renewal of this grant with TTL d, which such a late renewal can cut back
+// to the lease's TTL when d is longer.
 //
 // d must be a TTL the store accepts (driver.TTLChecker); otherwise the
 // error wraps ErrInvalidTTL and the lease is left as it was. d <= 0 is a
@@ -643,11 +650,21 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	if err := l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d); err != nil {
-		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v) at the latest: %w", l.resource, d, l.token, l.ttl, err)
+	if k, ok := l.lk.store.(driver.Keeper); ok {
+		err = k.Keep(cctx, l.resource, l.owner, l.token, KeptOwner(l.owner), d)
+	} else {
+		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d)
+	}
+	if err != nil {
+		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v from now if the hold was applied: %w", l.resource, d, l.token, l.ttl, d, err)
 	}
 	return nil
 }
+
+// KeptOwner returns the owner string under which ReleaseAfter leaves a
+// grant's lease held: the grant's owner string and "/kept". Locker.Owns
+// recognises it as the Locker's; nothing renews or releases it.
+func KeptOwner(owner string) string { return owner + "/kept" }
 
 // leaseContext is the lease's context. Err, Done and Value check the
 // deadline on every call, so that a caller that was paused past the

@@ -207,6 +207,38 @@ type BatchRenewer interface {
 	RenewBatch(ctx context.Context, leases []Renewal) []error
 }
 
+// Keeper is implemented by stores that can hand a live lease over to another
+// owner string in one atomic operation. Lease.ReleaseAfter uses it to leave
+// a resource held for a while after its holder is done with it: the lease is
+// kept under an owner string that nothing renews or releases, so a request
+// of the grant that reaches the store later (a renewal whose sender gave up,
+// delivered late) finds another holder and changes nothing. Without Keeper,
+// ReleaseAfter renews the grant with the hold's TTL, and such a late renewal
+// can cut a hold longer than the lease's TTL back to that TTL.
+type Keeper interface {
+	// Keep replaces the live lease with this owner and token by a lease of
+	// owner string keeper with the same fencing token, expiring ttl from now
+	// (rounded as the store rounds TTLs). When this grant does not hold the
+	// resource (a lease already gone included) it returns an error wrapping
+	// ErrLeaseLost, as Renew does, and changes nothing. The input (keeper
+	// too, as an owner string) is validated before any I/O.
+	Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error
+}
+
+// ValidateKeep checks the arguments of Keeper.Keep.
+func ValidateKeep(resource, owner, keeper string, ttl time.Duration) error {
+	if err := ValidateAcquire(resource, owner, ttl); err != nil {
+		return err
+	}
+	if err := ValidateOwner(keeper); err != nil {
+		return err
+	}
+	if keeper == owner {
+		return fmt.Errorf("%w: the keeper must be another owner string than the grant's", ErrInvalidOwner)
+	}
+	return nil
+}
+
 // Renewal is one lease of a RenewBatch call: the arguments of Renew.
 type Renewal struct {
 	Resource string

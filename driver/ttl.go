@@ -59,3 +59,12 @@ func (r TTLRange) ValidateAcquire(resource, owner string, ttl time.Duration) err
 	}
 	return r.CheckTTL(ttl)
 }
+
+// ValidateKeep checks the arguments of Keeper.Keep for a store with this
+// TTL range: ValidateKeep, then CheckTTL.
+func (r TTLRange) ValidateKeep(resource, owner, keeper string, ttl time.Duration) error {
+	if err := ValidateKeep(resource, owner, keeper, ttl); err != nil {
+		return err
+	}
+	return r.CheckTTL(ttl)
+}

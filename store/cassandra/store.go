@@ -946,6 +946,56 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return nil
 }
 
+// Keep implements driver.Keeper: one lightweight transaction, Renew's,
+// that writes owner string keeper (with the TTL of the hold, whole seconds
+// as Renew rounds them) only if the row still has this owner and fencing
+// token. A lost answer is resolved by a serial read, as Renew's is: the
+// keeper with this write's id shows it applied. In ModeJaeger, Jaeger's
+// conditional update of the owner; the keeper's string, which no other
+// write uses, shows it applied.
+func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	if err := driver.ValidateKeep(resource, owner, keeper, ttl); err != nil {
+		return err
+	}
+	secs, err := StoreTTL(ttl)
+	if err != nil {
+		return err
+	}
+	var (
+		applied bool
+		cur     row
+		wid     int64
+	)
+	if s.cfg.Mode == ModeJaeger {
+		if token != 0 {
+			return notHolder("keep", resource, owner, row{}, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
+		}
+		applied, cur, err = s.casQuery(ctx, s.st.jUpdate, secs, keeper, resource, owner)
+	} else {
+		if token == 0 || token > math.MaxInt64 {
+			return notHolder("keep", resource, owner, row{}, "no lease has token %d", token)
+		}
+		wid = newWriteID()
+		applied, cur, err = s.casQuery(ctx, s.st.renew, secs, keeper, driver.Milliseconds(ttl), wid, resource, owner, int64(token))
+	}
+	if err != nil {
+		cur, rerr := s.resolve(ctx, "keep", resource, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case cur.owner == keeper && cur.token == token && (s.cfg.Mode == ModeJaeger || cur.writeID == wid):
+			return nil
+		case cur.owner == owner && cur.token == token:
+			return unknownf("keep", resource, err, "the answer was lost and the hand-over is not applied yet; it may still be")
+		}
+		return notHolder("keep", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
+	}
+	if !applied {
+		return notHolder("keep", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
+	}
+	return nil
+}
+
 // Release implements driver.Store: one lightweight transaction that frees
 // the resource only if the row has this owner and fencing token, and keeps
 // the token. Errors: ErrInvalidResource or ErrInvalidOwner before any I/O;

@@ -258,6 +258,13 @@ func (s *Store) settle(ctx context.Context, g *grant, f *keepAlive) error {
 // etcd lease proved that lease alive (etcd refuses to keep an expired lease
 // alive, so an expired lease is never revived).
 func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue) error {
+	return s.moveKV(ctx, "renew", resource, owner, owner, ttl, begin, kv)
+}
+
+// moveKV is renewKV, and Keep when to is another owner string than owner:
+// the key is then always moved, and written with to, so that the grant's
+// own requests no longer match it.
+func (s *Store) moveKV(ctx context.Context, op, resource, owner, to string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue) error {
 	key := s.key(resource)
 	token := uint64(kv.CreateRevision)
 	secs := wholeSeconds(ttl)
@@ -272,23 +279,23 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 	if reaped || old == clientv3.NoLease {
 		// Expired by the reaper (its key goes now), or put without a lease
 		// by another tool: not a lease tenure keeps.
-		return notHolder("renew", resource, owner, token, nil)
+		return notHolder(op, resource, owner, token, nil)
 	}
-	if g != nil && g.mod == kv.ModRevision && g.ss.id == old && g.ss.secs == secs {
+	if to == owner && g != nil && g.mod == kv.ModRevision && g.ss.id == old && g.ss.secs == secs {
 		return s.renewOwn(ctx, g, ttl, begin)
 	}
 	ss, err := s.session(ctx, secs)
 	if err != nil {
-		return fmt.Errorf("etcd store: renew %q: %w", resource, err)
+		return fmt.Errorf("etcd store: %s %q: %w", op, resource, err)
 	}
-	if ss.id == old {
+	if to == owner && ss.id == old {
 		// On the Store's etcd lease for this TTL already (an acquire whose
 		// answer was lost): adopt it.
 		f := ss.start(begin.Add(ttl))
 		ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: kv.ModRevision, ss: ss,
 			life: time.Duration(secs) * time.Second}
 		if !s.addChecked(ng) {
-			return driver.UnknownOutcome(fmt.Errorf("etcd store: renew %q: %w", resource, errGhostDeleting))
+			return driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: %w", op, resource, errGhostDeleting))
 		}
 		return s.settle(ctx, ng, f)
 	}
@@ -300,9 +307,9 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 				if g != nil {
 					s.forget(g)
 				}
-				return notHolder("renew", resource, owner, token, nil)
+				return notHolder(op, resource, owner, token, nil)
 			}
-			return fmt.Errorf("etcd store: renew %q: keep-alive: %w", resource, err)
+			return fmt.Errorf("etcd store: %s %q: keep-alive: %w", op, resource, err)
 		}
 	}
 	f := ss.start(begin.Add(ttl))
@@ -310,16 +317,16 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 		If(clientv3.Compare(clientv3.Value(key), "=", owner),
 			clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token)),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", old)).
-		Then(clientv3.OpPut(key, owner, clientv3.WithLease(ss.id))).
+		Then(clientv3.OpPut(key, to, clientv3.WithLease(ss.id))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
 		if leaseGone(err) {
 			ss.markGone()
 		}
-		err = writeErr("renew", resource, err)
+		err = writeErr(op, resource, err)
 		if errors.Is(err, driver.ErrUnknownOutcome) {
-			s.addGhost(key, owner, ss, time.Duration(secs)*time.Second)
+			s.addGhost(key, to, ss, time.Duration(secs)*time.Second)
 		}
 		return err
 	}
@@ -327,16 +334,41 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 		if g != nil {
 			s.forget(g)
 		}
-		return notHolder("renew", resource, owner, token, firstKV(resp, 0))
+		return notHolder(op, resource, owner, token, firstKV(resp, 0))
 	}
-	ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: resp.Header.Revision, ss: ss,
+	ng := &grant{key: key, resource: resource, owner: to, token: int64(token), mod: resp.Header.Revision, ss: ss,
 		life: time.Duration(secs) * time.Second}
 	if !s.addChecked(ng) {
 		// An earlier move of this key whose answer was lost left a ghost
 		// whose delete is in flight: it may take the key just moved.
-		return driver.UnknownOutcome(fmt.Errorf("etcd store: renew %q: %w", resource, errGhostDeleting))
+		return driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: %w", op, resource, errGhostDeleting))
 	}
 	return s.settle(ctx, ng, f)
+}
+
+// Keep implements driver.Keeper: it reads the key and, when it is this
+// grant's, moves it to the Store's shared etcd lease for ttl (rounded up to
+// whole seconds) with owner string keeper, as a renewal with another TTL
+// moves it (its create revision, the token, stays). The reaper deletes it
+// ttl after the move was confirmed; nothing renews it.
+func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	if err := ttls.ValidateKeep(resource, owner, keeper, ttl); err != nil {
+		return err
+	}
+	begin := s.clock.Now()
+	key := s.key(resource)
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcd store: keep %q: %w", resource, err)
+	}
+	var kv *mvccpb.KeyValue
+	if len(resp.Kvs) > 0 {
+		kv = resp.Kvs[0]
+	}
+	if kv == nil || string(kv.Value) != owner || uint64(kv.CreateRevision) != token {
+		return notHolder("keep", resource, owner, token, kv)
+	}
+	return s.moveKV(ctx, "keep", resource, owner, keeper, ttl, begin, kv)
 }
 
 // RenewBatch implements driver.BatchRenewer: the grants this Store made,

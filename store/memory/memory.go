@@ -178,6 +178,28 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return nil
 }
 
+// Keep implements driver.Keeper.
+func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	if err := driver.ValidateKeep(resource, owner, keeper, ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	now := s.clock.Now()
+	l := s.live(resource, now)
+	if l == nil || l.owner != owner || l.token != token {
+		return fmt.Errorf("memory store: keep %q: %w", resource, notHolder(resource, l, now))
+	}
+	l.owner, l.ttl, l.expires = keeper, ttl, now.Add(ttl)
+	return nil
+}
+
 // RenewBatch implements driver.BatchRenewer: every renewal under one lock,
 // as a store that renews many leases in one request would.
 func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {

@@ -173,7 +173,7 @@ type Store struct {
 	connTO  time.Duration
 
 	sql struct {
-		acquire, holder, renew, renewBatch, release, list, sweep, probe, watch string
+		acquire, holder, renew, keep, renewBatch, release, list, sweep, probe, watch string
 	}
 
 	// pooled: run statements without named prepared statements (a
@@ -507,6 +507,14 @@ WHERE NOT EXISTS (SELECT FROM %[4]s)`, remainSQL("h"), t, liveSQL("h", "clock_ti
 	RETURNING 1
 )
 %[2]s`, t, holder("u"))
+	// Keep hands the lease to another owner string ($5) with a new expiry,
+	// in the same shape as Renew.
+	s.sql.keep = fmt.Sprintf(`WITH u AS (
+	UPDATE %[1]s SET owner = $5, ttl_ms = $4, expires_at = clock_timestamp() + ($4::bigint * interval '1 millisecond')
+	WHERE resource = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
+	RETURNING 1
+)
+%[2]s`, t, holder("u"))
 	// Release frees the row (its token stays, and the time it was freed is
 	// kept in granted_at for the sweep) and notifies, in the same statement
 	// (RETURNING is computed for every row the CTE changes, whether or not
@@ -736,6 +744,30 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	}
 	if failed {
 		return fmt.Errorf("postgres store: renew %q: %w", resource, notHolder(resource, owner, token, h))
+	}
+	return nil
+}
+
+// Keep implements driver.Keeper: one statement gives the live lease of
+// this grant to owner string keeper, expiring ttl from now on the
+// database's clock.
+func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	if err := ttls.ValidateKeep(resource, owner, keeper, ttl); err != nil {
+		return err
+	}
+	var (
+		failed bool
+		h      holderRow
+	)
+	err := s.with(ctx, "keep", resource, func(c *pgxpool.Conn) (err error) {
+		failed, h, err = queryHolder(ctx, c, s.sql.keep, s.args(resource, owner, int64(token), driver.Milliseconds(ttl), keeper))
+		return err
+	})
+	if err != nil {
+		return s.writeErr("keep", resource, err)
+	}
+	if failed {
+		return fmt.Errorf("postgres store: keep %q: %w", resource, notHolder(resource, owner, token, h))
 	}
 	return nil
 }

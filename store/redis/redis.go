@@ -494,6 +494,22 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	return notHolder("release", resource, v)
 }
 
+// Keep implements driver.Keeper: one script gives the live lease of this
+// grant to owner string keeper (value "<token>:<keeper>:<ttl ms>", the
+// wait mark kept), expiring ttl from now (milliseconds, rounded up).
+func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	if err := ttls.ValidateKeep(resource, owner, keeper, ttl); err != nil {
+		return err
+	}
+	ms := driver.Milliseconds(ttl)
+	v, err := keepScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
+		grantPrefix(token, owner), leaseValue(token, keeper, ms), ms).Result()
+	if err != nil {
+		return writeErr("keep", resource, err)
+	}
+	return notHolder("keep", resource, v)
+}
+
 // Get implements driver.Store. Remaining is measured on the server's clock.
 func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
 	if err := driver.ValidateResource(resource); err != nil {

@@ -224,6 +224,23 @@ if not v then return 0 end
 if not v or not string.find(v, '^%d+:.*:%d+%+?$') then return 0 end
 @HOLDER`
 
+// keep: KEYS: lease. ARGV: "<token>:<owner>:" of the grant (as release's),
+// "<token>:<keeper>:<ttl ms>", ttl ms. Gives the lease of this grant to
+// the keeper (its wait mark kept), expiring in ttl ms. Returns 1 when
+// done, 0 when no lease is live, {value, pttl} when another grant holds it.
+const keep = `
+local v = redis.pcall('GET', @K)
+if type(v) == 'string' and string.find(v, ARGV[1], 1, true) == 1 and not string.find(v, ':', #ARGV[1] + 1, true) then
+	local mark = ''
+	if string.byte(v, -1) == 43 then mark = '+' end
+	redis.call('SET', @K, ARGV[2] .. mark, 'PX', ARGV[3])
+	return 1
+end
+if not v then return 0 end
+@OLDHASH
+if not v or not string.find(v, '^%d+:.*:%d+%+?$') then return 0 end
+@HOLDER`
+
 // mark: KEYS: lease. Marks the live lease there, if any, as waited for.
 const mark = `
 local v = redis.pcall('GET', @K)
@@ -280,6 +297,8 @@ end
 return out`, "KEYS[i]", "@E", "ARGV[i]", "@T", "ttl", "@R", "r"))
 
 	releaseScript = redis.NewScript(expand(release, "KEYS[1]"))
+
+	keepScript = redis.NewScript(expand(keep, "KEYS[1]"))
 
 	markScript = redis.NewScript(expand(mark, "KEYS[1]"))
 

@@ -24,6 +24,9 @@ func (a *alternating) Acquire(ctx context.Context, r, o string, ttl time.Duratio
 func (a *alternating) Renew(ctx context.Context, r, o string, tok uint64, ttl time.Duration) error {
 	return a.next().Renew(ctx, r, o, tok, ttl)
 }
+func (a *alternating) Keep(ctx context.Context, r, o string, tok uint64, keeper string, ttl time.Duration) error {
+	return a.next().(driver.Keeper).Keep(ctx, r, o, tok, keeper, ttl)
+}
 func (a *alternating) Release(ctx context.Context, r, o string, tok uint64) error {
 	return a.next().Release(ctx, r, o, tok)
 }

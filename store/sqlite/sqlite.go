@@ -683,6 +683,36 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	return o.err
 }
 
+// Keep implements driver.Keeper: in one transaction, the row of this grant
+// gets owner string keeper and expires ttl from now (milliseconds).
+func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	if err := ttls.ValidateKeep(resource, owner, keeper, ttl); err != nil {
+		return err
+	}
+	if err := s.writeBlocked(); err != nil {
+		return err
+	}
+	ms := driver.Milliseconds(ttl)
+	o := &op{kind: opKeep, resource: resource, run: func(b *batch) error {
+		epoch, now, err := b.clock()
+		if err != nil {
+			return err
+		}
+		n, err := b.exec(s.w.keep, epoch, now, ms, now+ms, resource, owner, int64(token), keeper)
+		if err != nil {
+			return fmt.Errorf("sqlite store: keep %q: %w", resource, err)
+		}
+		if n == 1 {
+			return nil
+		}
+		return b.notHolder("keep", resource, epoch, now)
+	}}
+	if err := s.submit(ctx, o); err != nil {
+		return err
+	}
+	return o.err
+}
+
 // renew renews one lease inside the transaction, at now on epoch's clock.
 func (b *batch) renew(resource, owner string, token uint64, ms int64, epoch string, now int64) error {
 	n, err := b.exec(b.s.w.renew, epoch, now, ms, now+ms, resource, owner, int64(token))

@@ -53,6 +53,7 @@ const (
 	opRelease
 	opRenewBatch
 	opSweep
+	opKeep
 )
 
 // An op is one write operation waiting for, or inside, a transaction.
@@ -90,8 +91,8 @@ func (o *op) setAll(err error, onlyOK bool) {
 // replaced: loss for renewals and releases, a plain error for the others.
 func (o *op) replaced(rerr error) {
 	switch o.kind {
-	case opRenew, opRelease:
-		verb := map[opKind]string{opRenew: "renew", opRelease: "release"}[o.kind]
+	case opRenew, opRelease, opKeep:
+		verb := map[opKind]string{opRenew: "renew", opRelease: "release", opKeep: "keep"}[o.kind]
 		o.err = fmt.Errorf("sqlite store: %s %q: %w: %w", verb, o.resource, rerr, driver.ErrLeaseLost)
 	case opRenewBatch:
 		o.setAll(fmt.Errorf("sqlite store: renew: %w: %w", rerr, driver.ErrLeaseLost), false)
@@ -106,6 +107,7 @@ func (o *op) replaced(rerr error) {
 type statements struct {
 	begin, commit, rollback               *sql.Stmt
 	row, sameOwner, grant, renew, release *sql.Stmt
+	keep                                  *sql.Stmt
 	counterGet, counterSet, sweep         *sql.Stmt
 }
 
@@ -117,6 +119,8 @@ const (
 			epoch = excluded.epoch, expires_ms = excluded.expires_ms, granted_at = excluded.granted_at`
 	// ?1 epoch, ?2 now (liveSQL), then the operation's own.
 	renewSQL = `UPDATE tenure_leases SET ttl_ms = ?3, expires_ms = ?4
+		WHERE resource = ?5 AND owner = ?6 AND token = ?7 AND ` + liveSQL
+	keepSQL = `UPDATE tenure_leases SET owner = ?8, ttl_ms = ?3, expires_ms = ?4
 		WHERE resource = ?5 AND owner = ?6 AND token = ?7 AND ` + liveSQL
 	releaseSQL = `DELETE FROM tenure_leases WHERE resource = ?3 AND owner = ?4 AND token = ?5 AND ` + liveSQL
 	sweepSQL   = `DELETE FROM tenure_leases WHERE resource = ?3 AND NOT ` + liveSQL + ` RETURNING token`
@@ -137,6 +141,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 		{&st.grant, grantSQL},
 		{&st.renew, renewSQL},
 		{&st.release, releaseSQL},
+		{&st.keep, keepSQL},
 		{&st.counterGet, `SELECT value FROM tenure_meta WHERE name = 'token'`},
 		{&st.counterSet, `INSERT INTO tenure_meta (name, value) VALUES ('token', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value`},
 		{&st.sweep, sweepSQL},
@@ -153,7 +158,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 
 func (st *statements) close() {
 	for _, s := range []*sql.Stmt{st.begin, st.commit, st.rollback, st.row, st.sameOwner, st.grant, st.renew,
-		st.release, st.counterGet, st.counterSet, st.sweep} {
+		st.release, st.keep, st.counterGet, st.counterSet, st.sweep} {
 		if s != nil {
 			s.Close()
 		}

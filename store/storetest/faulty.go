@@ -44,6 +44,7 @@ const (
 	OpRenew   = "renew"
 	OpRelease = "release"
 	OpGet     = "get"
+	OpKeep    = "keep"
 )
 
 // ErrInjected is the error a Faulty store returns for Fail.
@@ -205,6 +206,19 @@ func (f *Faulty) Acquire(ctx context.Context, resource, owner string, ttl time.D
 func (f *Faulty) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
 	_, err := apply(ctx, f, OpRenew, resource, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, f.Store.Renew(ctx, resource, owner, token, ttl)
+	})
+	return err
+}
+
+// Keep implements driver.Keeper when the wrapped store does; faults of
+// OpKeep apply. Over a store without it, Keep fails without I/O.
+func (f *Faulty) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	k, ok := f.Store.(driver.Keeper)
+	if !ok {
+		return errors.New("storetest: the wrapped store does not implement driver.Keeper")
+	}
+	_, err := apply(ctx, f, OpKeep, resource, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, k.Keep(ctx, resource, owner, token, keeper, ttl)
 	})
 	return err
 }

@@ -138,6 +138,7 @@ var tests = []test{
 	{name: "ExpiryFreesResource", f: testExpiry},
 	{name: "StaleOwnerOrToken", f: testStale},
 	{name: "RenewNeverRevives", f: testRenewNeverRevives},
+	{name: "KeepOutlivesLateRenewal", f: testKeep},
 	{name: "TokensIncrease", f: testTokensIncrease},
 	{name: "BadInputRejectedBeforeWrite", f: testBadInput},
 	{name: "Contention", f: testContention},
@@ -488,6 +489,72 @@ func testStale(t *testing.T, cfg Config) {
 		t.Errorf("Renew of a never-held resource: %v; want ErrLeaseLost", err)
 	}
 	e.mustFree(ctx, e.res("never-held"))
+}
+
+// testKeep: driver.Keeper (Lease.ReleaseAfter) hands the live lease of a
+// grant to another owner string with the same token and the hold's TTL; a
+// renewal or release of the grant that arrives afterwards (a request
+// delivered late) is ErrLeaseLost and changes nothing, so the hold is never
+// cut back to the grant's TTL; another owner is refused meanwhile. Keep of
+// a grant that does not hold the resource, and bad input, change nothing.
+func testKeep(t *testing.T, cfg Config) {
+	e, ctx := newEnv(t, cfg), ctxT(t)
+	k, ok := e.store.(driver.Keeper)
+	if !ok {
+		t.Skip("the store does not implement driver.Keeper: Lease.ReleaseAfter renews instead")
+	}
+	a, b := e.owner("a"), e.owner("b")
+	r := e.res("r")
+	rec := e.mustAcquire(ctx, r, a, e.cfg.ShortTTL)
+	kept := tenure.KeptOwner(a)
+	hold := 4 * longTTL / 3
+	// Bad input changes nothing.
+	for _, bad := range []struct {
+		name, keeper string
+		ttl          time.Duration
+	}{{"empty keeper", "", hold}, {"the grant's own owner string", a, hold}, {"keeper with NUL", "x\x00", hold}, {"TTL 0", kept, 0}} {
+		if err := k.Keep(ctx, r, a, rec.Token, bad.keeper, bad.ttl); err == nil {
+			t.Errorf("Keep with %s: no error", bad.name)
+		}
+	}
+	e.mustHeldBy(ctx, r, a, rec.Token)
+	if err := k.Keep(ctx, r, b, rec.Token, tenure.KeptOwner(b), hold); !errors.Is(err, tenure.ErrLeaseLost) {
+		t.Errorf("Keep by another owner: %v; want ErrLeaseLost", err)
+	}
+	if err := k.Keep(ctx, e.res("never-held"), a, rec.Token, kept, hold); !errors.Is(err, tenure.ErrLeaseLost) {
+		t.Errorf("Keep of a never-held resource: %v; want ErrLeaseLost", err)
+	}
+	e.mustFree(ctx, e.res("never-held"))
+	if err := k.Keep(ctx, r, a, rec.Token, kept, hold); err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	got := e.mustHeldBy(ctx, r, kept, rec.Token)
+	if got.Remaining != 0 && got.Remaining <= e.cfg.ShortTTL+e.cfg.ExpirySlack {
+		t.Errorf("kept lease: Remaining %v; want about %v", got.Remaining, hold)
+	}
+	// The grant's renewal, delivered late, and its release.
+	if err := e.store.Renew(ctx, r, a, rec.Token, e.cfg.ShortTTL); !errors.Is(err, tenure.ErrLeaseLost) {
+		t.Errorf("the grant's renewal after Keep: %v; want ErrLeaseLost", err)
+	}
+	if err := e.store.Release(ctx, r, a, rec.Token); !errors.Is(err, tenure.ErrLeaseLost) {
+		t.Errorf("the grant's release after Keep: %v; want ErrLeaseLost", err)
+	}
+	if err := k.Keep(ctx, r, a, rec.Token, kept+"2", hold); !errors.Is(err, tenure.ErrLeaseLost) {
+		t.Errorf("Keep again after Keep: %v; want ErrLeaseLost", err)
+	}
+	got = e.mustHeldBy(ctx, r, kept, rec.Token)
+	if got.Remaining != 0 && got.Remaining <= e.cfg.ShortTTL+e.cfg.ExpirySlack {
+		t.Errorf("kept lease after the late renewal: Remaining %v; want about %v", got.Remaining, hold)
+	}
+	var held *tenure.HeldError
+	if _, err := e.store.Acquire(ctx, r, b, longTTL); !errors.As(err, &held) || held.Holder.Owner != kept {
+		t.Errorf("Acquire by another owner while kept: %v; want held by %q", err, kept)
+	}
+	if e.cfg.Advance == nil {
+		// After the grant's TTL, the hold still holds.
+		time.Sleep(e.cfg.ShortTTL + e.cfg.ExpirySlack)
+		e.mustHeldBy(ctx, r, kept, rec.Token)
+	}
 }
 
 // testRenewNeverRevives is case C08 at the store level: a renewal that
