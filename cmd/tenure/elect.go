@@ -53,11 +53,16 @@ cannot be renewed in time is given up, and the candidate campaigns again).
 
 When leadership is lost (the lease could not be renewed within its TTL: the
 store was unreachable, tenure was paused, an operator freed the lease with
-"tenure release --force"), tenure says why, sends SIGTERM to the command's
-process group, then SIGKILL after --grace, and campaigns again. Another
-candidate may start the command as soon as this one's lease has expired, so
-keep --grace short, and pass TENURE_TOKEN to what the command writes to so
-that a late write of an old term can be rejected.
+"tenure release --force"), tenure says why, stops the command and campaigns
+again. Another candidate may start the command as soon as this one's lease
+has expired, so nothing of the command runs past the lease's deadline: when
+renewals are not getting through and the time left falls below --grace (or
+a third of the TTL, if that is less), the command's process group gets
+SIGTERM, and SIGKILL when the lease is lost at its deadline; a lease freed
+by an operator gets SIGTERM, then SIGKILL after --grace or at the deadline,
+whichever comes first. A reaper process kills the group at the deadline if
+tenure is stopped or frozen (Linux). Pass TENURE_TOKEN to what the command
+writes to so that a late write of an old term can be rejected.
 
 When COMMAND exits by itself while this candidate leads, tenure stops what
 it left in its process group (SIGTERM, then SIGKILL after --grace), checks

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // reaperArg is the hidden first argument that makes the tenure binary run as
@@ -18,7 +20,8 @@ import (
 const reaperArg = "__tenure_reaper"
 
 // reaper is a small process (this binary, re-executed) that kills the
-// command's process group if tenure dies without stopping it first.
+// command's process group if tenure dies without stopping it first, or
+// cannot stop it by the lease's deadline.
 //
 // tenure renews the lease; when tenure is killed with SIGKILL (or crashes),
 // nobody renews it, and another host runs its copy of the command once the
@@ -28,11 +31,31 @@ const reaperArg = "__tenure_reaper"
 // the command's process group at once. Before tenure itself reaps the
 // command (after which the group id could be reused), it disarms the reaper
 // by writing a byte and waits for it to exit.
+//
+// tenure also sends it the lease's deadline after every renewal (on the
+// host's clock that counts suspended time, reaperClock), and the reaper
+// kills the group when the deadline passes without a later one: a tenure
+// that is stopped (SIGSTOP), frozen or starved of CPU past the deadline
+// cannot stop the command itself, and another host may already run its copy
+// (found by an adversarial review).
 type reaper struct {
 	cmd  *exec.Cmd
 	w    *os.File
 	once sync.Once
+	mu   sync.Mutex
+	last int64 // the last deadline sent
 }
+
+// Reaper messages: reaperDisarm alone, or reaperDeadline and the deadline
+// as 8 bytes, big-endian nanoseconds of reaperClock.
+const (
+	reaperDisarm   = 'd'
+	reaperDeadline = 'k'
+)
+
+// reaperPoll is how often the reaper compares the clock with the deadline
+// (Go's timers do not count suspended time; the clock does).
+const reaperPoll = 50 * time.Millisecond
 
 // startReaper starts the reaper of the process group pgid. The reaper runs
 // in a process group of its own, so that signals sent to tenure's or the
@@ -63,6 +86,26 @@ func startReaper(pgid int) (*reaper, error) {
 	return &reaper{cmd: cmd, w: w}, nil
 }
 
+// setDeadline tells the reaper to kill the command's group at deadline
+// (reaperClock) unless a later deadline comes first. It is safe to call on
+// a nil reaper, and after disarm (then it does nothing).
+func (r *reaper) setDeadline(deadline int64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if deadline == r.last || r.w == nil {
+		return
+	}
+	var b [9]byte
+	b[0] = reaperDeadline
+	binary.BigEndian.PutUint64(b[1:], uint64(deadline))
+	if _, err := r.w.Write(b[:]); err == nil {
+		r.last = deadline
+	}
+}
+
 // disarm tells the reaper that tenure has the command in hand, and waits
 // for it to exit. It is safe to call on a nil reaper and more than once.
 func (r *reaper) disarm() {
@@ -70,16 +113,20 @@ func (r *reaper) disarm() {
 		return
 	}
 	r.once.Do(func() {
-		_, _ = r.w.Write([]byte{'d'})
+		r.mu.Lock()
+		_, _ = r.w.Write([]byte{reaperDisarm})
 		r.w.Close()
+		r.w = nil
+		r.mu.Unlock()
 		_ = r.cmd.Wait()
 	})
 }
 
 // reaperMain is the reaper process: argv is the process group id. It ignores
 // the signals a terminal or a supervisor sends to whole groups, and waits on
-// stdin: a byte disarms it (exit 0); end-of-file means tenure is gone, and
-// the group gets SIGKILL (exit 1).
+// stdin: the disarm byte makes it exit 0; end-of-file means tenure is gone,
+// and a deadline that passes without a later one means tenure did not stop
+// the command in time: the group then gets SIGKILL (exit 1).
 func reaperMain(argv []string, stdin io.Reader, stderr io.Writer) int {
 	if len(argv) != 1 {
 		fmt.Fprintln(stderr, "tenure: reaper: want one process group id")
@@ -91,20 +138,54 @@ func reaperMain(argv []string, stdin io.Reader, stderr io.Writer) int {
 		return exitUsage
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
-	var b [1]byte
-	for {
-		n, err := stdin.Read(b[:])
-		if n == 1 {
-			return 0
+	msgs := make(chan int64) // a deadline; 0: disarmed; -1: tenure is gone
+	go func() {
+		var b [8]byte
+		for {
+			if _, err := io.ReadFull(stdin, b[:1]); err != nil {
+				msgs <- -1
+				return
+			}
+			switch b[0] {
+			case reaperDisarm:
+				msgs <- 0
+				return
+			case reaperDeadline:
+				if _, err := io.ReadFull(stdin, b[:]); err != nil {
+					msgs <- -1
+					return
+				}
+				msgs <- int64(binary.BigEndian.Uint64(b[:]))
+			}
 		}
-		if err != nil {
-			break
+	}()
+	tick := time.NewTicker(reaperPoll)
+	defer tick.Stop()
+	var deadline int64
+	why := "tenure is gone without stopping the command"
+wait:
+	for {
+		select {
+		case m := <-msgs:
+			switch {
+			case m == 0:
+				return 0
+			case m < 0:
+				break wait
+			default:
+				deadline = m
+			}
+		case <-tick.C:
+			if deadline != 0 && reaperClock() >= deadline {
+				why = "the lease's deadline passed and tenure did not stop the command (tenure is stopped, frozen or starved of CPU)"
+				break wait
+			}
 		}
 	}
 	if err := signalGroup(pgid, syscall.SIGKILL); err != nil {
-		fmt.Fprintf(stderr, "tenure: reaper: tenure is gone; cannot kill the command's process group %d: %v\n", pgid, err)
+		fmt.Fprintf(stderr, "tenure: reaper: %s; cannot kill the command's process group %d: %v\n", why, pgid, err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "tenure: reaper: tenure is gone without stopping the command; killed its process group %d\n", pgid)
+	fmt.Fprintf(stderr, "tenure: reaper: %s; killed its process group %d\n", why, pgid)
 	return 1
 }

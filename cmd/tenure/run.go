@@ -79,13 +79,20 @@ expire by its TTL, and still exits with the command's status. Processes
 that left the group (setsid, daemons) are not found: run tenure under a
 service manager that stops the whole cgroup (systemd) to cover those. If
 tenure itself is killed (SIGKILL, a crash), a small reaper process kills the
-command's group at once (Linux).
+command's group at once (Linux); if tenure is stopped (SIGSTOP), frozen or
+starved of CPU past the lease's deadline, the reaper kills the group at the
+deadline.
 
-If the lease is lost while the command runs (it could not be renewed within
-its TTL, or an operator freed it with "tenure release --force", or another
-owner took it), tenure says why, sends SIGTERM to the command's process
-group, then SIGKILL after --grace, and exits with 79 whatever the command
-returned: the command can no longer rely on holding the lease. A lease found
+Nothing of the command runs past the lease's deadline, after which another
+host may be granted the lease. When renewals are not getting through and
+the time left falls below --grace (or a third of the TTL, if that is less),
+the command's process group gets SIGTERM; if the lease is then lost at its
+deadline, the group gets SIGKILL at once. If the lease is lost otherwise
+(an operator freed it with "tenure release --force", or another owner took
+it), tenure says why, sends SIGTERM to the command's process group, then
+SIGKILL after --grace or at the lease's deadline, whichever comes first.
+Either way tenure exits with 79 whatever the command returned: the command
+can no longer rely on holding the lease. A lease found
 gone when tenure releases it after the command finished is lost as well
 (79). With PostgreSQL, Redis and etcd, which tell tenure when a lease is
 freed, the command is stopped within about a second of such a release; with

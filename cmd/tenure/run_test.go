@@ -196,8 +196,8 @@ func TestRunTakeoverAfterSIGKILL(t *testing.T) {
 
 // A holder's process groups (tenure and its command) stopped with SIGSTOP for
 // twice the TTL, then resumed: meanwhile another process got the lease with
-// a larger token; the stopped holder's command is terminated at once on
-// resuming and the stopped tenure exits 79.
+// a larger token; the reaper (in a group of its own) killed the stopped
+// command at the lease's deadline, and the resumed tenure exits 79.
 func TestRunStoppedHolderLosesLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -253,8 +253,8 @@ func TestRunStoppedHolderLosesLease(t *testing.T) {
 	if code := a.wait(10 * time.Second); code != exitLost {
 		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
 	}
-	if msg := a.stderr(); !strings.Contains(msg, "lost") || !strings.Contains(msg, "SIGTERM") {
-		t.Fatalf("alpha's stderr should say the lease was lost and the command stopped:\n%s", msg)
+	if msg := a.stderr(); !strings.Contains(msg, "lost") || !strings.Contains(msg, "reaper") {
+		t.Fatalf("alpha's stderr should say the lease was lost and the reaper killed the command:\n%s", msg)
 	}
 	waitFor(t, 5*time.Second, "alpha's command to be gone", func() bool { return processGone(ai.pid) })
 	evs := readEvents(t, aOut)
@@ -788,4 +788,116 @@ func holdsWriteLock(pid int, path string) bool {
 		}
 	}
 	return false
+}
+
+// tenure alone stopped (SIGSTOP; its command, in a process group of its own,
+// runs on): nobody renews the lease, and another host takes it after the
+// TTL. The reaper kills the command's group at the lease's deadline, before
+// the other host's command starts (found by an adversarial review: the
+// command ran on beside the next holder's for as long as tenure stayed
+// stopped). Resumed, tenure exits 79.
+func TestRunStoppedTenureReaperKillsAtDeadline(t *testing.T) {
+	if !canReap {
+		t.Skip("no reaper on this system")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = time.Second
+	aOut := e.path("alpha.events")
+	a := e.start("alpha", startOpt{}, "run", "--ttl", ttl.String(), "--grace", "30s", "--owner", "alpha", "job", "--",
+		helper("-out", aOut, "-ready", e.path("alpha.ready"), "-hold", "1h", "-beat", "-signals", "ignore"))
+	ai := waitReady(t, e.path("alpha.ready"), 10*time.Second)
+	// Stop tenure, but not inside a write (see TestRunStoppedHolderLosesLease).
+	for try := 0; ; try++ {
+		syscall.Kill(a.pid(), syscall.SIGSTOP)
+		waitFor(t, 10*time.Second, "alpha to stop", func() bool { return processState(a.pid()) == "T" })
+		if !holdsWriteLock(a.pid(), e.db) && !holdsWriteLock(a.pid(), e.db+"-shm") {
+			break
+		}
+		if try == 100 {
+			t.Fatalf("alpha always holds the store's write lock")
+		}
+		syscall.Kill(a.pid(), syscall.SIGCONT)
+		time.Sleep(20 * time.Millisecond)
+	}
+	defer syscall.Kill(a.pid(), syscall.SIGCONT)
+	stopped := mono()
+	waitFor(t, 10*time.Second, "alpha's command to be killed", func() bool { return processGone(ai.pid) })
+	killed := mono()
+	bOut := e.path("beta.events")
+	if code, _, stderr := e.run("run", "--ttl", ttl.String(), "--wait", "30s", "--owner", "beta", "job", "--", helper("-out", bOut)); code != 0 {
+		t.Fatalf("beta exited %d:\n%s", code, stderr)
+	}
+	bStart := filter(readEvents(t, bOut), "start")
+	var last int64
+	for _, ev := range filter(readEvents(t, aOut), "beat") {
+		last = max(last, ev.mono)
+	}
+	t.Logf("alpha's command killed %v after tenure was stopped (TTL %v); its last beat %v before beta's start",
+		time.Duration(killed-stopped).Round(time.Millisecond), ttl, time.Duration(bStart[0].mono-last).Round(time.Millisecond))
+	if len(bStart) != 1 || last >= bStart[0].mono {
+		t.Fatalf("alpha's command beat at %d, after beta's command started at %+v", last, bStart)
+	}
+	syscall.Kill(a.pid(), syscall.SIGCONT)
+	if code := a.wait(10 * time.Second); code != exitLost {
+		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
+	}
+	if msg := a.stderr(); !strings.Contains(msg, "reaper") || !strings.Contains(msg, "deadline passed") {
+		t.Fatalf("alpha's stderr should say that the reaper killed the command at the deadline:\n%s", msg)
+	}
+}
+
+// Renewals that cannot get through (another connection holds the
+// database's write lock) end a command that ignores SIGTERM by the lease's
+// deadline, not a grace period later: SIGTERM once the time left falls
+// below the grace period (at most a third of the TTL), SIGKILL when the
+// lease is lost at its deadline. tenure exits 79.
+func TestRunFailingRenewalsStopTheCommandByTheDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 2 * time.Second
+	out := e.path("alpha.events")
+	a := e.start("alpha", startOpt{}, "run", "--ttl", ttl.String(), "--grace", "30s", "--owner", "alpha", "job", "--",
+		helper("-out", out, "-ready", e.path("alpha.ready"), "-hold", "1h", "-beat", "-signals", "ignore"))
+	ai := waitReady(t, e.path("alpha.ready"), 10*time.Second)
+
+	db, err := sql.Open("sqlite", "file:"+e.db+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	locked := mono()
+	defer conn.ExecContext(ctx, "ROLLBACK")
+
+	if code := a.wait(20 * time.Second); code != exitLost {
+		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
+	}
+	if !processGone(ai.pid) {
+		t.Fatal("the command outlived tenure")
+	}
+	evs := readEvents(t, out)
+	var last int64
+	for _, ev := range filter(evs, "beat") {
+		last = max(last, ev.mono)
+	}
+	ranOn := time.Duration(last - locked)
+	t.Logf("the command ran %v after the store was locked (TTL %v, grace 30s); stderr:\n%s", ranOn.Round(time.Millisecond), ttl, a.stderr())
+	if ranOn > ttl+500*time.Millisecond {
+		t.Fatalf("the command ran %v after renewals stopped getting through; want it gone by the lease's deadline (TTL %v)", ranOn, ttl)
+	}
+	if sigs := filter(evs, "signal"); len(sigs) == 0 || sigs[0].sig != "SIGTERM" {
+		t.Fatalf("the command got signals %+v; want SIGTERM before the deadline", sigs)
+	}
+	if msg := a.stderr(); !strings.Contains(msg, "before the lease's deadline") || !strings.Contains(msg, "SIGKILL") {
+		t.Fatalf("stderr should say the command was stopped before the deadline, then killed:\n%s", msg)
+	}
 }

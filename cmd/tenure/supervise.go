@@ -158,17 +158,33 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 
 	var out outcome
 	lostCh := lease.Done()
+	// The lease's deadline bounds the command: the reaper learns every new
+	// deadline and kills the group when one passes (even while tenure is
+	// stopped); tenure sends SIGTERM once the time left falls below the
+	// grace period (at most a third of the TTL, which a lease renewed on
+	// schedule always has), and SIGKILL when the lease is lost.
+	w := &leaseWatch{lease: lease, rp: rp}
+	w.look()
+	watch := time.NewTicker(watchEvery(lease.TTL()))
+	defer watch.Stop()
+	warnBelow := min(c.grace, lease.TTL()/3)
+	warned := false
 	// kill fires when the grace period after a loss or a stop signal has
 	// passed: the group then gets SIGKILL.
 	var kill *time.Timer
 	var killC <-chan time.Time
 	var killAt time.Time
-	startGrace := func() {
+	startGrace := func(d time.Duration) {
+		at := time.Now().Add(d)
 		if kill != nil {
+			if at.Before(killAt) {
+				killAt = at
+				kill.Reset(d)
+			}
 			return
 		}
-		killAt = time.Now().Add(c.grace)
-		kill = time.NewTimer(c.grace)
+		killAt = at
+		kill = time.NewTimer(d)
 		killC = kill.C
 	}
 	defer func() {
@@ -180,15 +196,20 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 		out.lost = cause
 		lostCh = nil
 		a.errorf("%s lost while the command ran: %s", describeLease(lease), describeLoss(cause))
-		if c.grace == 0 {
+		// After the deadline the store may already have granted the lease
+		// to another host: SIGKILL at once. A lease the store says is gone
+		// (freed by an operator) gives the command the grace period, up to
+		// the deadline.
+		grace := min(c.grace, time.Until(w.deadlineAt))
+		if errors.Is(cause, tenure.ErrLeaseExpired) || grace <= 0 {
 			a.errorf("stopping the command: SIGKILL")
 			a.signal(pgid, syscall.SIGKILL)
 			return
 		}
-		a.errorf("stopping the command: SIGTERM now, SIGKILL in %s", fmtDur(c.grace))
+		a.errorf("stopping the command: SIGTERM now, SIGKILL in %s", fmtDur(grace))
 		a.signal(pgid, syscall.SIGTERM)
 		a.signal(pgid, syscall.SIGCONT)
-		startGrace()
+		startGrace(grace)
 	}
 loop:
 	for {
@@ -210,10 +231,20 @@ loop:
 				continue
 			}
 			a.log.Info("told to stop: the command gets SIGKILL if it has not exited after the grace period", "signal", signalName(s), "grace", c.grace)
-			startGrace()
+			startGrace(c.grace)
 		case <-stops:
 			a.log.Debug("the command was stopped; stopping tenure too", "pgid", pgid)
 			suspend(ttyFD, pgid)
+		case <-watch.C:
+			left := w.look()
+			if warned || out.lost != nil || out.signal != nil || left <= 0 || left >= warnBelow {
+				continue
+			}
+			warned = true
+			a.errorf("%s: renewals are not confirmed and %s is left: stopping the command before the lease's deadline: SIGTERM now, SIGKILL if the lease is lost",
+				describeLease(lease), fmtDur(left))
+			a.signal(pgid, syscall.SIGTERM)
+			a.signal(pgid, syscall.SIGCONT)
 		case <-lostCh:
 			cause := context.Cause(lease.Context())
 			if errors.Is(cause, tenure.ErrReleased) {
@@ -244,7 +275,7 @@ loop:
 	// Nothing of the command's group may outlive tenure, nor run once the
 	// lease is released. The command is not reaped yet (on Linux), so its
 	// group id is still its own.
-	a.stopLeftovers(c, pgid, &out, lease, sigCh, killAt)
+	a.stopLeftovers(c, pgid, &out, w, sigCh, killAt)
 	if !reaped {
 		rp.disarm()
 		waitErr = cmd.Wait()
@@ -266,10 +297,11 @@ loop:
 // when tenure is told to stop meanwhile. It returns when none is left (or
 // killWait after SIGKILL). Processes that left the group (setsid, daemons)
 // are not found: see the help text.
-func (a *app) stopLeftovers(c command, pgid int, out *outcome, lease *tenure.Lease, sigCh <-chan os.Signal, killAt time.Time) {
+func (a *app) stopLeftovers(c command, pgid int, out *outcome, w *leaseWatch, sigCh <-chan os.Signal, killAt time.Time) {
 	if !groupRunning(pgid) {
 		return
 	}
+	lease := w.lease
 	killed := false
 	killNow := func(why string) {
 		if !killed {
@@ -307,6 +339,7 @@ func (a *app) stopLeftovers(c command, pgid int, out *outcome, lease *tenure.Lea
 		}
 		select {
 		case <-tick.C:
+			w.look()
 		case s := <-sigCh:
 			if isStopSignal(s) {
 				killNow("received " + signalName(s))
@@ -322,6 +355,39 @@ func (a *app) stopLeftovers(c command, pgid int, out *outcome, lease *tenure.Lea
 			}
 		}
 	}
+}
+
+// leaseWatch follows the lease while its command runs, for supervise: each
+// look reads the time left (which also ends a lease whose deadline passed,
+// Lease.Remaining reading the clock) and passes a new deadline on to the
+// reaper.
+type leaseWatch struct {
+	lease      *tenure.Lease
+	rp         *reaper
+	sent       time.Time // the lease's deadline last sent to the reaper
+	deadlineAt time.Time // the deadline on time.Now()'s clock, as of the last look
+}
+
+// watchEvery is how often supervise looks at a lease of ttl: a tenth of the
+// TTL (a renewal's new deadline reaches the reaper long before the old one
+// passes), from 10 ms to 500 ms.
+func watchEvery(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 10*time.Millisecond), 500*time.Millisecond)
+}
+
+// look returns the time left on the lease (0 once it ended) and tells the
+// reaper the deadline when it moved.
+func (w *leaseWatch) look() time.Duration {
+	left := w.lease.Remaining()
+	if left <= 0 {
+		return 0
+	}
+	w.deadlineAt = time.Now().Add(left)
+	if d := w.lease.Deadline(); !d.Equal(w.sent) {
+		w.rp.setDeadline(reaperClock() + int64(left))
+		w.sent = d
+	}
+	return left
 }
 
 // describeLease names a lease for messages: `lease on "R" (token N)`.
