@@ -10,6 +10,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
 
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/store/redis"
@@ -48,6 +49,17 @@ func BenchmarkEtcdCycle(b *testing.B) {
 	cycleBenchmarks(b, target, target.Tenure(), &rpStoreSystem{store: target.Store}, &etcdMutexSystem{cli: es.Client(), shared: true})
 }
 
+// contextSwitches returns the process's voluntary and involuntary context
+// switches so far (getrusage): threads parked and woken, which cost the
+// client CPU beyond its own code.
+func contextSwitches() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw + ru.Nivcsw
+}
+
 // openEnvTarget opens the bench target named by the environment variable,
 // with scheme prepended when it lacks one, or skips.
 func openEnvTarget(b *testing.B, name, scheme string) *Target {
@@ -76,7 +88,7 @@ func cycleBenchmarks(b *testing.B, target *Target, systems ...System) {
 				defer cancel()
 				return op(ctx)
 			}
-			cpu0 := processCPU()
+			cpu0, sw0 := processCPU(), contextSwitches()
 			b.RunParallel(func(pb *testing.PB) {
 				id := n.Add(1)
 				c, err := sys.NewClient(fmt.Sprintf("c%d", id))
@@ -102,6 +114,7 @@ func cycleBenchmarks(b *testing.B, target *Target, systems ...System) {
 				}
 			})
 			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/cycle")
+			b.ReportMetric(float64(contextSwitches()-sw0)/float64(b.N), "ctxsw/cycle")
 		})
 	}
 }
