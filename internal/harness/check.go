@@ -140,7 +140,12 @@ type Tenure struct {
 	EndSeen  int64   // the worker saw the lease end (lost or released; 0: it did not)
 	Steps    []int64 // work steps
 	End      int64   // end of trust: min(Deadline, Release, EndSeen), extended to the last step
-	Ended    string  // released, lost, gone, exit, running
+	Ended    string  // released, lost, gone, exit, running, held
+	// HeldUntil, for a round that ended with a confirmed ReleaseAfter (a
+	// hold), is the earliest the store may free the resource: the hold's
+	// length after ReleaseAfter was called; HeldConfirmed is when it
+	// returned.
+	HeldUntil, HeldConfirmed int64
 }
 
 // group is what a tenure's exclusion is counted in: the semaphore for a
@@ -311,6 +316,13 @@ func Tenures(hs []*History) []*Tenure {
 					if !h.Unsafe || cur.Released {
 						finish("released")
 					}
+				}
+			case EvHold:
+				if cur != nil {
+					if e.Err == "" && cur.Release != 0 {
+						cur.HeldUntil, cur.HeldConfirmed = cur.Release+e.TTL, e.T
+					}
+					finish("held")
 				}
 			case EvExit:
 				finish("exit")
@@ -563,6 +575,25 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 		// applied after the store expired that lease. Counted, not a
 		// violation (docs/safety.md).
 		overlaps(inflight, func(a, b iv) { r.InflightOverlaps++ })
+		// A confirmed hold (ReleaseAfter) keeps the resource from everyone
+		// else until it ends: no grant sent after it was confirmed may be
+		// answered before the hold can have ended.
+		for _, h := range byRes[res] {
+			if h.HeldUntil == 0 {
+				continue
+			}
+			for _, t := range byRes[res] {
+				if t.Owner == h.Owner || t.Send <= h.HeldConfirmed || t.Reply >= h.HeldUntil {
+					continue
+				}
+				if k := outside(h, t, t.Reply); k != "" {
+					r.outsideContract(k, "%s: %s (token %d) granted inside the hold of %s (token %d)", resName(res), t.Owner, t.Token, h.Owner, h.Token)
+					continue
+				}
+				r.violate("hold-broken", "%s: %s (token %d) granted at [%d, %d], inside the hold of %s (token %d) confirmed at %d, which lasts until %d at least",
+					resName(res), t.Owner, t.Token, t.Send, t.Reply, h.Owner, h.Token, h.HeldConfirmed, h.HeldUntil)
+			}
+		}
 	}
 	r.semaphoreHolders(ts, outside)
 

@@ -78,6 +78,7 @@ const (
 	EvAcqErr   = "acqerr"   // Acquire returned an error other than a grant: Err
 	EvEnded    = "ended"    // the lease's Done channel was seen closed (lost or released), at T or before: Token
 	EvExit     = "exit"     // the worker exits on its own (Err says why)
+	EvHold     = "hold"     // ReleaseAfter returned (TTL: the hold; Err: its error): the lease ended locally, kept in the store
 	EvGone     = "gone"     // written by the orchestrator: the process was reaped at T (Err: "killed" or its exit status)
 )
 
@@ -90,6 +91,7 @@ const (
 	ResLost     = "lost"
 	ResGot      = "got"     // Get found a live lease: Holder, HolderToken
 	ResNotHeld  = "notheld" // Get found none
+	ResKept     = "kept"    // Keep (ReleaseAfter) handed the lease to its keeper
 	ResUnknown  = "unknown"
 	ResError    = "error"
 )
@@ -100,6 +102,9 @@ const (
 	OpRenew   = "renew"
 	OpRelease = "release"
 	OpGet     = "get"
+	// OpKeep hands the lease of Owner and Token to the owner string Keeper
+	// for TTL (driver.Keeper: Lease.ReleaseAfter).
+	OpKeep = "keep"
 	// OpDelete is an operator's deletion of the lease record of Resource
 	// (key-delete), and OpReset the replacement of the whole store
 	// (store-reset: a new SQLite file), every resource at once; the
@@ -120,6 +125,7 @@ type Event struct {
 	Op          string `json:"op,omitempty"`
 	Resource    string `json:"r,omitempty"` // call, grant: the lease's name (a slot's name for a semaphore slot)
 	Owner       string `json:"owner,omitempty"`
+	Keeper      string `json:"keeper,omitempty"`   // call of keep: the owner string that keeps the lease
 	Workload    string `json:"workload,omitempty"` // start: lease, reacquire or semaphore
 	Sem         string `json:"sem,omitempty"`      // start (semaphore workload), grant of a slot: the semaphore's resource
 	Slots       int    `json:"slots,omitempty"`    // the same: its number of slots

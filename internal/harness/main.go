@@ -42,6 +42,8 @@ func WorkerMain(args []string) int {
 	fs.StringVar(&cfg.Workload, "workload", WorkloadLease, "what the worker does: "+strings.Join(Workloads, ", "))
 	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots (-workload semaphore)")
 	fs.BoolVar(&cfg.SharedOwner, "shared-owner", false, "give the store one owner string per Locker, as before grant identity (deliberately unsafe)")
+	fs.Float64Var(&cfg.HoldProb, "hold-prob", 0, "probability of ending a round with ReleaseAfter (a hold of two TTLs) instead of Release")
+	fs.BoolVar(&cfg.HoldByRenew, "hold-by-renew", false, "make ReleaseAfter one renewal with the hold's TTL, as before driver.Keeper (deliberately unsafe)")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -85,6 +87,8 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots")
 	fs.StringVar(&out, "out", "", "output directory for histories, logs and report.json (default: a new temporary directory)")
 	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability that a worker exits without releasing after a piece of work")
+	fs.Float64Var(&cfg.HoldProb, "hold-prob", 0.15, "probability that a worker ends a round with Lease.ReleaseAfter, a hold of two TTLs that nobody may be granted within, instead of Release (not with -shared-owner)")
+	fs.BoolVar(&cfg.HoldByRenew, "hold-by-renew", false, "the workers' ReleaseAfter is one renewal with the hold's TTL, as before driver.Keeper (deliberately unsafe: a late renewal cuts the hold short; the checker must report it)")
 	fs.StringVar(&cfg.CassandraScript, "cassandra-script", "scripts/cassandra", "the script that kills, restarts, pauses and resumes Cassandra nodes")
 	fs.StringVar(&cfg.EtcdScript, "etcd-script", "scripts/etcd", "the script that kills, restarts, pauses and resumes the members of a three-member etcd cluster (start3) and moves its leader")
 	fs.StringVar(&cfg.PostgresScript, "postgres-script", "scripts/postgres", "the script that crashes and restarts the PostgreSQL server (with -server-faults)")

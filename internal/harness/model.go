@@ -97,7 +97,8 @@ type Input struct {
 	Op       string // acquire, renew, release, get; delete and reset (an operator's)
 	Resource string // the lease's name; "" for reset (every lease)
 	Owner    string // the grant's owner string
-	Token    uint64 // renew, release
+	Token    uint64 // renew, release, keep
+	Keeper   string // keep: the owner string that keeps the lease
 	TTL      time.Duration
 	Call     int64 // when the request was sent
 	Ret      int64 // when the answer arrived; Never when the effect may come later
@@ -290,6 +291,26 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 		default:
 			add(noop)
 		}
+	case OpKeep:
+		// Lease.ReleaseAfter: the lease of this grant goes to the keeper,
+		// with the same token, for the hold's TTL; nothing renews it.
+		kept := func(ret int64) {
+			if n, ok := mine(in.Token); ok && live {
+				n.Holder = in.Keeper
+				add(confirmed(n, tLo, in.TTL, ret))
+			}
+		}
+		switch out.Res {
+		case ResKept:
+			kept(in.Ret)
+		case ResLost:
+			lostAnswer()
+		case ResUnknown:
+			add(noop)
+			kept(Never)
+		default:
+			add(noop)
+		}
 	case OpTerm:
 		// The etcd cluster elected a leader between in.Call and in.Ret: the
 		// new leader gives every lease its full TTL again, plus up to an
@@ -423,7 +444,7 @@ func short(owner string) string {
 // followed a lost answer (see ResolvedAnswers).
 func (p Profile) mayHideEffect(in Input, out Output) bool {
 	switch {
-	case (in.Op == OpRelease || in.Op == OpRenew) && out.Res == ResLost:
+	case (in.Op == OpRelease || in.Op == OpRenew || in.Op == OpKeep) && out.Res == ResLost:
 		return true
 	case in.Op == OpAcquire && out.Res == ResHeld:
 		return time.Duration(in.Ret-in.Call) >= p.MinTTL(in.TTL)
@@ -484,7 +505,7 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 					continue
 				}
 				done[e.ID] = true
-				in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T}
+				in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: e.T, Keeper: c.Keeper}
 				out := Output{Res: e.Res, Token: e.Token, Holder: e.Holder, HolderToken: e.HolderToken}
 				if out.Holder != "" && out.Holder != c.Owner {
 					out.Holder = holder(c.Resource, out.Holder, out.HolderToken)
@@ -507,7 +528,7 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 			if !p.LateEffects && h.Gone != nil {
 				ret = h.Gone.T
 			}
-			in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret}
+			in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret, Keeper: c.Keeper}
 			ops = append(ops, porcupine.Operation{ClientId: ci, Input: in, Call: in.Call, Output: Output{Res: ResUnknown}, Return: ret})
 		}
 	}

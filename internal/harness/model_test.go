@@ -20,6 +20,8 @@ type op struct {
 	holder  string // held, got
 	htoken  uint64
 	lease   string // the lease's name ("" for all the same)
+	keeper  string // keep
+	ttl     time.Duration
 }
 
 // histories builds one history per owner from ops.
@@ -40,7 +42,11 @@ func histories(ttl time.Duration, gone map[string]int64, ops ...op) []*History {
 			order = append(order, owner)
 		}
 		id++
-		h.Events = append(h.Events, Event{Ev: EvCall, T: o.call * ms, ID: id, Op: o.kind, Resource: o.lease, Owner: o.owner, Token: o.token, TTL: int64(ttl)})
+		cttl := ttl
+		if o.ttl != 0 {
+			cttl = o.ttl
+		}
+		h.Events = append(h.Events, Event{Ev: EvCall, T: o.call * ms, ID: id, Op: o.kind, Resource: o.lease, Owner: o.owner, Token: o.token, TTL: int64(cttl), Keeper: o.keeper})
 		if o.ret != 0 {
 			h.Events = append(h.Events, Event{Ev: EvReturn, T: o.ret * ms, ID: id, Res: o.res, Token: o.granted, Holder: o.holder, HolderToken: o.htoken})
 		}
@@ -74,6 +80,10 @@ func held(owner string, call, ret int64, holder string, token uint64) op {
 
 func renew(owner string, token uint64, call, ret int64, res string) op {
 	return op{owner: owner, kind: OpRenew, token: token, call: call, ret: ret, res: res}
+}
+
+func keep(owner string, token uint64, keeper string, hold time.Duration, call, ret int64, res string) op {
+	return op{owner: owner, kind: OpKeep, token: token, keeper: keeper, ttl: hold, call: call, ret: ret, res: res}
 }
 
 func release(owner string, token uint64, call, ret int64, res string) op {
@@ -152,6 +162,30 @@ func TestModel(t *testing.T) {
 			granted("B", 1100, 1110, 2),
 			renew("A", 1, 1120, 1130, ResRenewed),
 		}, "Illegal"},
+		{"a kept lease blocks others for the hold", RedisProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			keep("A", 1, "A/kept", 3*sec, 100, 110, ResKept),
+			renew("A", 1, 200, 210, ResLost), // the grant's late renewal: another holder now
+			held("B", 1500, 1510, "A/kept", 1),
+			get(2000, 2001, ResGot, "A/kept", 1),
+			granted("B", 3200, 3210, 2), // the hold of 3 s from 100-110 has passed
+		}, "Ok"},
+		{"a grant inside a hold", RedisProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			keep("A", 1, "A/kept", 3*sec, 100, 110, ResKept),
+			granted("B", 1500, 1510, 2), // after the lease's TTL, inside the hold
+		}, "Illegal"},
+		{"a late renewal that cut a hold short", RedisProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			renew("A", 1, 50, 0, ""), // its answer lost, applied late
+			keep("A", 1, "A/kept", 3*sec, 100, 110, ResKept),
+			granted("B", 1500, 1510, 2),
+		}, "Illegal"},
+		{"keep of a lease that is gone", RedisProfile, nil, []op{
+			granted("A", 0, 10, 1),
+			keep("A", 1, "A/kept", 3*sec, 1100, 1110, ResLost),
+			granted("B", 1120, 1130, 2),
+		}, "Ok"},
 		{"lease lost while live", SQLiteProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			renew("A", 1, 300, 310, ResLost),

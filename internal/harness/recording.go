@@ -132,6 +132,53 @@ func (s *RecordingStore) Release(ctx context.Context, resource, owner string, to
 	return err
 }
 
+// Keep implements driver.Keeper when the inner store does (every store of
+// this module); otherwise it fails without I/O.
+func (s *RecordingStore) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	k, ok := s.inner.(driver.Keeper)
+	if !ok {
+		return errors.New("harness: the store does not implement driver.Keeper")
+	}
+	id := s.rec.newID()
+	s.rec.Record(Event{Ev: EvCall, T: MonoNow(), ID: id, Op: OpKeep, Resource: resource, Owner: owner, Token: token, TTL: int64(ttl), Keeper: keeper})
+	err := k.Keep(ctx, resource, owner, token, keeper, ttl)
+	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
+	e.Res, e.Err = classify(err, ResKept)
+	s.rec.Record(e)
+	return err
+}
+
+// withoutKeeper hides driver.Keeper from the Locker, which then makes
+// Lease.ReleaseAfter one renewal with the hold's TTL, as tenure did before
+// Keep: a renewal of the grant delivered late cuts such a hold back to the
+// lease's TTL. The harness's -hold-by-renew switch uses it to show that the
+// checker catches that behaviour.
+func withoutKeeper(s driver.Store) driver.Store {
+	nk := noKeeper{s}
+	if n, ok := s.(driver.Notifier); ok {
+		return noKeeperNotifier{nk, n}
+	}
+	return nk
+}
+
+type noKeeper struct{ driver.Store }
+
+func (s noKeeper) CheckTTL(ttl time.Duration) error {
+	if c, ok := s.Store.(driver.TTLChecker); ok {
+		return c.CheckTTL(ttl)
+	}
+	return driver.ValidateTTL(ttl)
+}
+
+type noKeeperNotifier struct {
+	noKeeper
+	n driver.Notifier
+}
+
+func (s noKeeperNotifier) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.n.Subscribe(ctx, resource)
+}
+
 // Get implements driver.Store.
 func (s *RecordingStore) Get(ctx context.Context, resource string) (tenure.Record, error) {
 	id, _ := s.call(OpGet, resource, "", 0, 0)

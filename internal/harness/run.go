@@ -37,6 +37,9 @@ type Config struct {
 	SharedOwner bool
 	Out         string  // output directory: histories/, logs/, faults.jsonl, report.json
 	ExitProb    float64 // probability that a worker exits without releasing after a piece of work
+	// HoldProb and HoldByRenew: see WorkerConfig.
+	HoldProb    float64
+	HoldByRenew bool
 
 	// Workload is what the Workers workers do: WorkloadLease or
 	// WorkloadReacquire (default).
@@ -322,6 +325,11 @@ func (o *orch) startLocked(s *slot) error {
 	}
 	if o.cfg.SharedOwner {
 		args = append(args, "-shared-owner")
+	} else if o.cfg.HoldProb > 0 {
+		args = append(args, "-hold-prob", strconv.FormatFloat(o.cfg.HoldProb, 'g', -1, 64))
+	}
+	if o.cfg.HoldByRenew {
+		args = append(args, "-hold-by-renew")
 	}
 	logf, err := os.Create(filepath.Join(o.cfg.Out, "logs", name+".log"))
 	if err != nil {

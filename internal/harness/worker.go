@@ -40,7 +40,20 @@ type WorkerConfig struct {
 	// one per grant, as tenure did before grant identity
 	// (sharedOwnerStore): a deliberately unsafe configuration.
 	SharedOwner bool
+	// HoldProb is the probability that a lease worker ends a round with
+	// Lease.ReleaseAfter(HoldFor) instead of Release: the store keeps the
+	// lease under another owner string for HoldFor, longer than the TTL,
+	// and nobody may be granted it meanwhile (a cron job's hold).
+	HoldProb float64
+	// HoldByRenew makes ReleaseAfter one renewal with the hold's TTL, as
+	// tenure did before driver.Keeper (withoutKeeper): a deliberately unsafe
+	// configuration, which a renewal delivered late breaks.
+	HoldByRenew bool
 }
+
+// holdFor is the length of a worker's hold (HoldProb), in TTLs: longer than
+// the TTL, the case that a late renewal could cut short.
+const holdFor = 2
 
 // Workloads.
 const (
@@ -97,7 +110,11 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 		store = withSharedOwner(store)
 	}
 	rs := NewRecordingStore(store, rec)
-	lk, err := tenure.New(rs, tenure.WithOwnerID(fmt.Sprintf("w%d-%d", cfg.Worker, os.Getpid())),
+	ls := rs
+	if cfg.HoldByRenew {
+		ls = withoutKeeper(rs)
+	}
+	lk, err := tenure.New(ls, tenure.WithOwnerID(fmt.Sprintf("w%d-%d", cfg.Worker, os.Getpid())),
 		tenure.WithRetry(min(10*time.Millisecond, cfg.Retry), cfg.Retry))
 	if err != nil {
 		return err
@@ -219,8 +236,26 @@ func (w *worker) round(ctx context.Context) (lost bool, err error) {
 	}
 	w.rec.Record(Event{Ev: EvRelease, T: MonoNow(), Token: tok})
 	w.say(statusEnd)
+	if w.sem == nil && ctx.Err() == nil && w.rng.Float64() < w.cfg.HoldProb {
+		w.hold(ctx, lease)
+		return false, nil
+	}
 	w.release(ctx, lease) //nolint:errcheck // recorded; a failed release is the store's to expire
 	return false, nil
+}
+
+// hold ends the round with Lease.ReleaseAfter: the lease ends locally and
+// the store keeps it for holdFor TTLs (see HoldProb).
+func (w *worker) hold(ctx context.Context, lease *tenure.Lease) {
+	d := holdFor * w.cfg.TTL
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.TTL+5*time.Second)
+	defer cancel()
+	err := lease.ReleaseAfter(rctx, d)
+	e := Event{Ev: EvHold, T: MonoNow(), Token: lease.Token(), TTL: int64(d)}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	w.rec.Record(e)
 }
 
 // unsafeHold works while the worker believes it holds the lease, without
