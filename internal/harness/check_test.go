@@ -16,6 +16,7 @@ type hold struct {
 	steps       []int64
 	release     int64 // 0: no release (lost, or killed)
 	lost        int64 // the worker saw the loss
+	holdFor     int64 // with release: ReleaseAfter for this long, confirmed a millisecond later
 }
 
 func whist(owner string, wait int64, holds ...hold) *History {
@@ -32,6 +33,10 @@ func whist(owner string, wait int64, holds ...hold) *History {
 		case x.lost != 0:
 			h.Events = append(h.Events, Event{Ev: EvLost, T: x.lost * ms, Token: x.token})
 			w = x.lost + 1
+		case x.release != 0 && x.holdFor != 0:
+			h.Events = append(h.Events, Event{Ev: EvRelease, T: x.release * ms, Token: x.token})
+			h.Events = append(h.Events, Event{Ev: EvHold, T: (x.release + 1) * ms, Token: x.token, TTL: x.holdFor * ms})
+			w = x.release + 2
 		case x.release != 0:
 			h.Events = append(h.Events, Event{Ev: EvRelease, T: x.release * ms, Token: x.token})
 			h.Events = append(h.Events, Event{Ev: EvReleased, T: (x.release + 1) * ms, Token: x.token})
@@ -68,6 +73,20 @@ func TestCheckPasses(t *testing.T) {
 	}
 	if r.HandoffAfterFree.N != 2 || r.HandoffAfterFree.Max != "9ms" {
 		t.Errorf("handoff after release: %+v", r.HandoffAfterFree)
+	}
+}
+
+// A grant inside a confirmed hold (ReleaseAfter) is a violation; one after
+// the hold ended is not.
+func TestCheckHoldBroken(t *testing.T) {
+	hs := []*History{
+		whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10}, release: 400, holdFor: 2000}),
+		whist("B", 100, hold{token: 2, send: 1500, reply: 1510, deadline: 2500, steps: []int64{1520}, release: 1600}),
+		whist("C", 100, hold{token: 3, send: 2410, reply: 2420, deadline: 3400, steps: []int64{2430}, release: 2500}),
+	}
+	r := check(hs)
+	if r.Violations != 1 || r.ViolationsByKind["hold-broken"] != 1 {
+		t.Fatalf("violations %d %v, want one hold-broken: %+v", r.Violations, r.ViolationsByKind, r.Examples)
 	}
 }
 
