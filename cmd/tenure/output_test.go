@@ -235,3 +235,16 @@ func TestPercentInSQLitePath(t *testing.T) {
 		t.Fatalf("a%%20b was decoded")
 	}
 }
+
+// "tenure help TOPIC" for a topic that is no command is a usage error, as
+// "tenure TOPIC" is (a new user saw it exit 0).
+func TestHelpUnknownTopic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if code, _, stderr := e.run("help", "nosuch"); code != exitUsage || !strings.Contains(stderr, "no command") {
+		t.Fatalf("help nosuch: exit %d, want %d:\n%s", code, exitUsage, stderr)
+	}
+	if code, stdout, stderr := e.run("help", "run"); code != 0 || !strings.Contains(stdout, "RESOURCE") {
+		t.Fatalf("help run: exit %d:\n%s%s", code, stdout, stderr)
+	}
+}

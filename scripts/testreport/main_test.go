@@ -78,3 +78,18 @@ func TestFailurePrinted(t *testing.T) {
 		t.Fatalf("failed=%v:\n%s", r.failed, out.String())
 	}
 }
+
+// PgBouncer's tests count as a store's: skipped while TENURE_PGBOUNCER is
+// set (scripts/test starts PgBouncer) fails the run.
+func TestSkippedPoolerFails(t *testing.T) {
+	stream := `{"Action":"run","Package":"example.com/p","Test":"TestPooler"}
+{"Action":"output","Package":"example.com/p","Test":"TestPooler","Output":"    p_test.go:9: TENURE_PGBOUNCER is not set: these tests need a real server\n"}
+{"Action":"skip","Package":"example.com/p","Test":"TestPooler","Elapsed":0}
+{"Action":"pass","Package":"example.com/p","Elapsed":0}
+`
+	var out strings.Builder
+	r, _ := run(strings.NewReader(stream), &out, false, env(map[string]string{"TENURE_PGBOUNCER": "postgres://x"}))
+	if !r.failed || !strings.Contains(out.String(), "TestPooler (TENURE_PGBOUNCER is set)") {
+		t.Fatalf("failed=%v:\n%s", r.failed, out.String())
+	}
+}
