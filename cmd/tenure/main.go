@@ -256,9 +256,9 @@ Store URLs:
 	// "tenure help TOPIC" for a topic that is no command is a usage error
 	// (64), as "tenure TOPIC" is; cobra's own help command exits 0.
 	root.SetHelpCommand(&cobra.Command{
-		Use:   "help [command]",
-		Short: "Help about any command",
-		Args:  cobra.ArbitraryArgs,
+		Use:               "help [command]",
+		Short:             "Help about any command",
+		Args:              cobra.ArbitraryArgs,
 		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
 		RunE: func(c *cobra.Command, args []string) error {
 			cmd, rest, err := root.Find(args)
