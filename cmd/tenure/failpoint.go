@@ -26,6 +26,9 @@ const failpointEnv = "TENURE_FAILPOINTS"
 //	                   as a process paused there by the scheduler, a
 //	                   debugger or a suspended VM would be; the test sends
 //	                   SIGCONT.
+//	stop-after-start   tenure stops itself right after it started the
+//	                   command's process, before the reaper has its
+//	                   deadline.
 func failpoint(name string) {
 	v := os.Getenv(failpointEnv)
 	if v == "" {
@@ -43,7 +46,7 @@ func failpoint(name string) {
 			continue
 		}
 		switch name {
-		case "stop-before-start":
+		case "stop-before-start", "stop-after-start":
 			stopSelf()
 		}
 	}

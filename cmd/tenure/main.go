@@ -60,6 +60,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == reaperArg {
 		os.Exit(reaperMain(os.Args[2:], os.Stdin, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == gateArg {
+		os.Exit(gateMain(os.Args[2:], os.Stderr))
+	}
 	// A write to a closed pipe returns EPIPE instead of killing tenure with
 	// SIGPIPE (Go does that for stdout and stderr unless SIGPIPE is
 	// notified), so that it exits with exitIOErr in every subcommand. A

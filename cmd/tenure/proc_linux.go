@@ -171,3 +171,41 @@ func reaperClock() int64 {
 	}
 	return ts.Nano()
 }
+
+// deadlineTimer is a timer on reaperClock (CLOCK_BOOTTIME) for the reaper:
+// a timerfd armed at an absolute time, which fires on time after a suspend
+// too (Go's timers count no suspended time). fired receives once per
+// expiry.
+type deadlineTimer struct {
+	fd    int
+	fired chan struct{}
+}
+
+func newDeadlineTimer() (*deadlineTimer, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_BOOTTIME, unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	t := &deadlineTimer{fd: fd, fired: make(chan struct{}, 1)}
+	go func() {
+		var b [8]byte
+		for {
+			if _, err := unix.Read(fd, b[:]); err != nil {
+				if err == unix.EINTR {
+					continue
+				}
+				return
+			}
+			select {
+			case t.fired <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return t, nil
+}
+
+// arm sets the timer to fire at deadline (nanoseconds of reaperClock).
+func (t *deadlineTimer) arm(deadline int64) error {
+	return unix.TimerfdSettime(t.fd, unix.TFD_TIMER_ABSTIME, &unix.ItimerSpec{Value: unix.NsecToTimespec(deadline)}, nil)
+}

@@ -2,7 +2,10 @@
 
 package main
 
-import "syscall"
+import (
+	"errors"
+	"syscall"
+)
 
 // canForeground is false: reclaimTTY is not implemented here.
 const canForeground = false
@@ -32,3 +35,12 @@ func stopSelf() { _ = syscall.Kill(syscall.Getpid(), syscall.SIGSTOP) }
 
 // reaperClock is not used here (canReap is false).
 func reaperClock() int64 { return 0 }
+
+// deadlineTimer is not used here (canReap is false).
+type deadlineTimer struct{ fired chan struct{} }
+
+func newDeadlineTimer() (*deadlineTimer, error) {
+	return nil, errors.New("no deadline timer on this system")
+}
+
+func (t *deadlineTimer) arm(int64) error { return nil }

@@ -54,7 +54,8 @@ const (
 )
 
 // reaperPoll is how often the reaper compares the clock with the deadline
-// (Go's timers do not count suspended time; the clock does).
+// where it has no timer on that clock (deadlineTimer: Go's timers do not
+// count suspended time).
 const reaperPoll = 50 * time.Millisecond
 
 // startReaper starts the reaper of the process group pgid. The reaper runs
@@ -159,10 +160,21 @@ func reaperMain(argv []string, stdin io.Reader, stderr io.Writer) int {
 			}
 		}
 	}()
-	tick := time.NewTicker(reaperPoll)
-	defer tick.Stop()
+	// The deadline fires on a timer on reaperClock; where none can be
+	// made, the clock is polled every reaperPoll.
+	timer, err := newDeadlineTimer()
+	var fired <-chan struct{}
+	var poll <-chan time.Time
+	if err == nil {
+		fired = timer.fired
+	} else {
+		tick := time.NewTicker(reaperPoll)
+		defer tick.Stop()
+		poll = tick.C
+	}
 	var deadline int64
 	why := "tenure is gone without stopping the command"
+	passed := func() bool { return deadline != 0 && reaperClock() >= deadline }
 wait:
 	for {
 		select {
@@ -174,12 +186,18 @@ wait:
 				break wait
 			default:
 				deadline = m
+				if timer != nil {
+					if err := timer.arm(deadline); err != nil {
+						fmt.Fprintf(stderr, "tenure: reaper: cannot arm the deadline timer: %v\n", err)
+					}
+				}
 			}
-		case <-tick.C:
-			if deadline != 0 && reaperClock() >= deadline {
-				why = "the lease's deadline passed and tenure did not stop the command (tenure is stopped, frozen or starved of CPU)"
-				break wait
-			}
+		case <-fired:
+		case <-poll:
+		}
+		if passed() {
+			why = "the lease's deadline passed and tenure did not stop the command (tenure is stopped, frozen or starved of CPU)"
+			break wait
 		}
 	}
 	if err := signalGroup(pgid, syscall.SIGKILL); err != nil {

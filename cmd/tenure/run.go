@@ -80,8 +80,9 @@ that left the group (setsid, daemons) are not found: run tenure under a
 service manager that stops the whole cgroup (systemd) to cover those. If
 tenure itself is killed (SIGKILL, a crash), a small reaper process kills the
 command's group at once (Linux); if tenure is stopped (SIGSTOP), frozen or
-starved of CPU past the lease's deadline, the reaper kills the group at the
-deadline.
+starved of CPU, the reaper kills the group just before the lease's deadline
+(a twentieth of the TTL before it), and the command starts only once the
+reaper is armed.
 
 Nothing of the command runs past the lease's deadline, after which another
 host may be granted the lease. When renewals are not getting through and

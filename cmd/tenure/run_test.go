@@ -901,3 +901,37 @@ func TestRunFailingRenewalsStopTheCommandByTheDeadline(t *testing.T) {
 		t.Fatalf("stderr should say the command was stopped before the deadline, then killed:\n%s", msg)
 	}
 }
+
+// tenure stopped right after it started the command's process, before the
+// reaper had the lease's deadline (failpoint stop-after-start): the command
+// has not run, and does not run while another process holds the lease;
+// resumed, tenure finds the lease lost and exits 79 without running it
+// (found by a second adversarial review: the command ran, unguarded, for
+// as long as tenure stayed stopped).
+func TestRunStoppedBeforeTheReaperIsArmed(t *testing.T) {
+	if !canReap {
+		t.Skip("no reaper on this system")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = time.Second
+	aOut := e.path("alpha.events")
+	a := e.start("alpha", startOpt{extraEnv: []string{failpointEnv + "=stop-after-start"}}, "run", "--ttl", ttl.String(), "--owner", "alpha", "job", "--",
+		helper("-out", aOut, "-hold", "1h", "-beat"))
+	waitFor(t, 20*time.Second, "alpha to stop itself after starting the command", func() bool { return processState(a.pid()) == "T" })
+	defer syscall.Kill(a.pid(), syscall.SIGCONT)
+	bOut := e.path("beta.events")
+	if code, _, stderr := e.run("run", "--ttl", ttl.String(), "--wait", "30s", "--owner", "beta", "job", "--", helper("-out", bOut, "-hold", "300ms")); code != 0 {
+		t.Fatalf("beta exited %d:\n%s", code, stderr)
+	}
+	if evs, err := os.ReadFile(aOut); err == nil && len(evs) > 0 {
+		t.Fatalf("alpha's command ran while alpha was stopped and beta held the lease:\n%s", evs)
+	}
+	syscall.Kill(a.pid(), syscall.SIGCONT)
+	if code := a.wait(10 * time.Second); code != exitLost {
+		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
+	}
+	if evs, err := os.ReadFile(aOut); err == nil && len(evs) > 0 {
+		t.Fatalf("alpha's command ran on a lost lease:\n%s", evs)
+	}
+}

@@ -117,6 +117,23 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	}
 	ttyFD := foregroundTTY(a.stdin)
 	cmd.SysProcAttr = procAttr(ttyFD)
+	// Where a reaper guards the command, the process starts as this binary
+	// behind a gate (gateMain), which executes the command only once the
+	// reaper holds its process group and the lease's deadline: a tenure
+	// stopped or starved at any moment from here on cannot leave the
+	// command running past the deadline.
+	var gate *os.File
+	if canReap {
+		exe, gr, gw, err := gateCmd()
+		if err != nil {
+			return outcome{}, fail(exitSoftware, "%s: cannot prepare the command's start: %s", c.name, errText(err))
+		}
+		cmd.Path, cmd.Args = exe, append([]string{exe, gateArg, c.path}, c.argv...)
+		cmd.ExtraFiles = []*os.File{gr}
+		defer gr.Close()
+		gate = gw
+		defer gate.Close()
+	}
 	if err := cmd.Start(); err != nil {
 		code := exitCannotExec
 		if errors.Is(err, os.ErrNotExist) {
@@ -125,6 +142,7 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 		return outcome{}, fail(code, "%s: cannot run %s: %s", c.name, quoteName(c.argv[0]), errText(err))
 	}
 	pgid := cmd.Process.Pid
+	failpoint("stop-after-start")
 	a.log.Debug("command started", "pid", pgid, "command", c.argv[0], "foreground", ttyFD >= 0, "token", lease.Token())
 	// If tenure dies (SIGKILL, a crash), the reaper kills the command's
 	// group: nobody renews the lease any more, so the command must not run
@@ -137,6 +155,29 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 		}
 	}
 	defer rp.disarm()
+	w := &leaseWatch{lease: lease, rp: rp}
+	w.look()
+	if gate != nil {
+		// The lease, once more, right before the command runs: a pause since
+		// usableLease may have used it up.
+		if err := lease.Err(); err != nil || lease.Remaining() < lease.TTL()/2 {
+			signalGroup(pgid, syscall.SIGKILL)
+			rp.disarm()
+			_ = cmd.Wait()
+			if err != nil {
+				return outcome{}, &notStartedError{exitError{code: exitLost, msg: fmt.Sprintf(
+					"%s: the %s was lost before the command could start; the command did not run: %s", c.name, describeLease(lease), describeLoss(err))}}
+			}
+			return outcome{}, &notStartedError{exitError{code: exitUnavailable, msg: fmt.Sprintf(
+				"%s: the lease on %s had less than half its TTL left when the command was to start (tenure was paused or starved); the command did not run",
+				c.name, quoteName(lease.Resource()))}}
+		}
+		_, err := gate.Write([]byte{gateGo})
+		gate.Close()
+		if err != nil {
+			return outcome{}, fail(exitSoftware, "%s: cannot start the command: %s", c.name, errText(err))
+		}
+	}
 
 	// Wait for the command's exit without reaping it (see waitExited), so that
 	// its process group id stays reserved while tenure may still signal it.
@@ -163,12 +204,16 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	// stopped); tenure sends SIGTERM once the time left falls below the
 	// grace period (at most a third of the TTL, which a lease renewed on
 	// schedule always has), and SIGKILL when the lease is lost.
-	w := &leaseWatch{lease: lease, rp: rp}
-	w.look()
 	watch := time.NewTicker(watchEvery(lease.TTL()))
 	defer watch.Stop()
 	warnBelow := min(c.grace, lease.TTL()/3)
 	warned := false
+	// near fires killMargin before the deadline as last seen: if no renewal
+	// moved it by then, the command gets SIGKILL, before the reaper's
+	// margin and before the store can give the lease to anyone else.
+	killMargin := stopMargin(lease.TTL())
+	near := time.NewTimer(max(time.Until(w.deadlineAt)-killMargin, 0))
+	defer near.Stop()
 	// kill fires when the grace period after a loss or a stop signal has
 	// passed: the group then gets SIGKILL.
 	var kill *time.Timer
@@ -235,8 +280,24 @@ loop:
 		case <-stops:
 			a.log.Debug("the command was stopped; stopping tenure too", "pgid", pgid)
 			suspend(ttyFD, pgid)
+		case <-near.C:
+			left := w.look()
+			if out.lost != nil || left <= 0 {
+				continue // lost: lostCh has it, or will at once
+			}
+			if left > killMargin {
+				near.Reset(left - killMargin)
+				continue
+			}
+			out.lost = fmt.Errorf("no renewal was confirmed in time: %s was left before the lease's deadline (TTL %s)", fmtDur(left), fmtDur(lease.TTL()))
+			lostCh = nil
+			a.errorf("%s: renewals are not confirmed and the lease's deadline is %s away: stopping the command: SIGKILL", describeLease(lease), fmtDur(left))
+			a.signal(pgid, syscall.SIGKILL)
 		case <-watch.C:
 			left := w.look()
+			if left > killMargin {
+				near.Reset(left - killMargin)
+			}
 			if warned || out.lost != nil || out.signal != nil || left <= 0 || left >= warnBelow {
 				continue
 			}
@@ -339,7 +400,11 @@ func (a *app) stopLeftovers(c command, pgid int, out *outcome, w *leaseWatch, si
 		}
 		select {
 		case <-tick.C:
-			w.look()
+			if left := w.look(); left > 0 && left < stopMargin(lease.TTL()) && out.lost == nil {
+				out.lost = fmt.Errorf("no renewal was confirmed in time: %s was left before the lease's deadline (TTL %s)", fmtDur(left), fmtDur(lease.TTL()))
+				killNow("renewals are not confirmed and the lease's deadline is near")
+				deadline = time.Now().Add(killWait)
+			}
 		case s := <-sigCh:
 			if isStopSignal(s) {
 				killNow("received " + signalName(s))
@@ -376,19 +441,33 @@ func watchEvery(ttl time.Duration) time.Duration {
 }
 
 // look returns the time left on the lease (0 once it ended) and tells the
-// reaper the deadline when it moved.
+// reaper the deadline when it moved, less reapMargin. The deadline is read
+// first and the clock before the time left, so that a renewal or a stall
+// between the readings makes the reaper's deadline earlier, never later.
 func (w *leaseWatch) look() time.Duration {
+	d := w.lease.Deadline()
+	clk := reaperClock()
 	left := w.lease.Remaining()
 	if left <= 0 {
 		return 0
 	}
 	w.deadlineAt = time.Now().Add(left)
-	if d := w.lease.Deadline(); !d.Equal(w.sent) {
-		w.rp.setDeadline(reaperClock() + int64(left))
+	if !d.Equal(w.sent) {
+		w.rp.setDeadline(clk + int64(left-reapMargin(w.lease.TTL())))
 		w.sent = d
 	}
 	return left
 }
+
+// stopMargin is how long before the lease's deadline tenure kills a
+// command whose lease renewals are not getting through (a tenth of the
+// TTL), and reapMargin when the reaper does, if tenure did not (a
+// twentieth): the store expires the lease only ρ·TTL (1%) after the
+// deadline, and the kill must land before another host can be granted it,
+// whatever the reaper's or tenure's own scheduling delay.
+func stopMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+func reapMargin(ttl time.Duration) time.Duration { return ttl / 20 }
 
 // describeLease names a lease for messages: `lease on "R" (token N)`.
 func describeLease(lease *tenure.Lease) string {
