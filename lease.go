@@ -662,7 +662,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d)
 	}
 	if err != nil {
-		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v from now if the hold was applied: %w", l.resource, d, l.token, l.ttl, d, err)
+		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v after the store applies the hold, if it does: %w", l.resource, d, l.token, l.ttl, d, err)
 	}
 	return nil
 }
