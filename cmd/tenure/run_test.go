@@ -689,22 +689,7 @@ func TestRunReleaseFailureWarns(t *testing.T) {
 		helper("-ready", e.path("alpha.ready"), "-hold", "stdin", "-exit", "3"))
 	waitReady(t, e.path("alpha.ready"), 10*time.Second)
 
-	// Lock the database for writes, as a stuck writer would.
-	db, err := sql.Open("sqlite", "file:"+e.db+"?_busy_timeout=5000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.ExecContext(ctx, "ROLLBACK")
+	lockStore(t, e) // as a stuck writer would
 
 	start := time.Now()
 	a.stdin.Close()
@@ -861,22 +846,8 @@ func TestRunFailingRenewalsStopTheCommandByTheDeadline(t *testing.T) {
 		helper("-out", out, "-ready", e.path("alpha.ready"), "-hold", "1h", "-beat", "-signals", "ignore"))
 	ai := waitReady(t, e.path("alpha.ready"), 10*time.Second)
 
-	db, err := sql.Open("sqlite", "file:"+e.db+"?_busy_timeout=5000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-		t.Fatal(err)
-	}
+	lockStore(t, e)
 	locked := mono()
-	defer conn.ExecContext(ctx, "ROLLBACK")
 
 	if code := a.wait(20 * time.Second); code != exitLost {
 		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
@@ -933,5 +904,30 @@ func TestRunStoppedBeforeTheReaperIsArmed(t *testing.T) {
 	}
 	if evs, err := os.ReadFile(aOut); err == nil && len(evs) > 0 {
 		t.Fatalf("alpha's command ran on a lost lease:\n%s", evs)
+	}
+}
+
+// lockStore holds the write lock of e's SQLite file until the end of the
+// test (another connection's exclusive transaction), so that no write of
+// tenure's gets through.
+func lockStore(t *testing.T, e *env) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+e.db+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.ExecContext(ctx, "ROLLBACK")
+		conn.Close()
+		db.Close()
+	})
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
 	}
 }
