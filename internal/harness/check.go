@@ -586,7 +586,7 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 				if t.Owner == h.Owner || t.Send <= h.HeldConfirmed || t.Reply >= h.HeldUntil {
 					continue
 				}
-				if k := outside(h, t, t.Reply); k != "" {
+				if k := deletedDuring(deletions, h.Release, t.Reply); k != "" {
 					r.outsideContract(k, "%s: %s (token %d) granted inside the hold of %s (token %d)", resName(res), t.Owner, t.Token, h.Owner, h.Token)
 					continue
 				}
@@ -937,6 +937,18 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 			}
 		}
 	}
+}
+
+// deletedDuring returns the kind of a deletion of the store's data by an
+// operator (OutsideContract) that overlaps [from, to], or "": a hold whose
+// record was deleted after it began is gone, for the rest of its length.
+func deletedDuring(deletions []Fault, from, to int64) string {
+	for _, f := range deletions {
+		if f.Start <= to && f.End >= from {
+			return f.Kind
+		}
+	}
+	return ""
 }
 
 // fullSpans returns when at least n of the holds were trusted at once.

@@ -88,6 +88,12 @@ func TestCheckHoldBroken(t *testing.T) {
 	if r.Violations != 1 || r.ViolationsByKind["hold-broken"] != 1 {
 		t.Fatalf("violations %d %v, want one hold-broken: %+v", r.Violations, r.ViolationsByKind, r.Examples)
 	}
+	// An operator deleted the store's records during the hold (key-delete,
+	// more than a TTL before the grant): outside the contract.
+	r = check(hs, Fault{Kind: FaultKeyDelete, Start: 450 * ms, End: 460 * ms})
+	if r.Violations != 0 || r.OutsideContract[FaultKeyDelete] != 1 {
+		t.Fatalf("a hold deleted by an operator: violations %d %v, outside the contract %v", r.Violations, r.ViolationsByKind, r.OutsideContract)
+	}
 }
 
 // Every acquire is a grant of its own: a Locker that lost its lease
