@@ -70,6 +70,13 @@ var (
 	// resource.
 	ErrNotHeld = driver.ErrNotHeld
 
+	// ErrStoreUnusable means that the store can serve no more calls until it
+	// is opened again (the SQLite store's file was deleted or replaced:
+	// sqlite.ErrFileReplaced matches it). Acquire, Semaphore.Acquire and
+	// Do return it at once, even in the middle of a wait: open the store and
+	// a Locker on it again.
+	ErrStoreUnusable = driver.ErrStoreUnusable
+
 	// ErrClosed is returned by a Locker after Close.
 	ErrClosed = errors.New("tenure: locker closed")
 )

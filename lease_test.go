@@ -893,3 +893,66 @@ func TestSemaphoreAcquireCancelledDuringAttemptSaysHeld(t *testing.T) {
 		t.Fatalf("Acquire cancelled during an attempt: %v; want context.Canceled and ErrHeld", err)
 	}
 }
+
+// unusableAfter answers its first n acquires from the store it wraps, and
+// every later one with an error wrapping driver.ErrStoreUnusable.
+type unusableAfter struct {
+	driver.Store
+	calls atomic.Int64
+	n     int64
+}
+
+func (u *unusableAfter) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if u.calls.Add(1) > u.n {
+		return driver.Record{}, fmt.Errorf("test store: %w", driver.ErrStoreUnusable)
+	}
+	return u.Store.Acquire(ctx, resource, owner, ttl)
+}
+
+// A blocking Acquire, of a lease or of a semaphore's slot, returns at once
+// when the store becomes unusable during its wait, instead of retrying
+// until its context ends.
+func TestAcquireWaitEndsWhenStoreUnusable(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	holder, err := tenure.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.TryAcquire(ctx, "r", ttl); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := holder.Semaphore("sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hs.TryAcquire(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	for _, what := range []string{"lease", "slot"} {
+		t.Run(what, func(t *testing.T) {
+			s := &unusableAfter{Store: mem, n: 2}
+			waiter, err := tenure.New(s, tenure.WithRetry(time.Millisecond, time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if what == "lease" {
+				_, err = waiter.Acquire(wctx, "r", ttl)
+			} else {
+				ws, serr := waiter.Semaphore("sem", 1)
+				if serr != nil {
+					t.Fatal(serr)
+				}
+				_, err = ws.Acquire(wctx, ttl)
+			}
+			if !errors.Is(err, tenure.ErrStoreUnusable) || wctx.Err() != nil {
+				t.Fatalf("Acquire of a %s on a store that became unusable: %v (context: %v); want ErrStoreUnusable before the context ends", what, err, wctx.Err())
+			}
+			if n := s.calls.Load(); n != 3 {
+				t.Fatalf("%d acquire attempts; want 3 (two answered held, then unusable)", n)
+			}
+		})
+	}
+}

@@ -471,8 +471,9 @@ func OnWait(f func(holder *HeldError, waited time.Duration)) AcquireOption {
 // When ctx ends first, the error wraps ctx's error and the last attempt's
 // error (a *HeldError when the resource was held). Bad input returns at
 // once, and so does a store error on the first attempt (an unreachable store
-// fails fast); store errors on later attempts are logged and retried. Close
-// ends the wait with ErrClosed.
+// fails fast); store errors on later attempts are logged and retried,
+// except ErrStoreUnusable (a store that must be opened again), which is
+// returned at once. Close ends the wait with ErrClosed.
 func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	var ac acquireConfig
 	for _, o := range opts {
@@ -537,7 +538,8 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		case attempt == 0 || !transient(err) || ctx.Err() != nil:
 			// The first attempt fails fast (an unreachable or misconfigured
-			// store); bad input and a closed Locker never get better.
+			// store); bad input, a closed Locker and an unusable store never
+			// get better.
 			return nil, err
 		default:
 			// A store error during a long wait: ride it out.
@@ -586,7 +588,7 @@ func definite(err error) bool {
 // transient reports whether an acquire error may go away by itself.
 func transient(err error) bool {
 	return !errors.Is(err, ErrInvalidResource) && !errors.Is(err, ErrInvalidTTL) &&
-		!errors.Is(err, ErrInvalidOwner) && !errors.Is(err, ErrClosed)
+		!errors.Is(err, ErrInvalidOwner) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrStoreUnusable)
 }
 
 // wait sleeps for d on the Locker's clock, or until notify fires, or until

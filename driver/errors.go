@@ -43,6 +43,13 @@ var (
 	// resource.
 	ErrNotHeld = errors.New("tenure: resource not held")
 
+	// ErrStoreUnusable means that the store can serve no more calls until it
+	// is opened again: what it was opened on is gone (the SQLite store's file
+	// was deleted or replaced, sqlite.ErrFileReplaced). A Locker's blocking
+	// Acquire returns it instead of waiting on, since it never goes away by
+	// itself.
+	ErrStoreUnusable = errors.New("tenure: store unusable until opened again")
+
 	// ErrNoStore means that a store opened only to be inspected (a store
 	// package's inspection mode, store.Inspect) does not exist: no SQLite
 	// file, no leases table, no keyspace. Nothing was created. The message

@@ -152,8 +152,12 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 		var err error
 		lost, err = w.round(ctx)
 		if err != nil {
-			if errors.Is(err, ErrAbandon) {
+			switch {
+			case errors.Is(err, ErrAbandon):
 				rec.Record(Event{Ev: EvExit, T: MonoNow(), Err: "abandon"})
+			case errors.Is(err, errStoreUnusable):
+				rec.Record(Event{Ev: EvExit, T: MonoNow(), Err: "store unusable"})
+				return rec.Err()
 			}
 			return err
 		}
@@ -164,6 +168,9 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 	rec.Record(Event{Ev: EvExit, T: MonoNow(), Err: "stopped"})
 	return rec.Err()
 }
+
+// errStoreUnusable ends a worker whose store must be opened again.
+var errStoreUnusable = errors.New("harness: the store must be opened again")
 
 type worker struct {
 	cfg    WorkerConfig
@@ -200,6 +207,12 @@ func (w *worker) round(ctx context.Context) (lost bool, err error) {
 	lease, g, err := w.acquire(ctx)
 	if err != nil {
 		w.rec.Record(Event{Ev: EvAcqErr, T: MonoNow(), Err: err.Error()})
+		if errors.Is(err, tenure.ErrStoreUnusable) {
+			// The store must be opened again (store-reset replaced the
+			// SQLite file): the worker exits, and the harness starts
+			// another in its place, as a service's supervisor would.
+			return false, errStoreUnusable
+		}
 		return false, nil
 	}
 	res := lease.Resource()

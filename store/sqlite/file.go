@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+
+	"github.com/tenure-go/tenure/driver"
 )
 
 // ErrFileReplaced is wrapped by the errors of a store whose database file
@@ -14,7 +16,9 @@ import (
 // lost: Renew and Release return an error wrapping both ErrFileReplaced and
 // driver.ErrLeaseLost, and Acquire, Get, List and RenewBatch fail with
 // ErrFileReplaced from then on. Open the store again to use the file now at
-// the path.
+// the path. Every such error also matches driver.ErrStoreUnusable
+// (tenure.ErrStoreUnusable), so that a Locker's blocking Acquire returns it
+// instead of waiting for a store that cannot come back.
 var ErrFileReplaced = errors.New("sqlite store: the database file was deleted or replaced")
 
 // replacedError says how the file at the store's path changed.
@@ -25,7 +29,9 @@ func (e *replacedError) Error() string {
 		"(open the store again to use the file now at that path)", e.path, e.how)
 }
 
-func (e *replacedError) Is(target error) bool { return target == ErrFileReplaced }
+func (e *replacedError) Is(target error) bool {
+	return target == ErrFileReplaced || target == driver.ErrStoreUnusable
+}
 
 // checkFile compares the file at the store's path with the one it opened
 // (device and inode on Unix): one stat. Once the file is found deleted or

@@ -281,3 +281,53 @@ func TestOpenRefusesNetworkFS(t *testing.T) {
 		}
 	}
 }
+
+// A Locker waiting for a resource when its store's file is replaced stops
+// waiting with ErrFileReplaced (and tenure.ErrStoreUnusable): the store can
+// never grant it again until it is opened again. It used to retry until its
+// context ended.
+func TestAcquireWaitEndsWhenFileReplaced(t *testing.T) {
+	for _, how := range []string{"deleted", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			s, path := open(t)
+			holder, err := tenure.New(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Close(ctx)
+			if _, err := holder.TryAcquire(ctx, "r", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			ws := reopen(t, sqlite.Config{Path: path})
+			waiter, err := tenure.New(ws, tenure.WithRetry(time.Millisecond, 5*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer waiter.Close(ctx)
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			waiting := make(chan struct{}, 1)
+			done := make(chan error, 1)
+			go func() {
+				_, err := waiter.Acquire(wctx, "r", time.Minute, tenure.OnWait(func(*tenure.HeldError, time.Duration) {
+					select {
+					case waiting <- struct{}{}:
+					default:
+					}
+				}))
+				done <- err
+			}()
+			<-waiting
+			if how == "deleted" {
+				removeStore(t, path)
+			} else {
+				replaceStore(t, path)
+			}
+			err = <-done
+			if !errors.Is(err, sqlite.ErrFileReplaced) || !errors.Is(err, tenure.ErrStoreUnusable) || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire waiting when the file was %s: %v; want ErrFileReplaced and ErrStoreUnusable before its context ends", how, err)
+			}
+		})
+	}
+}
