@@ -351,6 +351,9 @@ type Options struct {
 	RetryInterval time.Duration
 	// LinearizabilityTimeout bounds porcupine (0: no limit).
 	LinearizabilityTimeout time.Duration
+	// LinearizabilityMemory bounds the heap during porcupine's check, in
+	// bytes (0: DefaultLinearizabilityMemory; below 0: no limit).
+	LinearizabilityMemory int64
 	// VisualPath is where porcupine's visualization of an illegal history
 	// goes ("" for nowhere).
 	VisualPath string
@@ -601,7 +604,7 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 	r.liveness(hs, ts, faults, ttl, opt)
 
 	if !opt.SkipLinearizability {
-		r.Linearizability = opt.Profile.CheckLinearizable(hs, opt.LinearizabilityTimeout, opt.VisualPath)
+		r.Linearizability = opt.Profile.CheckLinearizable(hs, opt.LinearizabilityTimeout, opt.LinearizabilityMemory, opt.VisualPath)
 		if r.Linearizability.Result == "Illegal" {
 			r.violate("linearizability", "the store operations are not linearizable against the %s lease model (%d operations, %d with unknown outcome)",
 				opt.Profile.Name, r.Linearizability.Operations, r.Linearizability.Pending)
@@ -998,9 +1001,13 @@ func (r *Report) Summary() string {
 	if len(fs) == 0 {
 		fs = []string{"none"}
 	}
+	lin := r.Linearizability.Result
+	if b := r.Linearizability.MemoryBound; b > 0 {
+		lin += fmt.Sprintf("(heap-bound-%dMiB)", b>>20)
+	}
 	s := fmt.Sprintf("store=%s seed=%d duration=%s workers=%d ttl=%s handoffs=%d grants=%d faults=%s violations=%d longest-free-gap-while-waiting=%s linearizable=%s ops=%d failed-calls=%d",
 		r.Store, r.Seed, r.Duration, r.Workers, r.TTL, r.Handoffs, r.Grants, strings.Join(fs, ","), r.Violations, r.LongestFreeGap,
-		r.Linearizability.Result, r.Linearizability.Operations, r.StoreCallsFailed)
+		lin, r.Linearizability.Operations, r.StoreCallsFailed)
 	if r.Violations > 0 {
 		var vs []string
 		for k, n := range r.ViolationsByKind {

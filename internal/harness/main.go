@@ -94,6 +94,7 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.StringVar(&cfg.PostgresScript, "postgres-script", "scripts/postgres", "the script that crashes and restarts the PostgreSQL server (with -server-faults)")
 	fs.BoolVar(&cfg.ServerFaults, "server-faults", false, "PostgreSQL: add server-restart, which kills and restarts the server through -postgres-script (its env must name the store's server: never point it at a server others use)")
 	fs.DurationVar(&cfg.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")
+	fs.Int64Var(&cfg.LinearizabilityMemory, "lin-memory", 0, "bound of the linearizability check's heap, in bytes (0: 8 GiB; -1: none); a check stopped by it answers Unknown")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -165,6 +166,7 @@ func CheckMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.TTL, "ttl", 0, "the workers' TTL (default: from the histories)")
 	fs.DurationVar(&o.RetryInterval, "retry", 250*time.Millisecond, "the workers' retry interval")
 	fs.DurationVar(&o.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")
+	fs.Int64Var(&o.LinearizabilityMemory, "lin-memory", 0, "bound of the linearizability check's heap, in bytes (0: 8 GiB; -1: none); a check stopped by it answers Unknown")
 	if err := fs.Parse(args); err != nil || out == "" {
 		fmt.Fprintln(stderr, "check: -out DIR is required")
 		return ExitUsage

@@ -365,7 +365,7 @@ func TestModel(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			hs := histories(sec, c.gone, c.ops...)
-			res := c.profile.CheckLinearizable(hs, 10*time.Second, "")
+			res := c.profile.CheckLinearizable(hs, 10*time.Second, 0, "")
 			if res.Result != c.want {
 				t.Errorf("porcupine says %s, want %s (%d operations)", res.Result, c.want, res.Operations)
 			}
@@ -394,7 +394,7 @@ func TestFirstTrouble(t *testing.T) {
 		ops = append(ops, granted(owner, i*1000, i*1000+10, uint64(i+1)), release(owner, uint64(i+1), i*1000+500, i*1000+510, ResReleased))
 	}
 	ops = append(ops, granted("X", 5000, 5010, 6), granted("Y", 5500, 5510, 7))
-	res := SQLiteProfile.CheckLinearizable(histories(time.Second, nil, ops...), 10*time.Second, "")
+	res := SQLiteProfile.CheckLinearizable(histories(time.Second, nil, ops...), 10*time.Second, 0, "")
 	if res.Result != "Illegal" {
 		t.Fatalf("result %s", res.Result)
 	}
@@ -403,5 +403,43 @@ func TestFirstTrouble(t *testing.T) {
 	}
 	if len(res.Around) == 0 {
 		t.Error("no operations around the trouble")
+	}
+}
+
+// Reads without an answer (an error, an unknown outcome, no return at all)
+// are left out of the operations porcupine places: they change nothing and
+// tell nothing. Answered reads stay.
+func TestUnansweredReadsLeftOut(t *testing.T) {
+	hs := histories(time.Second, nil,
+		granted("A", 0, 10, 1),
+		get(100, 110, ResError, "", 0),
+		get(200, 210, ResUnknown, "", 0),
+		get(300, 0, "", "", 0),
+		get(400, 410, ResGot, "A", 1),
+		get(2000, 2010, ResNotHeld, "", 0))
+	var reads []string
+	for _, o := range SQLiteProfile.Operations(hs) {
+		if in := o.Input.(Input); in.Op == OpGet {
+			reads = append(reads, o.Output.(Output).Res)
+		}
+	}
+	if len(reads) != 2 || reads[0] != ResGot || reads[1] != ResNotHeld {
+		t.Fatalf("reads given to porcupine: %v; want [got notheld]", reads)
+	}
+	if res := SQLiteProfile.CheckLinearizable(hs, 10*time.Second, 0, ""); res.Result != "Ok" {
+		t.Fatalf("result %s", res.Result)
+	}
+}
+
+// A check that reaches its heap bound answers Unknown and says so; with the
+// abort set, the model allows no step.
+func TestLinearizabilityHeapBound(t *testing.T) {
+	hs := histories(time.Second, nil, granted("A", 0, 10, 1), release("A", 1, 500, 510, ResReleased))
+	res := SQLiteProfile.CheckLinearizable(hs, 10*time.Second, 1, "")
+	if res.Result != "Unknown" || res.MemoryBound != 1 {
+		t.Fatalf("check bounded at 1 byte of heap: %s (bound %d); want Unknown with the bound", res.Result, res.MemoryBound)
+	}
+	if res := SQLiteProfile.CheckLinearizable(hs, 10*time.Second, -1, ""); res.Result != "Ok" || res.MemoryBound != 0 {
+		t.Fatalf("check without a heap bound: %s (bound %d); want Ok", res.Result, res.MemoryBound)
 	}
 }

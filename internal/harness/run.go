@@ -75,6 +75,9 @@ type Config struct {
 
 	// LinearizabilityTimeout bounds porcupine (0: no limit).
 	LinearizabilityTimeout time.Duration
+	// LinearizabilityMemory bounds the heap during porcupine's check, in
+	// bytes (0: DefaultLinearizabilityMemory; below 0: no limit).
+	LinearizabilityMemory int64
 
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
@@ -182,6 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		TTL:                    cfg.TTL,
 		RetryInterval:          cfg.Retry,
 		LinearizabilityTimeout: cfg.LinearizabilityTimeout,
+		LinearizabilityMemory:  cfg.LinearizabilityMemory,
 		VisualPath:             filepath.Join(cfg.Out, "linearizability.html"),
 	})
 	rep.Store = env.scheme
