@@ -231,7 +231,10 @@ func (c *Candidate) Owner() string { return c.lk.Owner() }
 // holds the lease, and campaigns again when a term ends by loss. It returns
 // nil after Resign, and ctx's cause after ctx ends; in both cases a term in
 // progress ends first and its lease is released. Invalid configuration
-// errors (such as a TTL the store rejects) are returned at once.
+// errors (such as a TTL the store rejects), a closed Locker and a store that
+// must be opened again (tenure.ErrStoreUnusable: the SQLite store's file
+// was replaced) are returned at once; other store errors are logged and
+// retried every RetryPeriod.
 func (c *Candidate) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running {
@@ -274,7 +277,8 @@ func (c *Candidate) Run(ctx context.Context) error {
 			if !c.lk.Owns(held.Holder.Owner) { // not our own earlier grant still being freed
 				c.observe(tenure.OwnerID(held.Holder.Owner))
 			}
-		case errors.Is(err, tenure.ErrInvalidTTL), errors.Is(err, tenure.ErrInvalidResource), errors.Is(err, tenure.ErrClosed):
+		case errors.Is(err, tenure.ErrInvalidTTL), errors.Is(err, tenure.ErrInvalidResource), errors.Is(err, tenure.ErrClosed),
+			errors.Is(err, tenure.ErrStoreUnusable):
 			return err
 		case ctx.Err() != nil:
 			return context.Cause(ctx)

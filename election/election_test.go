@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -451,5 +452,28 @@ func TestCloseFreesAnInterruptedAttempt(t *testing.T) {
 	defer cancel()
 	if err := c.Run(rctx); !errors.Is(err, tenure.ErrClosed) {
 		t.Fatalf("Run after Close: %v", err)
+	}
+}
+
+// unusableStore's acquires fail as a store's that must be opened again (a
+// SQLite file replaced under it) does.
+type unusableStore struct{ *memory.Store }
+
+func (unusableStore) Acquire(context.Context, string, string, time.Duration) (tenure.Record, error) {
+	return tenure.Record{}, fmt.Errorf("test store: %w", tenure.ErrStoreUnusable)
+}
+
+// A candidate whose store must be opened again stops campaigning and
+// returns the error, instead of retrying every RetryPeriod for ever (found
+// by an adversarial review).
+func TestRunReturnsWhenStoreUnusable(t *testing.T) {
+	c, err := election.New(unusableStore{memory.New()}, election.Config{Resource: "e", TTL: time.Minute, RetryPeriod: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Run(ctx); !errors.Is(err, tenure.ErrStoreUnusable) || ctx.Err() != nil {
+		t.Fatalf("Run on an unusable store: %v (context: %v); want ErrStoreUnusable before the context ends", err, ctx.Err())
 	}
 }

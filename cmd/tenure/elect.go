@@ -93,6 +93,9 @@ Exit codes:
          ridden out: a leader stops leading at its deadline, followers keep
          trying)
   70     internal error
+  71     the reaper that stops the command if tenure dies or stalls could
+         not be started (a limit on processes or open files): the command
+         did not run
   74     tenure could not write to its standard output (--help)
   79     the lease was lost while the command was stopping after a signal
   126    the command was found but cannot be executed
@@ -267,6 +270,13 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 			cmd := command{name: "elect", resource: resource, path: path, argv: argv, grace: f.grace}
 			out, err := a.supervise(cmd, lease, sigCh)
 			var ns *notStartedError
+			if errors.As(err, &ns) && ns.code == exitOSErr {
+				// No reaper can guard a command on this host now: give the
+				// term up and exit (71), rather than win terms it cannot use.
+				a.release(lease)
+				leave()
+				return err
+			}
 			if errors.As(err, &ns) {
 				// The term's lease is not usable: give it up, so that this
 				// candidate (or another) campaigns again.

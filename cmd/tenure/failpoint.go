@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -29,6 +30,9 @@ const failpointEnv = "TENURE_FAILPOINTS"
 //	stop-after-start   tenure stops itself right after it started the
 //	                   command's process, before the reaper has its
 //	                   deadline.
+//	reaper-start-fails the reaper cannot be started (as a fork refused for
+//	                   a limit on processes or open files); see
+//	                   failpointSet.
 func failpoint(name string) {
 	v := os.Getenv(failpointEnv)
 	if v == "" {
@@ -50,4 +54,11 @@ func failpoint(name string) {
 			stopSelf()
 		}
 	}
+}
+
+// failpointSet reports whether $TENURE_FAILPOINTS names the failpoint name,
+// for points that change a result rather than stop the process.
+func failpointSet(name string) bool {
+	v := os.Getenv(failpointEnv)
+	return v != "" && slices.Contains(strings.Split(v, ","), name)
 }

@@ -41,6 +41,7 @@ const (
 	exitNoStore     = 66  // EX_NOINPUT: status, list, release: no tenure store there (nothing was created)
 	exitUnavailable = 69  // EX_UNAVAILABLE: the store cannot be opened or reached
 	exitSoftware    = 70  // EX_SOFTWARE: an internal error
+	exitOSErr       = 71  // EX_OSERR: run, elect: the command's reaper could not be started (the command did not run)
 	exitIOErr       = 74  // EX_IOERR: tenure's own output could not be written (stdout closed or full)
 	exitNotAcquired = 75  // EX_TEMPFAIL: the lease is held by another owner
 	exitLost        = 79  // the lease was lost while the command ran (or before it could start)

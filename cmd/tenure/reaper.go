@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -39,11 +40,13 @@ const reaperArg = "__tenure_reaper"
 // cannot stop the command itself, and another host may already run its copy
 // (found by an adversarial review).
 type reaper struct {
-	cmd  *exec.Cmd
-	w    *os.File
-	once sync.Once
-	mu   sync.Mutex
-	last int64 // the last deadline sent
+	cmd      *exec.Cmd
+	w        *os.File
+	once     sync.Once
+	mu       sync.Mutex
+	last     int64         // the last deadline sent
+	exited   chan struct{} // closed once the reaper process has exited
+	disarmed atomic.Bool   // disarm was called: an exit is expected
 }
 
 // Reaper messages: reaperDisarm alone, or reaperDeadline and the deadline
@@ -84,7 +87,34 @@ func startReaper(pgid int) (*reaper, error) {
 		return nil, err
 	}
 	r.Close() // the reaper's copy is the only reader left
-	return &reaper{cmd: cmd, w: w}, nil
+	rp := &reaper{cmd: cmd, w: w, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(rp.exited)
+	}()
+	return rp, nil
+}
+
+// died returns a channel closed when the reaper exits without having been
+// disarmed (killed, or after it killed the command's group itself): the
+// command is no longer guarded. A nil reaper's never is.
+func (r *reaper) died() <-chan struct{} {
+	if r == nil {
+		return nil
+	}
+	return r.exited
+}
+
+// unexpected reports whether the reaper's exit (died fired) was not
+// asked for by disarm.
+func (r *reaper) unexpected() bool { return r != nil && !r.disarmed.Load() }
+
+// status describes how the reaper exited, once it has.
+func (r *reaper) status() string {
+	if r == nil || r.cmd.ProcessState == nil {
+		return "unknown status"
+	}
+	return r.cmd.ProcessState.String()
 }
 
 // setDeadline tells the reaper to kill the command's group at deadline
@@ -114,12 +144,13 @@ func (r *reaper) disarm() {
 		return
 	}
 	r.once.Do(func() {
+		r.disarmed.Store(true)
 		r.mu.Lock()
 		_, _ = r.w.Write([]byte{reaperDisarm})
 		r.w.Close()
 		r.w = nil
 		r.mu.Unlock()
-		_ = r.cmd.Wait()
+		<-r.exited
 	})
 }
 
@@ -165,12 +196,22 @@ func reaperMain(argv []string, stdin io.Reader, stderr io.Writer) int {
 	timer, err := newDeadlineTimer()
 	var fired <-chan struct{}
 	var poll <-chan time.Time
+	var tick *time.Ticker
+	defer func() {
+		if tick != nil {
+			tick.Stop()
+		}
+	}()
+	pollClock := func() {
+		if tick == nil {
+			tick = time.NewTicker(reaperPoll)
+			poll = tick.C
+		}
+	}
 	if err == nil {
 		fired = timer.fired
 	} else {
-		tick := time.NewTicker(reaperPoll)
-		defer tick.Stop()
-		poll = tick.C
+		pollClock()
 	}
 	var deadline int64
 	why := "tenure is gone without stopping the command"
@@ -187,8 +228,11 @@ wait:
 			default:
 				deadline = m
 				if timer != nil {
-					if err := timer.arm(deadline); err != nil {
-						fmt.Fprintf(stderr, "tenure: reaper: cannot arm the deadline timer: %v\n", err)
+					if err := timer.arm(deadline); err != nil && poll == nil {
+						// Without the timer, the clock is polled: the
+						// deadline must fire even if tenure is stopped.
+						fmt.Fprintf(stderr, "tenure: reaper: cannot arm the deadline timer (polling the clock instead): %v\n", err)
+						pollClock()
 					}
 				}
 			}

@@ -82,7 +82,9 @@ tenure itself is killed (SIGKILL, a crash), a small reaper process kills the
 command's group at once (Linux); if tenure is stopped (SIGSTOP), frozen or
 starved of CPU, the reaper kills the group just before the lease's deadline
 (a twentieth of the TTL before it), and the command starts only once the
-reaper is armed.
+reaper is armed: if the reaper cannot be started, the command does not
+run (exit 71), and if it exits while the command runs, the command is
+stopped with SIGKILL (exit 79).
 
 Nothing of the command runs past the lease's deadline, after which another
 host may be granted the lease. When renewals are not getting through and
@@ -120,13 +122,17 @@ Exit codes:
   69     the store cannot be opened or reached, or does not renew the lease
          fast enough for --ttl (then the command did not run)
   70     internal error
+  71     the reaper that stops the command if tenure dies or stalls could
+         not be started (a limit on processes or open files): the command
+         did not run
   74     tenure could not write to its standard output (--help)
   75     the lease is held by another owner (--no-wait, or --wait ran out);
          the holder is printed (with --slots: every slot is held; the
          holders are printed)
   79     the lease was lost while the command ran (or was found gone when
          tenure released it), or before the command could start (then the
-         command did not run)
+         command did not run), or the reaper guarding the command exited
+         while it ran (the command was stopped)
   126    the command was found but cannot be executed
   127    the command was not found
   128+N  the command was killed by signal N, or tenure was stopped by signal

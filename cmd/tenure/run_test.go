@@ -931,3 +931,89 @@ func lockStore(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 }
+
+// A command whose reaper cannot be started does not run: it would run with
+// nothing to stop it if tenure were stopped or killed (found by an
+// adversarial review: a fork refused under a limit on open files started
+// it with a warning). tenure exits 71 and frees the lease.
+func TestRunReaperCannotStart(t *testing.T) {
+	if !canReap {
+		t.Skip("no reaper on this system")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	out := e.path("alpha.events")
+	a := e.start("alpha", startOpt{extraEnv: []string{failpointEnv + "=reaper-start-fails"}}, "run", "--ttl", "2s", "--owner", "alpha", "job", "--",
+		helper("-out", out, "-hold", "300ms"))
+	if code := a.wait(20 * time.Second); code != exitOSErr {
+		t.Fatalf("tenure exited %d, want %d; stderr:\n%s", code, exitOSErr, a.stderr())
+	}
+	if !strings.Contains(a.stderr(), "the command did not run") {
+		t.Errorf("stderr does not say the command did not run:\n%s", a.stderr())
+	}
+	if evs, err := os.ReadFile(out); err == nil && len(evs) > 0 {
+		t.Fatalf("the command ran without its reaper:\n%s", evs)
+	}
+	if code, _, stderr := e.run("run", "--ttl", "2s", "--no-wait", "--owner", "beta", "job", "--", "true"); code != 0 {
+		t.Fatalf("the lease was not freed: beta exited %d:\n%s", code, stderr)
+	}
+}
+
+// reaperOf returns the pid of the reaper process that tenure process pid
+// started, waiting for it.
+func reaperOf(t *testing.T, pid int) int {
+	t.Helper()
+	var found int
+	waitFor(t, 20*time.Second, "the reaper to start", func() bool {
+		ents, _ := os.ReadDir("/proc")
+		for _, d := range ents {
+			child, err := strconv.Atoi(d.Name())
+			if err != nil {
+				continue
+			}
+			cl, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+			if err != nil || !strings.Contains(string(cl), reaperArg) {
+				continue
+			}
+			st, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+			if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				found = child
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// A reaper that dies while the command runs leaves the command unguarded:
+// tenure stops it with SIGKILL and exits 79 instead of letting it run on
+// with nothing to stop it if tenure were then stopped or killed (found by
+// an adversarial review).
+func TestRunReaperDiesCommandStopped(t *testing.T) {
+	if !canReap {
+		t.Skip("no reaper on this system")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	out := e.path("alpha.events")
+	a := e.start("alpha", startOpt{}, "run", "--ttl", "2s", "--owner", "alpha", "job", "--",
+		helper("-out", out, "-hold", "1h", "-beat"))
+	waitFor(t, 20*time.Second, "the command to start", func() bool {
+		b, _ := os.ReadFile(out)
+		return len(b) > 0
+	})
+	if err := syscall.Kill(reaperOf(t, a.pid()), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(20 * time.Second); code != exitLost {
+		t.Fatalf("tenure exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
+	}
+	if !strings.Contains(a.stderr(), "reaper") {
+		t.Errorf("stderr does not say the reaper exited:\n%s", a.stderr())
+	}
+}

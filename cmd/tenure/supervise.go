@@ -147,11 +147,22 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	// If tenure dies (SIGKILL, a crash), the reaper kills the command's
 	// group: nobody renews the lease any more, so the command must not run
 	// on. It is disarmed before the command is reaped.
+	// Without its reaper the command would run unguarded: it does not run
+	// (found by an adversarial review: a fork refused for a limit on open
+	// files or processes started it with only a warning).
 	var rp *reaper
 	if canReap {
 		var err error
-		if rp, err = startReaper(pgid); err != nil {
-			a.errorf("warning: cannot start the reaper that stops the command if tenure dies: %s", errText(err))
+		if failpointSet("reaper-start-fails") {
+			err = errors.New("failpoint reaper-start-fails")
+		} else {
+			rp, err = startReaper(pgid)
+		}
+		if err != nil {
+			signalGroup(pgid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			return outcome{}, &notStartedError{exitError{code: exitOSErr, msg: fmt.Sprintf(
+				"%s: cannot start the reaper that stops the command if tenure dies or stalls, so the command did not run: %s", c.name, errText(err))}}
 		}
 	}
 	defer rp.disarm()
@@ -159,7 +170,20 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	w.look()
 	if gate != nil {
 		// The lease, once more, right before the command runs: a pause since
-		// usableLease may have used it up.
+		// usableLease may have used it up; and the reaper, which must still
+		// be there.
+		reaperGone := false
+		select {
+		case <-rp.died():
+			reaperGone = true
+		default:
+		}
+		if reaperGone {
+			signalGroup(pgid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			return outcome{}, &notStartedError{exitError{code: exitOSErr, msg: fmt.Sprintf(
+				"%s: the reaper that guards the command exited (%s) before the command could start; the command did not run", c.name, rp.status())}}
+		}
 		if err := lease.Err(); err != nil || lease.Remaining() < lease.TTL()/2 {
 			signalGroup(pgid, syscall.SIGKILL)
 			rp.disarm()
@@ -256,11 +280,31 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 		a.signal(pgid, syscall.SIGCONT)
 		startGrace(grace)
 	}
+	reaperDied := rp.died()
 loop:
 	for {
 		select {
 		case <-exited:
 			break loop
+		case <-reaperDied:
+			reaperDied = nil
+			if !rp.unexpected() || out.lost != nil {
+				continue
+			}
+			if lease.Err() != nil {
+				// The reaper killed the group at the deadline (tenure was
+				// stopped or starved): the lease is lost, and said so.
+				if cause := context.Cause(lease.Context()); !errors.Is(cause, tenure.ErrReleased) {
+					stopForLoss(cause)
+					continue
+				}
+			}
+			// Nothing would stop the command if tenure were now stopped or
+			// killed: stop it, as for a lost lease.
+			out.lost = fmt.Errorf("the reaper that guards the command exited (%s): the command ran unguarded", rp.status())
+			lostCh = nil
+			a.errorf("the reaper that stops the command if tenure dies or stalls exited (%s): stopping the command: SIGKILL", rp.status())
+			a.signal(pgid, syscall.SIGKILL)
 		case s := <-sigCh:
 			a.log.Info("passing a signal on to the command", "signal", signalName(s), "pgid", pgid)
 			if sig, ok := s.(syscall.Signal); ok {
@@ -387,6 +431,7 @@ func (a *app) stopLeftovers(c command, pgid int, out *outcome, w *leaseWatch, si
 		deadline = killAt
 	}
 	lostCh := lease.Done()
+	reaperDied := w.rp.died()
 	tick := time.NewTicker(leftoverPoll)
 	defer tick.Stop()
 	for groupRunning(pgid) {
@@ -408,6 +453,15 @@ func (a *app) stopLeftovers(c command, pgid int, out *outcome, w *leaseWatch, si
 		case s := <-sigCh:
 			if isStopSignal(s) {
 				killNow("received " + signalName(s))
+				deadline = time.Now().Add(killWait)
+			}
+		case <-reaperDied:
+			reaperDied = nil
+			if w.rp.unexpected() {
+				if out.lost == nil {
+					out.lost = fmt.Errorf("the reaper that guards the command exited (%s): the command's processes ran unguarded", w.rp.status())
+				}
+				killNow("the reaper exited")
 				deadline = time.Now().Add(killWait)
 			}
 		case <-lostCh:
