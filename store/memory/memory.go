@@ -161,6 +161,15 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return err
 	}
+	return s.update(ctx, "renew", resource, owner, token, func(l *lease, now time.Time) {
+		l.ttl, l.expires = ttl, now.Add(ttl)
+	})
+}
+
+// update applies f to the live lease of resource held by owner with token,
+// under the store's lock; op names the call in the error when another or
+// nobody holds it.
+func (s *Store) update(ctx context.Context, op, resource, owner string, token uint64, f func(l *lease, now time.Time)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -172,9 +181,9 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	now := s.clock.Now()
 	l := s.live(resource, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: renew %q: %w", resource, notHolder(resource, l, now))
+		return fmt.Errorf("memory store: %s %q: %w", op, resource, notHolder(resource, l, now))
 	}
-	l.ttl, l.expires = ttl, now.Add(ttl)
+	f(l, now)
 	return nil
 }
 
@@ -183,21 +192,9 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 	if err := driver.ValidateKeep(resource, owner, keeper, ttl); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errClosed
-	}
-	now := s.clock.Now()
-	l := s.live(resource, now)
-	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("memory store: keep %q: %w", resource, notHolder(resource, l, now))
-	}
-	l.owner, l.ttl, l.expires = keeper, ttl, now.Add(ttl)
-	return nil
+	return s.update(ctx, "keep", resource, owner, token, func(l *lease, now time.Time) {
+		l.owner, l.ttl, l.expires = keeper, ttl, now.Add(ttl)
+	})
 }
 
 // RenewBatch implements driver.BatchRenewer: every renewal under one lock,
