@@ -274,3 +274,15 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("tenure version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// "tenure run -- NAME" may mean a resource without a command as well as a
+// command without a resource: the usage error names both readings.
+func TestSplitCommandArgsNamesBothReadings(t *testing.T) {
+	_, _, err := splitCommandArgs("run", []string{"--", "demo"}, 0)
+	if err == nil || !strings.Contains(err.Error(), "missing RESOURCE before --") || !strings.Contains(err.Error(), `if "demo" is the resource, the COMMAND after it`) {
+		t.Fatalf("run -- demo: %v", err)
+	}
+	if _, _, err := splitCommandArgs("run", []string{"--", "./job", "x"}, 0); err == nil || strings.Contains(err.Error(), "is the resource") {
+		t.Fatalf("run -- ./job x: %v; want only the missing resource", err)
+	}
+}
