@@ -71,8 +71,8 @@ var (
 	ErrNotHeld = driver.ErrNotHeld
 
 	// ErrStoreUnusable means that the store can serve no more calls until it
-	// is opened again (the SQLite store's file was deleted or replaced:
-	// sqlite.ErrFileReplaced matches it). Acquire, Semaphore.Acquire and
+	// is opened again (it was closed, or the SQLite store's file was deleted
+	// or replaced: sqlite.ErrFileReplaced matches it). Acquire, Semaphore.Acquire and
 	// Do return it at once, even in the middle of a wait: open the store and
 	// a Locker on it again.
 	ErrStoreUnusable = driver.ErrStoreUnusable

@@ -44,10 +44,11 @@ var (
 	ErrNotHeld = errors.New("tenure: resource not held")
 
 	// ErrStoreUnusable means that the store can serve no more calls until it
-	// is opened again: what it was opened on is gone (the SQLite store's file
-	// was deleted or replaced, sqlite.ErrFileReplaced). A Locker's blocking
-	// Acquire returns it instead of waiting on, since it never goes away by
-	// itself.
+	// is opened again: it was closed, or what it was opened on is gone (the
+	// SQLite store's file was deleted or replaced, sqlite.ErrFileReplaced).
+	// Every store's Acquire after Close returns an error matching it
+	// (storetest ClosedStoreUnusable). A Locker's blocking Acquire returns it
+	// instead of waiting on, since it never goes away by itself.
 	ErrStoreUnusable = errors.New("tenure: store unusable until opened again")
 
 	// ErrNoStore means that a store opened only to be inspected (a store

@@ -312,6 +312,7 @@ func TestClusterConformance(t *testing.T) {
 	onOneNode := "run on one node (TestConformanceNative)"
 	storetest.Run(t, storetest.Config{
 		New:         func(*testing.T) driver.Store { return s },
+		Fresh:       func(t *testing.T) driver.Store { return openCluster(t, cfg) },
 		ShortTTL:    cassandra.MinTTL,
 		ExpirySlack: time.Second,
 		InvalidTTLs: invalidTTLs,

@@ -29,6 +29,7 @@ func nativeCfg(t *testing.T) storetest.Config {
 			s, _ := stores(t)
 			return s
 		},
+		Fresh:       func(t *testing.T) driver.Store { return openStore(t, cassandra.ModeNative, nil) },
 		ShortTTL:    cassandra.MinTTL,
 		ExpirySlack: time.Second,
 		InvalidTTLs: invalidTTLs,
@@ -41,6 +42,7 @@ func jaegerCfg(t *testing.T) storetest.Config {
 		_, s := stores(t)
 		return s
 	}
+	c.Fresh = func(t *testing.T) driver.Store { return openStore(t, cassandra.ModeJaeger, nil) }
 	c.NoFencing = true
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,7 @@ type Store struct {
 	speculate *gocql.SimpleSpeculativeExecution
 
 	closeOnce sync.Once
+	closed    atomic.Bool // Close was called
 }
 
 // statements are the store's CQL, with the validated keyspace and table
@@ -212,9 +214,16 @@ func (s *Store) checkSchema(ctx context.Context) error {
 // Close closes the driver session. It does not release leases. It is safe
 // to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.session.Close)
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.session.Close()
+	})
 	return nil
 }
+
+// errClosed is what a closed Store answers: it matches
+// driver.ErrStoreUnusable, so that a Locker waiting on it stops.
+var errClosed = fmt.Errorf("cassandra store: closed (%w)", driver.ErrStoreUnusable)
 
 // Mode returns the store's mode.
 func (s *Store) Mode() Mode { return s.cfg.Mode }
@@ -686,6 +695,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	secs, err := StoreTTL(ttl)
 	if err != nil {
 		return driver.Record{}, err
+	}
+	if s.closed.Load() {
+		return driver.Record{}, errClosed
 	}
 	if s.cfg.Mode == ModeJaeger {
 		return s.acquireJaeger(ctx, resource, owner, ttl, secs)

@@ -52,6 +52,12 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
+	s.bgMu.Lock()
+	closed := s.closed
+	s.bgMu.Unlock()
+	if closed {
+		return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, errClosed)
+	}
 	secs := wholeSeconds(ttl)
 	key := s.key(resource)
 	for attempt := 0; ; attempt++ {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenure-go/tenure/driver"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -250,7 +251,9 @@ func (ss *session) startLocked(now time.Time) *keepAlive {
 	return f
 }
 
-var errClosed = errors.New("the store is closed")
+// errClosed is what a closed Store answers: it matches
+// driver.ErrStoreUnusable, so that a Locker waiting on it stops.
+var errClosed = fmt.Errorf("the store is closed (%w)", driver.ErrStoreUnusable)
 
 // errDeposedLeader means that a keep-alive was answered in a raft term that
 // had ended by the time a linearizable read that followed it was served:

@@ -10,7 +10,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -100,7 +99,9 @@ func init() {
 	})
 }
 
-var errClosed = errors.New("memory store: closed")
+// errClosed is what a closed Store answers: it matches
+// driver.ErrStoreUnusable, so that a Locker waiting on it stops.
+var errClosed = fmt.Errorf("memory store: closed (%w)", driver.ErrStoreUnusable)
 
 // live returns the live lease on resource; the caller holds s.mu.
 func (s *Store) live(resource string, now time.Time) *lease {

@@ -13,5 +13,8 @@ import (
 // (each uses resource names of its own).
 func TestConformance(t *testing.T) {
 	s := memory.New()
-	storetest.Run(t, storetest.Config{New: func(t *testing.T) driver.Store { return s }})
+	storetest.Run(t, storetest.Config{
+		New:   func(t *testing.T) driver.Store { return s },
+		Fresh: func(t *testing.T) driver.Store { return memory.New() },
+	})
 }

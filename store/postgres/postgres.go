@@ -199,6 +199,7 @@ type Store struct {
 	life      context.Context // ends at Close
 	end       context.CancelFunc
 	closeOnce sync.Once
+	closed    atomic.Bool // Close was called
 }
 
 var (
@@ -297,6 +298,7 @@ func (s *Store) Pooled() bool { return s.pooled.Load() }
 // pool. It does not release leases. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.closed.Store(true)
 		s.end()
 		s.sweepOnce.Do(func() {}) // no sweeper starts after Close
 		if s.sweepDone != nil {
@@ -311,7 +313,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-var errClosed = errors.New("postgres store: closed")
+// errClosed is what a closed Store answers: it matches
+// driver.ErrStoreUnusable, so that a Locker waiting on it stops.
+var errClosed = fmt.Errorf("postgres store: closed (%w)", driver.ErrStoreUnusable)
 
 // CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
 // store opened with c cannot keep (below 1 ms or above MaxTTL), without
@@ -701,6 +705,9 @@ func notHolder(resource, owner string, token uint64, h holderRow) error {
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
+	}
+	if s.closed.Load() {
+		return driver.Record{}, errClosed
 	}
 	msTTL := driver.Milliseconds(ttl)
 	var (

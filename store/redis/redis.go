@@ -258,6 +258,10 @@ func (s *Store) Close() error {
 	return s.rdb.Close()
 }
 
+// errClosed is what a closed Store answers: it matches
+// driver.ErrStoreUnusable, so that a Locker waiting on it stops.
+var errClosed = fmt.Errorf("redis store: closed (%w)", driver.ErrStoreUnusable)
+
 func (s *Store) leaseKey(resource string) string { return s.prefix + "lease:" + resource }
 
 // The keys of the layout of earlier versions.
@@ -337,6 +341,9 @@ func holderOf(resource string, a []any) (driver.Record, error) {
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
+	}
+	if s.closed.Load() {
+		return driver.Record{}, errClosed
 	}
 	msTTL := driver.Milliseconds(ttl)
 	script, keys, args := acquireScript, []string{s.leaseKey(resource), s.counter}, []any{owner, msTTL}

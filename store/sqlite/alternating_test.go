@@ -36,4 +36,14 @@ func (a *alternating) Get(ctx context.Context, r string) (tenure.Record, error) 
 func (a *alternating) List(ctx context.Context, p string) ([]tenure.Record, error) {
 	return a.next().List(ctx, p)
 }
-func (a *alternating) Close() error { return nil }
+// Close closes every handle (each is closed again, harmlessly, by its
+// test's clean-up).
+func (a *alternating) Close() error {
+	var first error
+	for _, s := range a.stores {
+		if err := s.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -201,7 +201,9 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 	return nil
 }
 
-var errClosed = errors.New("sqlite store: closed")
+// errClosed is what a closed Store answers: it matches
+// driver.ErrStoreUnusable, so that a Locker waiting on it stops.
+var errClosed = fmt.Errorf("sqlite store: closed (%w)", driver.ErrStoreUnusable)
 
 // writeLoop runs transactions until the queue is empty.
 func (s *Store) writeLoop() {

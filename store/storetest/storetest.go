@@ -68,6 +68,11 @@ type Config struct {
 	// tenure.ErrInvalidTTL (for example 500 ms on Cassandra).
 	InvalidTTLs []time.Duration
 
+	// Fresh, when set, returns a store that only the calling test uses, which
+	// it may close: for stores whose New shares one store between tests. When
+	// nil, New's store must be the test's own (it is closed by the test).
+	Fresh func(t *testing.T) driver.Store
+
 	// Contenders and Rounds size the contention test (defaults 8 and 20).
 	Contenders, Rounds int
 
@@ -143,6 +148,7 @@ var tests = []test{
 	{name: "BadInputRejectedBeforeWrite", f: testBadInput},
 	{name: "Contention", f: testContention},
 	{name: "GetAndList", f: testGetList},
+	{name: "ClosedStoreUnusable", f: testClosedStoreUnusable},
 	{name: "NotificationWakesWaiter", f: testNotificationWakesWaiter},
 	{name: "HandOverWakesOneWaiter", f: testHandOverWakesOneWaiter},
 	{name: "SemaphoreAtMostN", f: testSemaphoreAtMostN},
@@ -911,5 +917,29 @@ func testHandOverWakesOneWaiter(t *testing.T, cfg Config) {
 			t.Fatalf("waiter %d granted when waiter %d was next: not in arrival order", i, next)
 		}
 		next++
+	}
+}
+
+// A closed store answers an acquire with an error matching
+// driver.ErrStoreUnusable, so that a Locker waiting for a resource on it
+// returns instead of retrying until its context ends.
+func testClosedStoreUnusable(t *testing.T, cfg Config) {
+	e, ctx := newEnv(t, cfg), ctxT(t)
+	s := e.store
+	if cfg.Fresh != nil {
+		s = cfg.Fresh(t)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := s.Acquire(ctx, e.res("r"), e.owner("a"), longTTL); !errors.Is(err, driver.ErrStoreUnusable) {
+		t.Fatalf("Acquire on a closed store: %v; want an error matching driver.ErrStoreUnusable", err)
+	}
+	lk, err := tenure.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lk.Acquire(ctx, e.res("r"), longTTL); !errors.Is(err, tenure.ErrStoreUnusable) || ctx.Err() != nil {
+		t.Fatalf("Locker.Acquire on a closed store: %v; want ErrStoreUnusable at once", err)
 	}
 }

@@ -18,6 +18,7 @@ func TestRunWithAdvance(t *testing.T) {
 	s, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
 	storetest.Run(t, storetest.Config{
 		New:     func(t *testing.T) driver.Store { return s },
+		Fresh:   func(t *testing.T) driver.Store { return memory.New() },
 		Advance: fc.Advance,
 	})
 }
