@@ -36,6 +36,7 @@ func (a *alternating) Get(ctx context.Context, r string) (tenure.Record, error) 
 func (a *alternating) List(ctx context.Context, p string) ([]tenure.Record, error) {
 	return a.next().List(ctx, p)
 }
+
 // Close closes every handle (each is closed again, harmlessly, by its
 // test's clean-up).
 func (a *alternating) Close() error {
