@@ -8,7 +8,6 @@ package main
 import (
 	"database/sql"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,13 +45,8 @@ func TestMinimumTTL(t *testing.T) {
 // processState returns the state letter of /proc/PID/stat ("T" when
 // stopped), or "" when the process is gone.
 func processState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2 : i+3]
+	if f := procStat(pid); len(f) > 0 {
+		return f[0]
 	}
 	return ""
 }

@@ -58,12 +58,19 @@ func gateMain(argv []string, stderr io.Writer) int {
 // gateCmd returns the binary to start as the gate (this very one, as the
 // reaper is started) and the gate's pipe.
 func gateCmd() (exe string, r, w *os.File, err error) {
-	exe = "/proc/self/exe"
-	if _, err := os.Stat(exe); err != nil {
-		if exe, err = os.Executable(); err != nil {
-			return "", nil, nil, err
-		}
+	if exe, err = selfExe(); err != nil {
+		return "", nil, nil, err
 	}
 	r, w, err = os.Pipe()
 	return exe, r, w, err
+}
+
+// selfExe returns the path that runs this very binary: /proc/self/exe,
+// which does so even if its file was replaced or deleted since tenure
+// started (an upgrade in place); elsewhere the executable's path.
+func selfExe() (string, error) {
+	if _, err := os.Stat("/proc/self/exe"); err == nil {
+		return "/proc/self/exe", nil
+	}
+	return os.Executable()
 }

@@ -508,22 +508,30 @@ func (c *counter) next() int {
 	return c.n
 }
 
+// procStat returns the fields of /proc/PID/stat after the command name
+// (state, ppid, pgrp, ...), or nil when the process is gone.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	// The command name, in parentheses, may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
 // processGone reports whether pid no longer exists (or is a zombie that
 // nobody waits for any more).
 func processGone(pid int) bool {
 	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
 		return true
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	// The state follows the command name in parentheses.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] == 'Z'
-	}
-	return false
+	f := procStat(pid)
+	return len(f) == 0 || f[0] == "Z"
 }
 
 // openPTY returns the master and slave sides of a new pseudo-terminal.

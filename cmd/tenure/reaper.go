@@ -65,13 +65,9 @@ const reaperPoll = 50 * time.Millisecond
 // in a process group of its own, so that signals sent to tenure's or the
 // command's group (Ctrl-C, forwarded signals) do not end it.
 func startReaper(pgid int) (*reaper, error) {
-	// /proc/self/exe runs this very binary even if its file was replaced or
-	// deleted since tenure started (an upgrade in place); elsewhere the path.
-	exe := "/proc/self/exe"
-	if _, err := os.Stat(exe); err != nil {
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, err := selfExe()
+	if err != nil {
+		return nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {

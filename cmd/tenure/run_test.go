@@ -975,12 +975,7 @@ func reaperOf(t *testing.T, pid int) int {
 			if err != nil || !strings.Contains(string(cl), reaperArg) {
 				continue
 			}
-			st, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
-			if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			if f := procStat(child); len(f) > 1 && f[1] == strconv.Itoa(pid) {
 				found = child
 				return true
 			}

@@ -146,11 +146,19 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	a.log.Debug("command started", "pid", pgid, "command", c.argv[0], "foreground", ttyFD >= 0, "token", lease.Token())
 	// If tenure dies (SIGKILL, a crash), the reaper kills the command's
 	// group: nobody renews the lease any more, so the command must not run
-	// on. It is disarmed before the command is reaped.
-	// Without its reaper the command would run unguarded: it does not run
-	// (found by an adversarial review: a fork refused for a limit on open
-	// files or processes started it with only a warning).
+	// on. It is disarmed before the command is reaped. Without its reaper
+	// the command would run unguarded, so it does not run (found by an
+	// adversarial review: a fork refused for a limit on open files or
+	// processes started it with only a warning).
 	var rp *reaper
+	// notStarted ends the gate, which never ran the command, and returns
+	// why the command did not run.
+	notStarted := func(code int, format string, args ...any) (outcome, error) {
+		signalGroup(pgid, syscall.SIGKILL)
+		rp.disarm()
+		_ = cmd.Wait()
+		return outcome{}, &notStartedError{exitError{code: code, msg: fmt.Sprintf(format, args...)}}
+	}
 	if canReap {
 		var err error
 		if failpointSet("reaper-start-fails") {
@@ -159,42 +167,27 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 			rp, err = startReaper(pgid)
 		}
 		if err != nil {
-			signalGroup(pgid, syscall.SIGKILL)
-			_ = cmd.Wait()
-			return outcome{}, &notStartedError{exitError{code: exitOSErr, msg: fmt.Sprintf(
-				"%s: cannot start the reaper that stops the command if tenure dies or stalls, so the command did not run: %s", c.name, errText(err))}}
+			return notStarted(exitOSErr, "%s: cannot start the reaper that stops the command if tenure dies or stalls, so the command did not run: %s", c.name, errText(err))
 		}
 	}
 	defer rp.disarm()
 	w := &leaseWatch{lease: lease, rp: rp}
 	w.look()
 	if gate != nil {
-		// The lease, once more, right before the command runs: a pause since
-		// usableLease may have used it up; and the reaper, which must still
-		// be there.
-		reaperGone := false
+		// The reaper, which must still be there, and the lease, once more,
+		// right before the command runs: a pause since usableLease may have
+		// used it up.
 		select {
 		case <-rp.died():
-			reaperGone = true
+			return notStarted(exitOSErr, "%s: the reaper that guards the command exited (%s) before the command could start; the command did not run", c.name, rp.status())
 		default:
 		}
-		if reaperGone {
-			signalGroup(pgid, syscall.SIGKILL)
-			_ = cmd.Wait()
-			return outcome{}, &notStartedError{exitError{code: exitOSErr, msg: fmt.Sprintf(
-				"%s: the reaper that guards the command exited (%s) before the command could start; the command did not run", c.name, rp.status())}}
+		if err := lease.Err(); err != nil {
+			return notStarted(exitLost, "%s: the %s was lost before the command could start; the command did not run: %s", c.name, describeLease(lease), describeLoss(err))
 		}
-		if err := lease.Err(); err != nil || lease.Remaining() < lease.TTL()/2 {
-			signalGroup(pgid, syscall.SIGKILL)
-			rp.disarm()
-			_ = cmd.Wait()
-			if err != nil {
-				return outcome{}, &notStartedError{exitError{code: exitLost, msg: fmt.Sprintf(
-					"%s: the %s was lost before the command could start; the command did not run: %s", c.name, describeLease(lease), describeLoss(err))}}
-			}
-			return outcome{}, &notStartedError{exitError{code: exitUnavailable, msg: fmt.Sprintf(
-				"%s: the lease on %s had less than half its TTL left when the command was to start (tenure was paused or starved); the command did not run",
-				c.name, quoteName(lease.Resource()))}}
+		if lease.Remaining() < lease.TTL()/2 {
+			return notStarted(exitUnavailable, "%s: the lease on %s had less than half its TTL left when the command was to start (tenure was paused or starved); the command did not run",
+				c.name, quoteName(lease.Resource()))
 		}
 		_, err := gate.Write([]byte{gateGo})
 		gate.Close()
@@ -333,7 +326,7 @@ loop:
 				near.Reset(left - killMargin)
 				continue
 			}
-			out.lost = fmt.Errorf("no renewal was confirmed in time: %s was left before the lease's deadline (TTL %s)", fmtDur(left), fmtDur(lease.TTL()))
+			out.lost = noRenewalInTime(left, lease.TTL())
 			lostCh = nil
 			a.errorf("%s: renewals are not confirmed and the lease's deadline is %s away: stopping the command: SIGKILL", describeLease(lease), fmtDur(left))
 			a.signal(pgid, syscall.SIGKILL)
@@ -446,7 +439,7 @@ func (a *app) stopLeftovers(c command, pgid int, out *outcome, w *leaseWatch, si
 		select {
 		case <-tick.C:
 			if left := w.look(); left > 0 && left < stopMargin(lease.TTL()) && out.lost == nil {
-				out.lost = fmt.Errorf("no renewal was confirmed in time: %s was left before the lease's deadline (TTL %s)", fmtDur(left), fmtDur(lease.TTL()))
+				out.lost = noRenewalInTime(left, lease.TTL())
 				killNow("renewals are not confirmed and the lease's deadline is near")
 				deadline = time.Now().Add(killWait)
 			}
@@ -522,6 +515,12 @@ func (w *leaseWatch) look() time.Duration {
 func stopMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 func reapMargin(ttl time.Duration) time.Duration { return ttl / 20 }
+
+// noRenewalInTime is why tenure stopped a command whose lease had only
+// left before its deadline without a confirmed renewal.
+func noRenewalInTime(left, ttl time.Duration) error {
+	return fmt.Errorf("no renewal was confirmed in time: %s was left before the lease's deadline (TTL %s)", fmtDur(left), fmtDur(ttl))
+}
 
 // describeLease names a lease for messages: `lease on "R" (token N)`.
 func describeLease(lease *tenure.Lease) string {
