@@ -508,3 +508,80 @@ func TestClusterServesThroughNodeLoss(t *testing.T) {
 		}, restart)
 	})
 }
+
+// TestClusterInitFreshKeyspaces creates keyspaces one after another on
+// three nodes: every Init succeeds, and when it returns every node knows
+// the table. Init once sent CREATE TABLE to a node that had not yet applied
+// CREATE KEYSPACE ("Keyspace ... doesn't exist", a CI failure in one run
+// of three, on a loaded machine): it waited for agreement only after the
+// last statement. On an idle machine this test passes on that code too
+// (the paused node applies the keyspace before it reads the next request);
+// it checks Init's behaviour through a pause.
+func TestClusterInitFreshKeyspaces(t *testing.T) {
+	hosts := needCluster(t)
+	for i := range 4 {
+		cfg := cassandra.Config{
+			Hosts:       hosts,
+			Keyspace:    "tenure_ctest_" + randHex(5),
+			Timeout:     cassandra.DefaultTimeout,
+			Replication: cassandra.Replication{Factor: 3},
+		}
+		// Odd rounds pause one node (SIGSTOP) for 3 s from the moment
+		// Init has looked for the table, just before its first schema
+		// change, as a busy machine does: agreement then takes longer than
+		// gocql's own wait after a schema change, and a node may be sent
+		// CREATE TABLE before it has applied CREATE KEYSPACE.
+		var paused sync.WaitGroup
+		if i%2 == 1 {
+			pid := nodePID(t, 1+i%3)
+			var once sync.Once
+			cfg.ClusterHook = func(c *gocql.ClusterConfig) {
+				c.QueryObserver = schemaLookObserver(func() {
+					once.Do(func() {
+						if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+							t.Error(err)
+							return
+						}
+						paused.Add(1)
+						go func() {
+							defer paused.Done()
+							time.Sleep(3 * time.Second)
+							_ = syscall.Kill(pid, syscall.SIGCONT)
+						}()
+					})
+				})
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err := cassandra.Init(ctx, cfg)
+		cancel()
+		paused.Wait()
+		if err != nil {
+			t.Fatalf("Init %d of a fresh keyspace on three nodes: %v", i, err)
+		}
+		cfg.ClusterHook = nil
+		s := openCluster(t, cfg)
+		for _, h := range s.Session().GetHosts() {
+			if !h.IsUp() {
+				continue
+			}
+			qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var name string
+			err := s.Session().Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
+				cfg.Keyspace, cassandra.DefaultNativeTable).SetHostID(h.HostID()).Consistency(gocql.One).ScanContext(qctx, &name)
+			qcancel()
+			if err != nil {
+				t.Fatalf("Init %d returned, but node %s does not know the table: %v", i, h.ConnectAddress(), err)
+			}
+		}
+	}
+}
+
+// schemaLookObserver calls f when a query on system_schema.tables ends.
+type schemaLookObserver func()
+
+func (f schemaLookObserver) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
+	if strings.Contains(q.Statement, "system_schema.tables") {
+		f()
+	}
+}

@@ -73,7 +73,8 @@ func Schema(cfg Config) (string, error) {
 // error wrapping ErrBadConfig for a configuration that cannot work, and
 // driver errors wrapped otherwise. It is bounded by ctx, by the connect
 // bound of Open, per statement by Timeout plus 2 s, and by Timeout plus
-// 60 s for the nodes to agree.
+// 60 s in all for the nodes to agree, which Init waits for after each
+// statement (the next statement may go to another node).
 func Init(ctx context.Context, cfg Config) error {
 	r, err := cfg.resolve()
 	if err != nil {
@@ -112,18 +113,23 @@ func createSchema(ctx context.Context, r resolved, session *gocql.Session) error
 	if !errors.Is(err, gocql.ErrNotFound) {
 		return fmt.Errorf("cassandra store: create schema: look for table %s.%s: %w", r.keyspace, r.table, err)
 	}
+	// Every statement waits for the nodes that are up to agree before the
+	// next one is sent: the next may go to another coordinator, and one
+	// that has not yet applied CREATE KEYSPACE refuses CREATE TABLE with
+	// "Keyspace ... doesn't exist". gocql's own wait is cut short
+	// (driverSchemaWait) and only logs when it runs out.
+	actx, cancel := context.WithTimeout(ctx, r.Timeout+schemaAgreementWait)
+	defer cancel()
 	for _, st := range schemaStatements(r) {
-		qctx, cancel := context.WithTimeout(ctx, r.Timeout+driverSchemaWait)
+		qctx, qcancel := context.WithTimeout(actx, r.Timeout+driverSchemaWait)
 		err := session.Query(st).Consistency(gocql.All).Idempotent(true).ExecContext(qctx)
-		cancel()
+		qcancel()
 		if err != nil {
 			return fmt.Errorf("cassandra store: create schema: %s: %w", firstLine(st), err)
 		}
-	}
-	actx, cancel := context.WithTimeout(ctx, r.Timeout+schemaAgreementWait)
-	defer cancel()
-	if err := awaitLiveSchemaAgreement(actx, session, r.Timeout); err != nil {
-		return fmt.Errorf("cassandra store: create schema: waiting for schema agreement: %w", err)
+		if err := awaitLiveSchemaAgreement(actx, session, r.Timeout); err != nil {
+			return fmt.Errorf("cassandra store: create schema: %s: waiting for schema agreement: %w", firstLine(st), err)
+		}
 	}
 	return nil
 }
