@@ -3,10 +3,12 @@ module github.com/tenure-go/tenure/tools
 go 1.26.8
 
 require (
+	cirello.io/pglock v1.16.1
 	github.com/apache/cassandra-gocql-driver/v2 v2.1.2
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lib/pq v1.10.9
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9

@@ -262,14 +262,18 @@ func TestComputeRatios(t *testing.T) {
 		ops("redis", PeerRedislock, ModeContended, 8, 0.3, 0, 0.3, 100, 2),
 		ops("postgres", "tenure", ModeDistinct, 1, 1, 1, 1, 10, 0),
 		ops("postgres", PeerPgAdvisory, ModeDistinct, 1, 0.5, 0, 0.5, 20, 0),
+		ops("postgres", PeerPglock, ModeDistinct, 1, 2, 2, 0.9, 5, 0),
 		// The ops phase: not a peers result.
 		{Store: "redis", System: PeerRedislock, Mode: ModeDistinct, Clients: 8, Ops: map[string]*OpResult{}},
 	}}
 	r.Evaluate()
-	if len(r.Ratios) != 3 {
+	if len(r.Ratios) != 4 {
 		t.Fatalf("%d ratios: %+v", len(r.Ratios), r.Ratios)
 	}
-	pg, rd, rc := r.Ratios[0], r.Ratios[1], r.Ratios[2]
+	pg, pl, rd, rc := r.Ratios[0], r.Ratios[1], r.Ratios[2], r.Ratios[3]
+	if pl.Peer != PeerPglock || pl.Acquire != 0.5 || pl.Release != 1.111 || pl.Throughput != 2 {
+		t.Errorf("postgres against pglock: %+v", pl)
+	}
 	if pg.Store != "postgres" || pg.Acquire != 2 || pg.Renew != 0 || pg.Release != 2 || pg.Throughput != 0.5 {
 		t.Errorf("postgres: %+v", pg)
 	}
@@ -294,6 +298,19 @@ func TestComputeRatios(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no Redis check: %+v", r.Checks)
+	}
+	// PostgreSQL against pglock: release 1.11× fails the 1.0× target.
+	found = false
+	for _, c := range r.Checks {
+		if strings.HasPrefix(c.Target, "PostgreSQL: release") {
+			found = true
+			if c.Pass {
+				t.Errorf("%+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no PostgreSQL check: %+v", r.Checks)
 	}
 }
 

@@ -41,6 +41,7 @@ var PeerVersions = map[string]string{
 	PeerRedsync:           "github.com/go-redsync/redsync/v4 v4.18.1",
 	PeerEtcdSessionPerLck: "go.etcd.io/etcd/client/v3/concurrency v3.6.16",
 	PeerEtcdSharedSession: "go.etcd.io/etcd/client/v3/concurrency v3.6.16",
+	PeerPglock:            "cirello.io/pglock v1.16.1 (on github.com/lib/pq v1.10.9)",
 	PeerPgAdvisory:        "PostgreSQL pg_try_advisory_lock / pg_advisory_unlock (session locks: no TTL, no fencing token)",
 	PeerJaeger:            "the statements of Jaeger's Cassandra lock (internal/storage/distributedlock/cassandra)",
 	PeerRawLWT:            "one INSERT ... IF NOT EXISTS USING TTL (the floor)",

@@ -138,6 +138,14 @@ func (r *Report) peerChecks(add func(pass bool, target, format string, args ...a
 			"acquire %s, renew %s, release %s", fmtRatio(x.Acquire), fmtRatio(x.Renew), fmtRatio(x.Release))
 	}
 	for _, x := range r.Ratios {
+		if x.Store != "postgres" || x.Peer != PeerPglock || x.Mode != ModeDistinct || x.Tenure != "tenure" {
+			continue
+		}
+		add(x.Acquire > 0 && x.Acquire < 1 && x.Renew > 0 && x.Renew < 1 && x.Release > 0 && x.Release <= 1 && x.Throughput >= 1,
+			fmt.Sprintf("PostgreSQL: release at most 1.0× pglock's, acquire and renew ahead, cycles/s at least pglock's (%d clients)", x.Clients),
+			"acquire %s, renew %s, release %s, cycles/s %s", fmtRatio(x.Acquire), fmtRatio(x.Renew), fmtRatio(x.Release), fmtRatio(x.Throughput))
+	}
+	for _, x := range r.Ratios {
 		if x.Store != "cassandra" || x.Peer != PeerRawLWT || x.Mode != ModeDistinct || x.Clients < 8 {
 			continue
 		}

@@ -48,7 +48,7 @@ type Target struct {
 	Baselines []System
 	// Peers are the libraries measured against tenure by the peers phase
 	// (peers.go): on Redis redislock and redsync, on etcd concurrency's
-	// Mutex, on PostgreSQL advisory locks; on Cassandra the baselines.
+	// Mutex, on PostgreSQL pglock and advisory locks; on Cassandra the baselines.
 	Peers []System
 
 	closers []func() error
@@ -124,7 +124,12 @@ func (t *Target) open(ctx context.Context, raw string) error {
 		if err := u.Init(ctx); err != nil {
 			return err
 		}
-		t.Peers = []System{&pgAdvisorySystem{cfg: c.Pool.ConnConfig}}
+		pl, closePl, err := newPglockSystem(ctx, c.Pool, t.Meter)
+		if err != nil {
+			return err
+		}
+		t.closers = append(t.closers, closePl)
+		t.Peers = []System{pl, &pgAdvisorySystem{cfg: c.Pool.ConnConfig}}
 	case *etcd.Config:
 		t.Meter = NewMeter(KindRPC, KindStreamMsg)
 		m := t.Meter
