@@ -27,6 +27,14 @@ type ScaleConfig struct {
 	// AcquireConcurrency is how many acquires run at once while the leases
 	// are taken (and released at the end). Default 64.
 	AcquireConcurrency int
+	// AcquireRate, when positive, paces the acquires to at most this many
+	// a second. The first renewals come due at the pace the leases were
+	// taken: leases taken faster than the store serves renewals make a
+	// first round of renewals the store cannot serve on time (Cassandra:
+	// one LWT each, at the node's capacity). Leases/interval (1,000 a
+	// second for 10,000 leases renewed every 10 s) keeps the first round
+	// at the steady rate.
+	AcquireRate float64
 	// MaxConcurrentRenewals is passed to tenure.WithMaxConcurrentRenewals
 	// when positive.
 	MaxConcurrentRenewals int
@@ -45,6 +53,8 @@ type ScaleResult struct {
 	DurationS  float64 `json:"duration_s"`
 	SlackMs    float64 `json:"late_slack_ms"`
 	MaxRenewal int     `json:"max_concurrent_renewals"`
+	// AcquireRate is ScaleConfig.AcquireRate (0: unpaced).
+	AcquireRate float64 `json:"acquire_rate_per_s,omitempty"`
 
 	AcquireS      float64 `json:"acquire_all_s"`
 	AcquireErrors int     `json:"acquire_errors"`
@@ -234,6 +244,7 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 	res := &ScaleResult{
 		Store: target.Name, Leases: cfg.Leases, TTLS: cfg.TTL.Seconds(), IntervalS: interval.Seconds(),
 		DurationS: cfg.Duration.Seconds(), SlackMs: ms(cfg.Slack), MaxRenewal: cfg.MaxConcurrentRenewals,
+		AcquireRate: cfg.AcquireRate,
 	}
 	if res.MaxRenewal == 0 {
 		res.MaxRenewal = tenure.DefaultMaxConcurrentRenewals
@@ -318,6 +329,9 @@ func RunScale(ctx context.Context, target *Target, cfg ScaleConfig) (*ScaleResul
 	t0 := time.Now()
 	var acqErrs atomic.Int64
 	parallel(cfg.Leases, cfg.AcquireConcurrency, func(i int) {
+		if cfg.AcquireRate > 0 {
+			time.Sleep(time.Until(t0.Add(time.Duration(float64(i) / cfg.AcquireRate * float64(time.Second)))))
+		}
 		for attempt := 0; attempt < 3; attempt++ {
 			actx, cancel := context.WithTimeout(ctx, time.Minute)
 			l, err := lk.TryAcquire(actx, names[i], cfg.TTL)

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -117,6 +118,7 @@ type benchFlags struct {
 	lateSlack     time.Duration
 	maxRenewals   int
 	scaleStores   []string
+	scaleRate     float64
 
 	peerClients   []int
 	peerContended []int
@@ -262,6 +264,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.DurationVar(&f.scaleDuration, "scale-duration", 5*time.Minute, "how long the scale leases are held")
 	fl.DurationVar(&f.lateSlack, "late-slack", time.Second, "a renewal is late when confirmed more than renew interval + this after the previous send")
 	fl.IntVar(&f.maxRenewals, "max-renewals", 0, "tenure.WithMaxConcurrentRenewals in the scale phase (0: the default, 64)")
+	fl.Float64Var(&f.scaleRate, "scale-acquire-rate", 0, "scale phase: take at most this many leases a second (0: as fast as 64 at once go; leases/interval keeps their first renewals at the steady rate)")
 	fl.StringSliceVar(&f.scaleStores, "scale-stores", []string{"sqlite", "cassandra"}, "store kinds the scale phase runs on")
 	fl.IntSliceVar(&f.peerClients, "peer-clients", []int{1, 8, 32}, "peers phase: concurrent clients on distinct names, per level")
 	fl.IntSliceVar(&f.peerContended, "peer-contended", []int{8}, "peers phase: concurrent clients on one name, per level")
@@ -314,8 +317,8 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		return usage("--duration, --rounds and --cost-cycles must be positive")
 	case f.ttl <= 0 || f.scaleTTL <= 0 || f.failoverTTL <= 0 || f.failoverRetry <= 0:
 		return usage("TTLs and the retry period must be positive")
-	case len(f.scaleLeases) == 0 || f.scaleDuration <= 0 || f.lateSlack < 0 || f.maxRenewals < 0:
-		return usage("--scale-leases and --scale-duration must be positive, --late-slack and --max-renewals not negative")
+	case len(f.scaleLeases) == 0 || f.scaleDuration <= 0 || f.lateSlack < 0 || f.maxRenewals < 0 || f.scaleRate < 0 || math.IsNaN(f.scaleRate) || math.IsInf(f.scaleRate, 0):
+		return usage("--scale-leases and --scale-duration must be positive, --late-slack, --max-renewals and --scale-acquire-rate not negative")
 	case f.peerTTL <= 0 || f.peerHold < 0:
 		return usage("--peer-ttl must be positive and --peer-hold not negative")
 	case f.waiters < 1 || f.waiters > 10000 || f.waitersTTL <= 0 || f.waitersHold < 0 || f.waitersSettle <= 0 || f.waitersWindow <= 0 || f.waitersLimit <= 0 || f.waitersStagger < 0:
@@ -377,7 +380,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		MaxSamples: f.maxSamples, TTL: f.ttl, CostCycles: f.costCycles,
 		Scale: bench.ScaleConfig{
 			Leases: f.scaleLeases[0], TTL: f.scaleTTL, Duration: f.scaleDuration, Slack: f.lateSlack,
-			MaxConcurrentRenewals: f.maxRenewals,
+			MaxConcurrentRenewals: f.maxRenewals, AcquireRate: f.scaleRate,
 		},
 		ScaleLeases: f.scaleLeases, ScaleStopOnLate: f.scaleStopLate,
 		ScaleStores: f.scaleStores,
