@@ -179,6 +179,27 @@ func TestRunScaleShape(t *testing.T) {
 	}
 }
 
+// TestRunScalePaced: with AcquireRate, the i-th acquire starts no sooner
+// than i/rate after the first, so 40 leases at 40 a second take at least
+// 0.975 s (a lower bound only: a slow machine makes it longer).
+func TestRunScalePaced(t *testing.T) {
+	tg, err := Open(context.Background(), "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	res, err := RunScale(context.Background(), tg, ScaleConfig{Leases: 40, TTL: 3 * time.Second, Duration: 100 * time.Millisecond, Slack: time.Second, AcquireRate: 40, Prefix: "paced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.AcquireErrors != 0 || res.AcquireRate != 40 {
+		t.Fatalf("%+v", res)
+	}
+	if res.AcquireS < 0.975 {
+		t.Errorf("40 leases paced at 40 a second taken in %.3f s", res.AcquireS)
+	}
+}
+
 func TestEvaluate(t *testing.T) {
 	ops := func(sys string, clients int, acq, renew float64) *OpsResult {
 		return &OpsResult{Store: "cassandra", System: sys, Mode: ModeDistinct, Clients: clients, Ops: map[string]*OpResult{

@@ -196,6 +196,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"--sem-slots", "0"},
 		{"--waiters-settle", "1s", "--waiters-window", "2s"},
 		{"--scale-leases", "0"},
+		{"--scale-acquire-rate", "-1"},
+		{"--scale-acquire-rate", "NaN"},
 		{"--store", "bogus://x", "candidate"},
 	} {
 		cmd := exec.Command(benchBin, args...)
