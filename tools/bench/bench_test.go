@@ -308,9 +308,18 @@ func TestComputeRatios(t *testing.T) {
 		t.Errorf("versions: %v", r.Peers)
 	}
 	// Redis against redislock: acquire 2× fails the 1.1× target.
+	wantFailedCheck(t, r, "Redis: every operation")
+	// PostgreSQL against pglock: release 1.11× fails the 1.0× target.
+	wantFailedCheck(t, r, "PostgreSQL: release")
+}
+
+// wantFailedCheck fails t unless r has checks whose target starts with
+// prefix, and none of them passed.
+func wantFailedCheck(t *testing.T, r *Report, prefix string) {
+	t.Helper()
 	found := false
 	for _, c := range r.Checks {
-		if strings.HasPrefix(c.Target, "Redis: every operation") {
+		if strings.HasPrefix(c.Target, prefix) {
 			found = true
 			if c.Pass {
 				t.Errorf("%+v", c)
@@ -318,20 +327,7 @@ func TestComputeRatios(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Errorf("no Redis check: %+v", r.Checks)
-	}
-	// PostgreSQL against pglock: release 1.11× fails the 1.0× target.
-	found = false
-	for _, c := range r.Checks {
-		if strings.HasPrefix(c.Target, "PostgreSQL: release") {
-			found = true
-			if c.Pass {
-				t.Errorf("%+v", c)
-			}
-		}
-	}
-	if !found {
-		t.Errorf("no PostgreSQL check: %+v", r.Checks)
+		t.Errorf("no check %q: %+v", prefix, r.Checks)
 	}
 }
 
