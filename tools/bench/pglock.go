@@ -41,7 +41,7 @@ type pglockSystem struct {
 
 // newPglockSystem opens the peer's pool on the server of pool's
 // configuration and creates its table when missing.
-func newPglockSystem(ctx context.Context, pool *pgxpool.Config, m *Meter) (*pglockSystem, func() error, error) {
+func newPglockSystem(pool *pgxpool.Config, m *Meter) (*pglockSystem, func() error, error) {
 	conn, err := pq.NewConnector(pool.ConnConfig.ConnString())
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: pglock connector: %w", err)
@@ -58,7 +58,6 @@ func newPglockSystem(ctx context.Context, pool *pgxpool.Config, m *Meter) (*pglo
 		db.Close()
 		return nil, nil, fmt.Errorf("bench: pglock table: %w", err)
 	}
-	_ = ctx
 	return &pglockSystem{db: db}, db.Close, nil
 }
 

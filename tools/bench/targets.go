@@ -124,7 +124,7 @@ func (t *Target) open(ctx context.Context, raw string) error {
 		if err := u.Init(ctx); err != nil {
 			return err
 		}
-		pl, closePl, err := newPglockSystem(ctx, c.Pool, t.Meter)
+		pl, closePl, err := newPglockSystem(c.Pool, t.Meter)
 		if err != nil {
 			return err
 		}
