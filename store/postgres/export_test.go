@@ -18,3 +18,11 @@ func GetIn(ctx context.Context, s *Store, tx pgx.Tx, resource string) (driver.Re
 func ListIn(ctx context.Context, s *Store, tx pgx.Tx, prefix string) ([]driver.Record, error) {
 	return s.list(ctx, tx, prefix)
 }
+
+// GateWaiting returns how many of s's statements wait for a connection:
+// releases, and the others.
+func GateWaiting(s *Store) (releases, others int) {
+	s.gate.mu.Lock()
+	defer s.gate.mu.Unlock()
+	return len(s.gate.first), len(s.gate.others)
+}

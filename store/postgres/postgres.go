@@ -165,6 +165,7 @@ type Config struct {
 // PostgreSQL. It is safe for concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
+	gate    *gate  // admits statements to the pool, releases first (gate.go)
 	table   string // quoted identifier
 	seq     string // quoted identifier of the token sequence
 	regName string // as configured, for messages and the schema lock
@@ -261,6 +262,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	seqParts[len(seqParts)-1] = last + "_token_seq"
 	s := &Store{
 		pool:       pool,
+		gate:       newGate(int(pool.Config().MaxConns)),
 		table:      pgx.Identifier(parts).Sanitize(),
 		seq:        pgx.Identifier(seqParts).Sanitize(),
 		regName:    cfg.Table,
@@ -643,16 +645,23 @@ func preparedStatementError(err error) bool {
 // retryable), and again without named prepared statements when a
 // transaction pooler is detected (see preparedStatementError). Errors from
 // taking a connection are definite: nothing was sent.
+//
+// A release passes the other statements waiting for a connection (gate).
 func (s *Store) with(ctx context.Context, op, resource string, f func(c *pgxpool.Conn) error) error {
 	var err error
 	for attempt := 0; attempt < maxAttempts; attempt++ {
+		if err = s.gate.enter(ctx, op == "release"); err != nil {
+			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, errNoConn, err)
+		}
 		var c *pgxpool.Conn
 		c, err = s.pool.Acquire(ctx)
 		if err != nil {
+			s.gate.leave()
 			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, errNoConn, err)
 		}
 		err = f(c)
 		c.Release()
+		s.gate.leave()
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
