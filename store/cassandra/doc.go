@@ -13,7 +13,7 @@
 //	    owner text,           -- written with the lease's TTL; null when free
 //	    fencing_token bigint, -- written without TTL: survives release and expiry
 //	    ttl_ms bigint,        -- the TTL the holder asked for (with the lease's TTL)
-//	    write_id bigint)      -- random id of the last conditional write
+//	    write_id bigint)      -- id of the last conditional write (increasing per process)
 //
 // A grant is one single-partition conditional batch, so the owner and its new
 // fencing token are one Paxos round:

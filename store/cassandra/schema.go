@@ -32,7 +32,7 @@ func schemaStatements(r resolved) []string {
     owner text,                 -- holder, written with the lease TTL; null when free
     fencing_token bigint,       -- last token granted, written without TTL: never goes back
     ttl_ms bigint,              -- the TTL the holder asked for, in ms (with the lease TTL)
-    write_id bigint             -- random id of the last conditional write (outcome resolution)
+    write_id bigint             -- id of the last conditional write (outcome resolution, renewal order)
 ) WITH comment = 'tenure leases (native mode); see docs/cassandra.md'`)
 }
 

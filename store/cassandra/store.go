@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"net"
 	"sort"
 	"strconv"
@@ -81,11 +80,13 @@ func newStatements(r resolved) statements {
 		grantNewOwner:  `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ?`,
 		grantFreeOwner: `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = null AND fencing_token = ?`,
 		grantFreeToken: `UPDATE ` + t + ` USING TTL 0 SET fencing_token = ? WHERE resource = ?`,
-		renew:          `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
-		release:        `UPDATE ` + t + ` USING TTL 0 SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
-		get:            `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
-		list:           `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
-		find:           `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` WHERE resource = ?`,
+		// renew (and keep) applies only over an older write id (see
+		// newWriteID and casRenew).
+		renew:   `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ? AND write_id < ?`,
+		release: `UPDATE ` + t + ` USING TTL 0 SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
+		get:     `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
+		list:    `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
+		find:    `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` WHERE resource = ?`,
 	}
 }
 
@@ -390,15 +391,68 @@ func notHolder(op, resource, owner string, cur row, format string, args ...any) 
 	return fmt.Errorf("cassandra store: %s %q: %s: %w", op, resource, fmt.Sprintf(format, args...), driver.NotHolder(h))
 }
 
-// newWriteID returns a random non-zero id for one conditional write, so
-// that a read after a lost answer can tell whether that very write was
-// applied. math/rand/v2's generator is seeded from the operating system.
+// newWriteID returns the id of one conditional write: max(the last id this
+// process returned + 1, the wall clock in microseconds since the Unix
+// epoch), so ids strictly increase in the order the process makes them.
+// A write's id is made after its caller took its send time, and written
+// with the lease, so that
+//
+//   - a read after a lost answer can tell whether that very write was
+//     applied (the row has its owner, token and id; owner strings are one
+//     per grant, so ids need not differ across processes), and
+//   - a renewal applies only over an older id (casRenew).
+//
+// Why the second: Cassandra fixes a write's time, from which the cell's
+// expiry counts, when the coordinator starts the statement, and keeps it
+// through the Paxos rounds it retries under contention (Cassandra 5.0:
+// BatchStatement/ModificationStatement take nowInSeconds once, and
+// CQL3CasRequest builds every attempt's cells from it). A renewal given up
+// by its client (unknown outcome) may so apply after the client's next
+// renewal, with an expiry up to its own start time + TTL: earlier than the
+// one the holder trusts. Over a newer id it no longer applies.
 func newWriteID() int64 {
 	for {
-		if id := rand.Int64(); id != 0 {
+		last := lastWriteID.Load()
+		id := max(last+1, time.Now().UnixMicro())
+		if lastWriteID.CompareAndSwap(last, id) {
 			return id
 		}
 	}
+}
+
+// errPassed is the cause of a renewal or hand-over that later writes of the
+// same grant kept passing (casRenew): it was not applied, and the lease is
+// still the grant's.
+var errPassed = errors.New("not applied: the row has a newer write of this grant")
+
+// lastWriteID is the last id newWriteID returned in this process.
+var lastWriteID atomic.Int64
+
+// renewAttempts bounds casRenew's tries.
+const renewAttempts = 3
+
+// casRenew runs the renew statement, giving resource's lease held by
+// (owner, token) to newOwner (owner itself for a renewal) for secs, with
+// a fresh write id. A renewal that finds the row still (owner, token) but
+// with a newer write id was passed by a later write of this grant from
+// this process (a concurrent Renew, or a Keep's renewal): the lease is
+// still this grant's, and it tries again with a newer id, whose time is
+// later, up to renewAttempts times. It returns the last try's write id.
+func (s *Store) casRenew(ctx context.Context, secs int, newOwner string, ttlMs int64, resource, owner string, token uint64) (applied bool, cur row, wid int64, err error) {
+	for i := 1; ; i++ {
+		wid = newWriteID()
+		applied, cur, err = s.casQuery(ctx, s.st.renew, secs, newOwner, ttlMs, wid, resource, owner, int64(token), wid)
+		if err != nil || applied || i == renewAttempts || !passed(cur, owner, token, wid) {
+			return applied, cur, wid, err
+		}
+	}
+}
+
+// passed reports whether a renewal with write id wid that was not applied
+// found the lease still (owner, token), under a write id not older than
+// its own.
+func passed(cur row, owner string, token uint64, wid int64) bool {
+	return cur.hasOwner && cur.owner == owner && cur.token == token && cur.writeID >= wid
 }
 
 // definitelyNotApplied reports whether err proves that a conditional write
@@ -875,7 +929,8 @@ func (g grant) free(ctx context.Context, cell any, last uint64) attempt {
 // renewal renews the same owner's live lease with token: Acquire by the
 // holder is the same lease, renewed.
 func (g grant) renewal(ctx context.Context, token uint64) attempt {
-	applied, cur, err := g.s.casQuery(ctx, g.s.st.renew, g.secs, g.owner, g.ttlMs, g.wid, g.resource, g.owner, int64(token))
+	applied, cur, wid, err := g.s.casRenew(ctx, g.secs, g.owner, g.ttlMs, g.resource, g.owner, token)
+	g.wid = wid // the write a lost answer's read looks for
 	switch {
 	case err != nil:
 		return g.resolve(ctx, err, func(r row) bool { return r.owner == g.owner && r.token == token })
@@ -938,8 +993,7 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 	if token == 0 || token > math.MaxInt64 {
 		return notHolder("renew", resource, owner, row{}, "no lease has token %d", token)
 	}
-	wid := newWriteID()
-	applied, cur, err := s.casQuery(ctx, s.st.renew, secs, owner, driver.Milliseconds(ttl), wid, resource, owner, int64(token))
+	applied, cur, wid, err := s.casRenew(ctx, secs, owner, driver.Milliseconds(ttl), resource, owner, token)
 	if err != nil {
 		cur, rerr := s.resolve(ctx, "renew", resource, err)
 		switch {
@@ -953,6 +1007,9 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return notHolder("renew", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
 	}
 	if !applied {
+		if passed(cur, owner, token, wid) {
+			return unknownf("renew", resource, errPassed, "later writes of this grant passed this renewal %d times; the lease is still this grant's (%s)", renewAttempts, cur)
+		}
 		return notHolder("renew", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
 	}
 	return nil
@@ -987,8 +1044,7 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 		if token == 0 || token > math.MaxInt64 {
 			return notHolder("keep", resource, owner, row{}, "no lease has token %d", token)
 		}
-		wid = newWriteID()
-		applied, cur, err = s.casQuery(ctx, s.st.renew, secs, keeper, driver.Milliseconds(ttl), wid, resource, owner, int64(token))
+		applied, cur, wid, err = s.casRenew(ctx, secs, keeper, driver.Milliseconds(ttl), resource, owner, token)
 	}
 	if err != nil {
 		cur, rerr := s.resolve(ctx, "keep", resource, err)
@@ -1003,6 +1059,9 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 		return notHolder("keep", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
 	}
 	if !applied {
+		if s.cfg.Mode != ModeJaeger && passed(cur, owner, token, wid) {
+			return unknownf("keep", resource, errPassed, "later writes of this grant passed this hand-over %d times; the lease is still this grant's (%s)", renewAttempts, cur)
+		}
 		return notHolder("keep", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
 	}
 	return nil

@@ -49,6 +49,13 @@ const cassandraMaxTTL = 630_720_000
 // it at least TTL after it applied the write, and T − 1 ≥ TTL guarantees
 // that whatever the sub-second offset of the write.
 //
+// The store's clock is every coordinator's: the write's time comes from the
+// node that coordinates the write, and a read's from the node that
+// coordinates the read. A node whose clock runs ahead of another's by more
+// than the holder's margin (ρ·ttl, plus T − 1 s − ttl) can expire a lease
+// before its holder stops trusting it; keep the nodes' clocks in sync
+// (docs/cassandra.md, "TTLs").
+//
 // It returns an error wrapping driver.ErrInvalidTTL for ttl below MinTTL or
 // above MaxTTL. A TTL of 0 is never returned.
 func StoreTTL(ttl time.Duration) (int, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,4 +271,83 @@ func TestTTLPast2038(t *testing.T) {
 	if _, err := s.Get(ctx, r); !errors.Is(err, tenure.ErrNotHeld) {
 		t.Fatalf("Get after the refused acquire: %v", err)
 	}
+}
+
+// TestStaleRenewalNeverShortensTheLease: a renewal that its client gave up
+// (unknown outcome) may still be applied by its coordinator after the
+// client's next renewal, with the time the coordinator started it, and so
+// with an earlier expiry than the one the holder trusts (Cassandra keeps a
+// statement's time through its Paxos retries). Its write id is older than
+// the newer renewal's, and the renew statement applies only over an older
+// id: the stale write is refused and the lease keeps its expiry. The stale
+// write is sent with CQL v5's now_in_seconds set 8 s back, as a coordinator
+// that started it then would.
+func TestStaleRenewalNeverShortensTheLease(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := stores(t)
+	r := resource(t, "r")
+	a := owner(t, "a")
+	const ttl = 10 * time.Second
+	rec, err := s.Acquire(ctx, r, a, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := cassandra.NewWriteID() // the given-up renewal's id: made before the next one's
+	staleStart := int(time.Now().Unix()) - 8
+	if err := s.Renew(ctx, r, a, rec.Token, ttl); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := cassandra.StaleRenew(ctx, s, r, a, rec.Token, ttl, stale, staleStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+	if applied || row.remaining < 10 {
+		t.Fatalf("stale renewal applied %v; the lease now has TTL(owner) %d s, want at least 10 (store TTL 11 from the newer renewal)", applied, row.remaining)
+	}
+	// And the holder's own renewals still apply over the newest id.
+	if err := s.Renew(ctx, r, a, rec.Token, ttl); err != nil {
+		t.Fatalf("renewal after the stale write: %v", err)
+	}
+}
+
+// TestConcurrentRenewalsOfOneGrant: renewals of one grant sent at once (a
+// manual Lease.Renew beside the background one) pass each other's write
+// ids; none reports the lease lost, and the lease is still held after.
+func TestConcurrentRenewalsOfOneGrant(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := stores(t)
+	r := resource(t, "r")
+	a := owner(t, "a")
+	rec, err := s.Acquire(ctx, r, a, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var lost, other, ok atomic.Int64
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				switch err := s.Renew(ctx, r, a, rec.Token, 30*time.Second); {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, tenure.ErrLeaseLost):
+					lost.Add(1)
+					t.Errorf("concurrent renewal: %v", err)
+				default:
+					other.Add(1) // contention timeouts: unknown outcomes, not losses
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() == 0 {
+		t.Fatalf("no renewal applied (%d unknown)", other.Load())
+	}
+	if got, err := s.Get(ctx, r); err != nil || got.Owner != a || got.Token != rec.Token {
+		t.Fatalf("after the renewals: %+v, %v", got, err)
+	}
+	t.Logf("15 concurrent renewals: %d applied, %d lost, %d other errors", ok.Load(), lost.Load(), other.Load())
 }
