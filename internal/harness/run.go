@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/faultinject"
 	"github.com/tenure-go/tenure/internal/netfault"
+	"github.com/tenure-go/tenure/store"
 )
 
 // Config configures one harness run.
@@ -640,6 +642,8 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		return o.serverRestart(ctx, f)
 	case FaultStoreReset, FaultKeyDelete:
 		return o.operatorFault(ctx, f)
+	case FaultStaleRenewal:
+		return o.staleRenewal(ctx, f)
 	}
 	return f, fmt.Errorf("unknown fault kind %q", kind)
 }
@@ -681,6 +685,68 @@ func (o *orch) lateDelivery(ctx context.Context, f Fault) (Fault, error) {
 	}
 	f.Detail = fmt.Sprintf("requests sent during %v delivered %v late: %d chunks held, %d delivered, %d of them after their client closed the connection",
 		hold.Round(time.Millisecond), late.Round(time.Millisecond), held-held0, deliv-deliv0, after-after0)
+	return f, nil
+}
+
+// staleRenewal replays, for 1 to 2 TTLs, every TTL/10, a stale renewal of
+// a holder's lease (faultinject.CassandraStaleRenewal): a write made before
+// the lease's last one, timed to leave it 1 s to live. That is what a
+// Cassandra coordinator does with a renewal that its client gave up (an
+// unknown outcome, after which the Locker renews again) while it kept
+// retrying the Paxos round under contention: it applies it later, with the
+// time it started. A store that let it apply would expire the lease before
+// its holder's deadline, and a waiter would be granted while the holder
+// still trusts it.
+func (o *orch) staleRenewal(ctx context.Context, f Fault) (Fault, error) {
+	if faultinject.CassandraStaleRenewal == nil {
+		return f, errNoFault
+	}
+	s := o.holder(ctx, 3*o.cfg.TTL)
+	o.mu.Lock()
+	var res string
+	if s != nil && s.holding {
+		f.Holder, f.Token, f.Resource, res = true, s.token, s.resource, s.resource
+	}
+	o.mu.Unlock()
+	if res == "" {
+		return f, errNoFault
+	}
+	bg := context.WithoutCancel(ctx)
+	su, err := store.Parse(o.env.raw)
+	if err != nil {
+		return f, err
+	}
+	octx, cancel := context.WithTimeout(bg, 30*time.Second)
+	ds, err := su.Open(octx)
+	cancel()
+	if err != nil {
+		return f, err
+	}
+	defer ds.Close() //nolint:errcheck // clean-up
+	f.Target = "lease of " + res
+	f.Start = MonoNow()
+	var sent, applied, failed int
+	var last string
+	for end := time.Now().Add(o.between(1, 2)); time.Now().Before(end); {
+		cctx, cancel := context.WithTimeout(bg, o.cfg.TTL)
+		ok, detail, err := faultinject.CassandraStaleRenewal(cctx, ds, res, time.Second)
+		cancel()
+		switch {
+		case err != nil:
+			failed++
+		case detail != "no lease":
+			sent++
+			last = detail
+			if ok {
+				applied++
+			}
+		}
+		if !sleep(ctx, o.cfg.TTL/10) {
+			break
+		}
+	}
+	f.End = MonoNow()
+	f.Detail = fmt.Sprintf("%d stale renewals sent (last: %s), %d applied, %d failed to send", sent, last, applied, failed)
 	return f, nil
 }
 

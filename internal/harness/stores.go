@@ -42,12 +42,13 @@ const (
 	FaultServerRestart  = "server-restart"  // PostgreSQL: SIGKILL the server, start it again (crash recovery)
 	FaultStoreReset     = "store-reset"     // SQLite: delete or replace the database file under running workers
 	FaultKeyDelete      = "key-delete"      // PostgreSQL, etcd, Redis: an operator deletes lease rows or keys
+	FaultStaleRenewal   = "stale-renewal"   // Cassandra: a renewal its holder gave up is applied after a newer one, with the time its coordinator started it
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultProxyDelay, FaultProxyDrop,
 	FaultProxyBlackhole, FaultLateDelivery, FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange,
-	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete}
+	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal}
 
 // OutsideContract lists the fault kinds that break a premise of the lease
 // contract, with the reason: the checker reports the overlaps of trusted
@@ -158,7 +159,7 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 				return nil, err
 			}
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery, FaultStaleRenewal}
 		if len(scfg.Hosts) >= 3 {
 			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultCASTimeout)
 		}
