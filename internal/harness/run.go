@@ -688,6 +688,20 @@ func (o *orch) lateDelivery(ctx context.Context, f Fault) (Fault, error) {
 	return f, nil
 }
 
+// heldResource waits up to 3 TTLs for a worker that holds a lease, and
+// returns its resource, with the holder and token recorded in f; "" when
+// nobody held one.
+func (o *orch) heldResource(ctx context.Context, f *Fault) string {
+	s := o.holder(ctx, 3*o.cfg.TTL)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if s == nil || !s.holding {
+		return ""
+	}
+	f.Holder, f.Token, f.Resource = true, s.token, s.resource
+	return s.resource
+}
+
 // staleRenewal replays, for 1 to 2 TTLs, every TTL/10, a stale renewal of
 // a holder's lease (faultinject.CassandraStaleRenewal): a write made before
 // the lease's last one, timed to leave it 1 s to live. That is what a
@@ -701,13 +715,7 @@ func (o *orch) staleRenewal(ctx context.Context, f Fault) (Fault, error) {
 	if faultinject.CassandraStaleRenewal == nil {
 		return f, errNoFault
 	}
-	s := o.holder(ctx, 3*o.cfg.TTL)
-	o.mu.Lock()
-	var res string
-	if s != nil && s.holding {
-		f.Holder, f.Token, f.Resource, res = true, s.token, s.resource, s.resource
-	}
-	o.mu.Unlock()
+	res := o.heldResource(ctx, &f)
 	if res == "" {
 		return f, errNoFault
 	}
@@ -776,13 +784,7 @@ func (o *orch) operatorFault(ctx context.Context, f Fault) (Fault, error) {
 	bg := context.WithoutCancel(ctx)
 	// Strike while someone holds a lease, as an operator "unlocking" it
 	// would.
-	s := o.holder(ctx, 3*o.cfg.TTL)
-	o.mu.Lock()
-	var res string
-	if s != nil && s.holding {
-		f.Holder, f.Token, f.Resource, res = true, s.token, s.resource, s.resource
-	}
-	o.mu.Unlock()
+	res := o.heldResource(ctx, &f)
 	all := o.rng.IntN(2) == 0
 	if res == "" {
 		all = true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/faultinject"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -280,8 +281,8 @@ func TestTTLPast2038(t *testing.T) {
 // statement's time through its Paxos retries). Its write id is older than
 // the newer renewal's, and the renew statement applies only over an older
 // id: the stale write is refused and the lease keeps its expiry. The stale
-// write is sent with CQL v5's now_in_seconds set 8 s back, as a coordinator
-// that started it then would.
+// write (the harness's stale-renewal fault) carries the id below the row's
+// and CQL v5's now_in_seconds set to leave the lease 1 s if it applied.
 func TestStaleRenewalNeverShortensTheLease(t *testing.T) {
 	ctx := testCtx(t)
 	s, _ := stores(t)
@@ -292,18 +293,16 @@ func TestStaleRenewalNeverShortensTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := cassandra.NewWriteID() // the given-up renewal's id: made before the next one's
-	staleStart := int(time.Now().Unix()) - 8
 	if err := s.Renew(ctx, r, a, rec.Token, ttl); err != nil {
 		t.Fatal(err)
 	}
-	applied, err := cassandra.StaleRenew(ctx, s, r, a, rec.Token, ttl, stale, staleStart)
+	applied, detail, err := faultinject.CassandraStaleRenewal(ctx, s, r, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	row := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
 	if applied || row.remaining < 10 {
-		t.Fatalf("stale renewal applied %v; the lease now has TTL(owner) %d s, want at least 10 (store TTL 11 from the newer renewal)", applied, row.remaining)
+		t.Fatalf("stale renewal (%s) applied %v; the lease now has TTL(owner) %d s, want at least 10 (store TTL 11 from the newer renewal)", detail, applied, row.remaining)
 	}
 	// And the holder's own renewals still apply over the newest id.
 	if err := s.Renew(ctx, r, a, rec.Token, ttl); err != nil {
