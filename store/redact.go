@@ -19,16 +19,14 @@ func Redact(raw string) string {
 	rest, frag, hasFrag := strings.Cut(raw, "#")
 	base, query, hasQuery := strings.Cut(rest, "?")
 	if scheme, after, ok := strings.Cut(base, "://"); ok {
-		authority, path := after, ""
-		if i := strings.IndexByte(after, '/'); i >= 0 {
-			authority, path = after[:i], after[i:]
-		}
-		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-			if user, _, hasPass := strings.Cut(authority[:at], ":"); hasPass {
-				authority = user + ":" + redacted + authority[at:]
-			}
-		}
-		base = scheme + "://" + authority + path
+		base = scheme + "://" + redactAuthority(after)
+	} else if after, ok := strings.CutPrefix(base, "//"); ok {
+		// No scheme: "//user:password@host/..."
+		base = "//" + redactAuthority(after)
+	} else if !knownScheme(base) {
+		// A URL whose scheme was forgotten ("user:password@host/db"
+		// reads as scheme "user"), or any other unknown form.
+		base = redactAuthority(base)
 	}
 	if hasQuery {
 		params := strings.Split(query, "&")
@@ -44,6 +42,33 @@ func Redact(raw string) string {
 		base += "#" + frag
 	}
 	return base
+}
+
+// redactAuthority replaces the password of the user information that
+// starts s (user:password@host, up to the first slash).
+func redactAuthority(s string) string {
+	authority, path := s, ""
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		authority, path = s[:i], s[i:]
+	}
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		if user, _, hasPass := strings.Cut(authority[:at], ":"); hasPass {
+			authority = user + ":" + redacted + authority[at:]
+		}
+	}
+	return authority + path
+}
+
+// knownScheme reports whether raw starts with the scheme of a registered
+// store.
+func knownScheme(raw string) bool {
+	m := schemePrefix.FindStringSubmatch(raw)
+	if m == nil {
+		return false
+	}
+	mu.RLock()
+	defer mu.RUnlock()
+	return schemes[strings.ToLower(m[1])] != nil
 }
 
 // secretParams returns the names of the secret query parameters of raw's

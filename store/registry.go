@@ -281,7 +281,7 @@ func lookup(raw string) (*entry, string, error) {
 	if m == nil {
 		hint := ""
 		if strings.HasPrefix(raw, "/") || strings.HasPrefix(raw, ".") || strings.HasSuffix(raw, ".db") {
-			hint = fmt.Sprintf("; for a SQLite file write sqlite:%s", raw)
+			hint = fmt.Sprintf("; for a SQLite file write sqlite:%s", Redact(raw))
 		}
 		return nil, "", fmt.Errorf("%w: %q has no scheme%s (%s)", ErrBadURL, Redact(raw), hint, schemeList())
 	}

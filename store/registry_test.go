@@ -478,6 +478,11 @@ func TestRedact(t *testing.T) {
 		"postgres://u:p@ss@h/db":                                "postgres://u:xxxxx@h/db",
 		"postgres://u@h/db?password":                            "postgres://u@h/db?password",
 		"cassandra://u:pw@[::1]:9042,[::2]/ks?table=t&mode=jae": "cassandra://u:xxxxx@[::1]:9042,[::2]/ks?table=t&mode=jae",
+		// The scheme forgotten: the user reads as a scheme, or there is none.
+		"nobody:s3cret@127.0.0.1/x":   "nobody:xxxxx@127.0.0.1/x",
+		"//nobody:s3cret@127.0.0.1/x": "//nobody:xxxxx@127.0.0.1/x",
+		"u:p@ss@h/db?password=p":      "u:xxxxx@h/db?password=xxxxx",
+		"sqlite:/tmp/a@b:c.db":        "sqlite:/tmp/a@b:c.db",
 	} {
 		if got := store.Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)

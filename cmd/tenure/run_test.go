@@ -738,6 +738,8 @@ func TestLimitsCheckedBeforeIO(t *testing.T) {
 		{"postgres port out of range", []string{"--store", "postgres://u@127.0.0.1:70000/db", "list"}, "65535"},
 		{"postgres unknown parameter", []string{"--store", "postgres://u:pw-s3cret@127.0.0.1:1/db?frobnicate=1&password=pw-s3cret", "list"}, "frobnicate"},
 		{"redis unknown parameter", []string{"--store", "redis://127.0.0.1:1?frobnicate=1", "list"}, "frobnicate"},
+		{"scheme forgotten", []string{"--store", "nobody:s3cret@127.0.0.1/x", "run", "job", "--", cmd[0]}, "unknown scheme"},
+		{"scheme forgotten, slashes kept", []string{"--store", "//nobody:s3cret@127.0.0.1/x", "list"}, "no scheme"},
 	} {
 		start := time.Now()
 		code, _, stderr := e.run(c.args)
