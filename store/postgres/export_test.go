@@ -26,3 +26,6 @@ func GateWaiting(s *Store) (releases, others int) {
 	defer s.gate.mu.Unlock()
 	return len(s.gate.first), len(s.gate.others)
 }
+
+// Closing reports whether Close was called on s.
+func (s *Store) Closing() bool { return s.closed.Load() }

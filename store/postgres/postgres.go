@@ -657,6 +657,11 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *pgxpool
 		c, err = s.pool.Acquire(ctx)
 		if err != nil {
 			s.gate.leave()
+			if s.closed.Load() {
+				// Close ran while this statement waited: say so, as a
+				// call after Close would (driver.ErrStoreUnusable).
+				return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, errNoConn, errClosed)
+			}
 			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, errNoConn, err)
 		}
 		err = f(c)
