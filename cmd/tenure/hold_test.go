@@ -66,17 +66,19 @@ func jobsPerTick(t *testing.T, out string) map[string][]string {
 	return runs
 }
 
-// Two hosts run the same cron job every 4s; host a's clock is 1s ahead of
-// host b's. With --hold-at-least 2s, each tick runs the job exactly once:
+// Two hosts run the same cron job every 10s; host a's clock is 1s ahead of
+// host b's. With --hold-at-least 5s, each tick runs the job exactly once:
 // b, starting it 1s after a for the same tick, finds the lease held (75),
 // while the next tick finds it free. Without it, b runs the job again for
-// the same tick.
+// the same tick. The margins leave 4 s either way for a process that is
+// slow to start on a loaded machine (with 4 s ticks and a 2 s hold, a b
+// started 1 s late but granted 2 s after a ran the job again in CI).
 func TestHoldAtLeastRunsOncePerTick(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	hosts := []cronHost{{"a", time.Second}, {"b", 0}}
-	const period, hold, ticks = 4 * time.Second, 2 * time.Second, 3
+	const period, hold, ticks = 10 * time.Second, 5 * time.Second, 3
 
 	out := e.path("held.events")
 	base := time.Now().Add(time.Second)
