@@ -936,6 +936,9 @@ func (g grant) renewal(ctx context.Context, token uint64) attempt {
 		return g.resolve(ctx, err, func(r row) bool { return r.owner == g.owner && r.token == token })
 	case applied:
 		return g.granted(token)
+	case passed(cur, g.owner, token, wid):
+		return attempt{done: true, err: unknownf("acquire", g.resource, errPassed,
+			"later writes of this grant passed its renewal %d times; the lease is still this grant's (%s)", renewAttempts, cur)}
 	}
 	return attempt{row: cur}
 }

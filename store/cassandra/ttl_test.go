@@ -350,3 +350,38 @@ func TestConcurrentRenewalsOfOneGrant(t *testing.T) {
 	}
 	t.Logf("15 concurrent renewals: %d applied, %d lost, %d other errors", ok.Load(), lost.Load(), other.Load())
 }
+
+// TestRenewalPassedEveryTime: a row whose write id is newer than any this
+// process will make for a while (as if later writes of the grant kept
+// passing each try) makes a renewal, an acquire by the holder and a Keep
+// give up after their tries with an unknown outcome: never "lost", and
+// never a HeldError naming the caller's own grant. The lease is untouched.
+func TestRenewalPassedEveryTime(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := stores(t)
+	r := resource(t, "r")
+	a := owner(t, "a")
+	rec, err := s.Acquire(ctx, r, a, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour).UnixMicro()
+	if err := s.Session().Query(`UPDATE `+runKeyspace+`.`+cassandra.DefaultNativeTable+` USING TTL 31 SET write_id = ? WHERE resource = ?`, future, r).
+		WithContext(ctx).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(op string, err error) {
+		t.Helper()
+		var held *tenure.HeldError
+		if !errors.Is(err, tenure.ErrUnknownOutcome) || errors.Is(err, tenure.ErrLeaseLost) || errors.As(err, &held) {
+			t.Errorf("%s passed by a newer write of its grant: %v; want an unknown outcome", op, err)
+		}
+	}
+	check("renew", s.Renew(ctx, r, a, rec.Token, 30*time.Second))
+	_, err = s.Acquire(ctx, r, a, 30*time.Second)
+	check("acquire by the holder", err)
+	check("keep", s.Keep(ctx, r, a, rec.Token, a+"-keeper", 30*time.Second))
+	if row := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r); row.owner != a || uint64(row.token) != rec.Token || row.writeID != future {
+		t.Fatalf("after the refused writes: %+v; want the lease untouched", row)
+	}
+}
