@@ -59,30 +59,28 @@ func redactAuthority(s string) string {
 	return authority + path
 }
 
-// knownScheme reports whether raw starts with the scheme of a registered
-// store.
-func knownScheme(raw string) bool {
+// schemeEntry returns the registered store of raw's scheme, or nil.
+func schemeEntry(raw string) *entry {
 	m := schemePrefix.FindStringSubmatch(raw)
 	if m == nil {
-		return false
+		return nil
 	}
 	mu.RLock()
 	defer mu.RUnlock()
-	return schemes[strings.ToLower(m[1])] != nil
+	return schemes[strings.ToLower(m[1])]
 }
+
+// knownScheme reports whether raw starts with the scheme of a registered
+// store.
+func knownScheme(raw string) bool { return schemeEntry(raw) != nil }
 
 // secretParams returns the names of the secret query parameters of raw's
 // scheme: password, and those its driver lists.
 func secretParams(raw string) map[string]bool {
 	secrets := map[string]bool{"password": true}
-	if m := schemePrefix.FindStringSubmatch(raw); m != nil {
-		mu.RLock()
-		e := schemes[strings.ToLower(m[1])]
-		mu.RUnlock()
-		if e != nil {
-			for _, s := range e.secrets {
-				secrets[s] = true
-			}
+	if e := schemeEntry(raw); e != nil {
+		for _, s := range e.secrets {
+			secrets[s] = true
 		}
 	}
 	return secrets
