@@ -124,3 +124,114 @@ func TestBatchedRenewalsKeepTheirPhases(t *testing.T) {
 		t.Fatalf("after one batch the next renewals are %v apart; want 30ms, as the leases were taken", d)
 	}
 }
+
+// The renewal timer is left where it is when the lease it was armed for is
+// released (moving a runtime timer on every acquire and release costs more
+// than an early firing): it then fires before any renewal is due, renews
+// nothing, and arms itself for the next due renewal, which runs on time.
+func TestRenewalTimerFiringEarlyRenewsOnTime(t *testing.T) {
+	fc := clock.NewFake()
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	lk, err := New(mem, WithClock(fc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close(context.Background())
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	a, err := lk.TryAcquire(ctx, "a", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(400 * time.Millisecond)
+	b, err := lk.TryAcquire(ctx, "b", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armedAt := func() time.Time {
+		lk.sched.mu.Lock()
+		defer lk.sched.mu.Unlock()
+		return lk.sched.armed
+	}
+	armed := armedAt()
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := armedAt(); !got.Equal(armed) {
+		t.Fatalf("releasing a moved the renewal timer from %v to %v", armed, got)
+	}
+	bDeadline := b.Deadline()
+	wait := func(cond func() bool, what string) {
+		t.Helper()
+		limit := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(limit) {
+				t.Fatal(what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// a's renewal time: the timer fires, finds nothing due, and arms for b's.
+	fc.Advance(ttl/3 - 400*time.Millisecond)
+	wait(func() bool { return armedAt().Equal(fc.Now().Add(400 * time.Millisecond)) }, "the timer was not armed for b's renewal after firing early")
+	if !b.Deadline().Equal(bDeadline) {
+		t.Fatal("b was renewed before its renewal was due")
+	}
+	// b's renewal time: b is renewed.
+	fc.Advance(400 * time.Millisecond)
+	wait(func() bool { return b.Deadline().After(bDeadline) }, "b was not renewed when its renewal was due")
+}
+
+// ctxStore records the context of each Acquire.
+type ctxStore struct {
+	*memory.Store
+	last context.Context
+}
+
+func (s *ctxStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (Record, error) {
+	s.last = ctx
+	return s.Store.Acquire(ctx, resource, owner, ttl)
+}
+
+// A store call is bounded by the lease's time, with the caller's context
+// as it is when its deadline comes first (no second timer), and with a
+// derived one otherwise.
+func TestStoreCallBound(t *testing.T) {
+	st := &ctxStore{Store: memory.New()}
+	lk, err := New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close(context.Background())
+	const ttl = 10 * time.Second
+	short, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	l, err := lk.TryAcquire(short, "short", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	if st.last != short {
+		t.Fatal("a caller's deadline before the lease's bound: the store got a derived context")
+	}
+	long, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	before := time.Now()
+	l2, err := lk.TryAcquire(long, "long", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(context.Background())
+	dl, ok := st.last.Deadline()
+	if st.last == long || !ok || dl.After(before.Add(ttl)) {
+		t.Fatalf("a caller's deadline after the lease's bound: the store's context ends at %v (ok %v), want by %v", dl, ok, before.Add(ttl))
+	}
+	l3, err := lk.TryAcquire(context.Background(), "none", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l3.Release(context.Background())
+	if _, ok := st.last.Deadline(); !ok {
+		t.Fatal("no caller deadline: the store's context has none")
+	}
+}

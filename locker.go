@@ -945,9 +945,16 @@ func (lk *Locker) checkAll() {
 
 // bounded returns ctx limited to d. The limit is in real time even when the
 // Locker runs on a fake clock: a store call is I/O, and drivers read
-// ctx.Deadline() to bound it.
+// ctx.Deadline() to bound it. A ctx whose deadline comes first is returned
+// as it is: a derived context (a runtime timer, and an entry in ctx's list
+// of children) would change nothing.
 func (lk *Locker) bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, noCancel
+	}
 	return context.WithTimeoutCause(ctx, d, errCallBound)
 }
+
+func noCancel() {}
 
 var errCallBound = fmt.Errorf("tenure: store call ran out of lease time: %w", context.DeadlineExceeded)

@@ -89,17 +89,19 @@ func (s *scheduler) cancel(l *Lease) {
 	}
 }
 
-// armLocked points the timer at the earliest due time.
+// armLocked makes sure the timer fires no later than the earliest due
+// time. It leaves an armed timer alone when it fires at or before that
+// time (and when no renewal is due at all): fire then finds nothing due
+// and arms the timer for the earliest due time. Moving a runtime timer
+// costs more than an early firing, and leases that come and go (each
+// acquire schedules a renewal, each release cancels it) would otherwise
+// move it every time.
 func (s *scheduler) armLocked() {
 	if len(s.h) == 0 {
-		if s.timer != nil && !s.armed.IsZero() {
-			s.timer.Stop()
-		}
-		s.armed = time.Time{}
 		return
 	}
 	at := s.h[0].at
-	if !s.armed.IsZero() && s.armed.Equal(at) {
+	if !s.armed.IsZero() && !s.armed.After(at) {
 		return
 	}
 	d := at.Sub(s.clock.Now())

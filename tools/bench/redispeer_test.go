@@ -34,7 +34,8 @@ import (
 //	TENURE_REDIS_PEERS=redis://127.0.0.1:56479/0 go test -run TestRedisPeers -v ./bench/
 //
 // TENURE_REDIS_PEERS_ROUNDS (default 9) and TENURE_REDIS_PEERS_ROUND
-// (default 2s) size the rounds.
+// (default 2s) size the rounds; TENURE_REDIS_PEERS_SYSTEMS (a comma list of
+// system names) keeps only those, to profile one system at a time.
 func TestRedisPeers(t *testing.T) {
 	url := os.Getenv("TENURE_REDIS_PEERS")
 	if url == "" {
@@ -66,6 +67,11 @@ func TestRedisPeers(t *testing.T) {
 		target.Tenure(),
 		&rpStoreSystem{store: target.Store},
 		&rpRedislock{cli: peerCli},
+	}
+	if v := os.Getenv("TENURE_REDIS_PEERS_SYSTEMS"); v != "" {
+		// For profiling one system at a time; ratios need redislock in the list.
+		keep := strings.Split(v, ",")
+		systems = slices.DeleteFunc(systems, func(s System) bool { return !slices.Contains(keep, s.Name()) })
 	}
 	prefix := fmt.Sprintf("peers-%d", time.Now().UnixNano())
 	levels := []int{1, 8, 32}
@@ -129,7 +135,9 @@ func TestRedisPeers(t *testing.T) {
 			for _, op := range []string{OpAcquire, OpRenew, OpRelease} {
 				var rr []float64
 				for i, v := range p50[n][op] {
-					rr = append(rr, v/peer[op][i])
+					if i < len(peer[op]) {
+						rr = append(rr, v/peer[op][i])
+					}
 				}
 				ratios = append(ratios, fmt.Sprintf("%.2f", rpMedian(rr)))
 			}
