@@ -383,7 +383,7 @@ func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error)
 	if err := driver.ValidateResource(resource); err != nil {
 		return driver.Record{}, err
 	}
-	resp, err := s.cli.Get(ctx, s.key(resource))
+	resp, err := s.cli.Get(readOnly(ctx), s.key(resource))
 	if err != nil {
 		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
 	}
