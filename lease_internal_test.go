@@ -235,3 +235,56 @@ func TestStoreCallBound(t *testing.T) {
 		t.Fatal("no caller deadline: the store's context has none")
 	}
 }
+
+// A Locker that held no lease while the machine was suspended renews its
+// next lease on time: the renewal timer armed for a lease released before
+// the suspend fires late by the time suspended (Go's timers stop while the
+// machine sleeps), and no suspend watch runs while no lease is held, so the
+// timer must not be trusted for a later lease (adversarial review).
+func TestRenewalOnTimeAfterASuspendWithNoLeaseHeld(t *testing.T) {
+	fc := clock.NewFake()
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	lk, err := New(mem, WithClock(fc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close(context.Background())
+	ctx := context.Background()
+	a, err := lk.TryAcquire(ctx, "a", 30*time.Second) // renewal due in 10 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	limit := time.Now().Add(10 * time.Second)
+	for { // the suspend watch stops at its first tick with no lease held
+		lk.mu.Lock()
+		w := lk.watching
+		lk.mu.Unlock()
+		if !w {
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatal("the suspend watch did not stop")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fc.Suspend(20 * time.Second) // a's timer now fires 30 s from now
+	b, err := lk.TryAcquire(ctx, "b", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := b.Deadline()
+	fc.Advance(time.Second) // b's renewal is due
+	limit = time.Now().Add(10 * time.Second)
+	for b.Deadline().Equal(d0) {
+		if err := b.Err(); err != nil {
+			t.Fatalf("healthy lease lost: %v", err)
+		}
+		if time.Now().After(limit) {
+			t.Fatal("b was not renewed when its renewal was due")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

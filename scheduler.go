@@ -91,13 +91,19 @@ func (s *scheduler) cancel(l *Lease) {
 
 // armLocked makes sure the timer fires no later than the earliest due
 // time. It leaves an armed timer alone when it fires at or before that
-// time (and when no renewal is due at all): fire then finds nothing due
-// and arms the timer for the earliest due time. Moving a runtime timer
-// costs more than an early firing, and leases that come and go (each
-// acquire schedules a renewal, each release cancels it) would otherwise
-// move it every time.
+// time: fire then finds nothing due and arms the timer for the earliest
+// due time. Moving a runtime timer costs more than an early firing, and
+// a lease renewed moves its renewal later every time.
+//
+// When no renewal is due at all, the timer is left to fire for nothing, but
+// it is no longer trusted (armed is cleared), and the next schedule arms it
+// again: a Go timer fires late by the time the machine was suspended, and
+// while the Locker holds no lease, no suspend watch (startWatchLocked)
+// would notice a suspend and kick the scheduler, so a timer armed before a
+// suspend could fire long after a later lease's renewal was due.
 func (s *scheduler) armLocked() {
 	if len(s.h) == 0 {
+		s.armed = time.Time{}
 		return
 	}
 	at := s.h[0].at
