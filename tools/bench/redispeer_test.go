@@ -27,8 +27,10 @@ import (
 // once, release) at 1, 8 and 32 clients on distinct names, systems
 // alternating round by round, and prints per operation the median over
 // rounds of each round's p50, the median of the per-round ratios to
-// redislock's p50, and the Redis server's CPU per cycle (INFO cpu, so the
-// server must serve nothing else). It runs only when TENURE_REDIS_PEERS
+// redislock's p50, the Redis server's CPU per cycle (INFO cpu, so the
+// server must serve nothing else), the client's (getrusage, the whole
+// process), and the ratio of the cycle's CPU, client and server, to
+// redislock's. It runs only when TENURE_REDIS_PEERS
 // names a Redis URL:
 //
 //	TENURE_REDIS_PEERS=redis://127.0.0.1:56479/0 go test -run TestRedisPeers -v ./bench/
@@ -95,6 +97,7 @@ func TestRedisPeers(t *testing.T) {
 		p50 := map[string]map[string][]float64{} // system → op → per-round p50 (ms)
 		cpu := map[string][]float64{}            // system → per-round server CPU µs per cycle
 		cyc := map[string][]float64{}            // system → per-round cycles/s
+		ccpu := map[string][]float64{}           // system → per-round client CPU µs per cycle
 		reqs := map[string]float64{}
 		for r := 0; r < rounds; r++ {
 			// The order rotates, so no system always follows the same one
@@ -120,6 +123,7 @@ func TestRedisPeers(t *testing.T) {
 				}
 				cpu[sys.Name()] = append(cpu[sys.Name()], (c1-c0)*1e6/float64(o.Cycles))
 				cyc[sys.Name()] = append(cyc[sys.Name()], float64(o.Cycles)/o.ElapsedS)
+				ccpu[sys.Name()] = append(ccpu[sys.Name()], o.ClientCPUUsPerOp*float64(len(o.Ops)))
 				reqs[sys.Name()] = o.PerCycle
 				if os.Getenv("TENURE_REDIS_PEERS_DEBUG") != "" {
 					t.Logf("round %d %s: acquire %.3f renew %.3f release %.3f", r, sys.Name(), o.Ops[OpAcquire].P50Ms, o.Ops[OpRenew].P50Ms, o.Ops[OpRelease].P50Ms)
@@ -127,7 +131,7 @@ func TestRedisPeers(t *testing.T) {
 			}
 		}
 		t.Logf("%d clients, %d rounds of %v (medians over rounds):", clients, rounds, round)
-		t.Logf("  %-14s %10s %10s %10s   %-26s %12s %10s %8s", "system", "acquire", "renew", "release", "ratio to redislock a/rn/rl", "server µs/cyc", "cycles/s", "cmd/cyc")
+		t.Logf("  %-14s %10s %10s %10s   %-26s %12s %12s %10s %10s %8s", "system", "acquire", "renew", "release", "ratio to redislock a/rn/rl", "server µs/cyc", "client µs/cyc", "CPU ratio", "cycles/s", "cmd/cyc")
 		peer := p50[rpRedislockName]
 		for _, sys := range systems {
 			n := sys.Name()
@@ -141,9 +145,16 @@ func TestRedisPeers(t *testing.T) {
 				}
 				ratios = append(ratios, fmt.Sprintf("%.2f", rpMedian(rr)))
 			}
-			t.Logf("  %-14s %8.3fms %8.3fms %8.3fms   %-26s %12.1f %10.0f %8.1f", n,
+			// CPU ratio: the cycle's CPU, client and server, over redislock's.
+			// Client and server share two cores, so once they are busy the
+			// latency ratio follows it.
+			cpuRatio := 0.0
+			if len(peer) > 0 {
+				cpuRatio = (rpMedian(cpu[n]) + rpMedian(ccpu[n])) / (rpMedian(cpu[rpRedislockName]) + rpMedian(ccpu[rpRedislockName]))
+			}
+			t.Logf("  %-14s %8.3fms %8.3fms %8.3fms   %-26s %12.1f %12.1f %10.2f %10.0f %8.1f", n,
 				rpMedian(p50[n][OpAcquire]), rpMedian(p50[n][OpRenew]), rpMedian(p50[n][OpRelease]),
-				strings.Join(ratios, " · "), rpMedian(cpu[n]), rpMedian(cyc[n]), reqs[n])
+				strings.Join(ratios, " · "), rpMedian(cpu[n]), rpMedian(ccpu[n]), cpuRatio, rpMedian(cyc[n]), reqs[n])
 		}
 	}
 }
