@@ -86,13 +86,7 @@ func TestNextRenewal(t *testing.T) {
 // the batch's send time, which merges a Locker's leases into ever larger
 // bursts of renewals under load).
 func TestBatchedRenewalsKeepTheirPhases(t *testing.T) {
-	fc := clock.NewFake()
-	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
-	lk, err := New(mem, WithClock(fc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close(context.Background())
+	fc, mem, lk := fakeLocker(t)
 	ctx := context.Background()
 	const ttl = 3 * time.Second
 	a, err := lk.TryAcquire(ctx, "a", ttl)
@@ -130,13 +124,7 @@ func TestBatchedRenewalsKeepTheirPhases(t *testing.T) {
 // than an early firing): it then fires before any renewal is due, renews
 // nothing, and arms itself for the next due renewal, which runs on time.
 func TestRenewalTimerFiringEarlyRenewsOnTime(t *testing.T) {
-	fc := clock.NewFake()
-	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
-	lk, err := New(mem, WithClock(fc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close(context.Background())
+	fc, _, lk := fakeLocker(t)
 	ctx := context.Background()
 	const ttl = 3 * time.Second
 	a, err := lk.TryAcquire(ctx, "a", ttl)
@@ -242,13 +230,7 @@ func TestStoreCallBound(t *testing.T) {
 // machine sleeps), and no suspend watch runs while no lease is held, so the
 // timer must not be trusted for a later lease (adversarial review).
 func TestRenewalOnTimeAfterASuspendWithNoLeaseHeld(t *testing.T) {
-	fc := clock.NewFake()
-	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
-	lk, err := New(mem, WithClock(fc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close(context.Background())
+	fc, _, lk := fakeLocker(t)
 	ctx := context.Background()
 	a, err := lk.TryAcquire(ctx, "a", 30*time.Second) // renewal due in 10 s
 	if err != nil {
@@ -287,4 +269,18 @@ func TestRenewalOnTimeAfterASuspendWithNoLeaseHeld(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// fakeLocker returns a Locker on a memory store, both on a fake clock; the
+// Locker is closed when the test ends.
+func fakeLocker(t *testing.T) (*clock.Fake, *memory.Store, *Locker) {
+	t.Helper()
+	fc := clock.NewFake()
+	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	lk, err := New(mem, WithClock(fc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lk.Close(context.Background()) })
+	return fc, mem, lk
 }

@@ -36,20 +36,12 @@ import (
 // /proc) at 8 clients, each system alone for 3 rounds of 2 s, alternating,
 // and logs the medians.
 func BenchmarkEtcdVsMutex(b *testing.B) {
-	u := env(b, "TENURE_ETCD")
-	if !strings.HasPrefix(u, "etcd://") {
-		u = "etcd://" + u
-	}
+	t := etcdTarget(b, env(b, "TENURE_ETCD"))
 	secs := 8
 	if v, err := strconv.Atoi(os.Getenv("TENURE_BENCH_SECONDS")); err == nil && v > 0 {
 		secs = v
 	}
 	ctx := context.Background()
-	t, err := bench.Open(ctx, u)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer t.Close()
 	systems := []bench.System{t.Tenure(), &mutexSystem{store: t.Store.(*etcd.Store)}, &driverSystem{store: t.Store.(*etcd.Store)}}
 	prefix := fmt.Sprintf("bench-mutex/%d", time.Now().UnixNano())
 	for i := 0; i < b.N; i++ {
@@ -228,4 +220,19 @@ func procCPU(pid string) (int64, error) {
 		return 0, fmt.Errorf("/proc/%s/stat: %q", pid, s)
 	}
 	return (utime + stime) * 10_000, nil
+}
+
+// etcdTarget opens the benchmark's target on the etcd endpoint ep
+// (host:port, or an etcd:// URL), closed when the test ends.
+func etcdTarget(tb testing.TB, ep string) *bench.Target {
+	tb.Helper()
+	if !strings.HasPrefix(ep, "etcd://") {
+		ep = "etcd://" + ep
+	}
+	t, err := bench.Open(context.Background(), ep)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { t.Close() })
+	return t
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/store/etcd"
-	"github.com/tenure-go/tenure/tools/bench"
 )
 
 // TestEtcdRenewCost takes etcd's one-client renewal apart, one request at a
@@ -43,19 +41,12 @@ func TestEtcdRenewCost(t *testing.T) {
 	if ep == "" {
 		t.Skip("set TENURE_ETCD_RENEW_COST to an etcd endpoint that serves nothing else")
 	}
-	if !strings.HasPrefix(ep, "etcd://") {
-		ep = "etcd://" + ep
-	}
 	n := 5000
 	if v, err := strconv.Atoi(os.Getenv("TENURE_ETCD_RENEW_COST_N")); err == nil && v > 0 {
 		n = v
 	}
 	ctx := context.Background()
-	tg, err := bench.Open(ctx, ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tg.Close()
+	tg := etcdTarget(t, ep)
 	st := tg.Store.(*etcd.Store)
 	cli := st.Client()
 	const ttl = 10 * time.Second
