@@ -130,19 +130,28 @@ func TestSQLiteStoreReset(t *testing.T) {
 // that keeps working while it believes it holds the lease, through pauses
 // longer than the TTL, is reported.
 func TestUnsafeClientIsCaught(t *testing.T) {
-	rep := shortRun(t, true, []string{FaultPause}, 5*time.Second)
-	if rep.Violations == 0 {
-		t.Fatalf("the unsafe client went unnoticed: %s", rep.Summary())
+	// Whether a pause lands on a semaphore worker while it holds a slot is
+	// up to the run's seed (CI saw a 5 s run with 31 violations but none of
+	// the semaphore's), so the kinds are gathered over up to three runs.
+	kinds := map[string]int{}
+	for run := 0; run < 3 && (kinds["work-after-deadline"] == 0 || kinds["semaphore-trust"] == 0); run++ {
+		rep := shortRun(t, true, []string{FaultPause}, 5*time.Second)
+		if rep.Violations == 0 {
+			t.Fatalf("the unsafe client went unnoticed: %s", rep.Summary())
+		}
+		for k, n := range rep.ViolationsByKind {
+			kinds[k] += n
+		}
+		// The store itself stayed correct: only the client was unsafe.
+		if rep.Linearizability.Result != "Ok" {
+			t.Errorf("linearizability: %+v", rep.Linearizability)
+		}
 	}
-	if rep.ViolationsByKind["work-after-deadline"] == 0 {
-		t.Errorf("no work-after-deadline violation: %v", rep.ViolationsByKind)
+	if kinds["work-after-deadline"] == 0 {
+		t.Errorf("no work-after-deadline violation: %v", kinds)
 	}
-	if rep.ViolationsByKind["semaphore-trust"] == 0 {
-		t.Errorf("more than N trusted holders of the semaphore went unnoticed: %v", rep.ViolationsByKind)
-	}
-	// The store itself stayed correct: only the client was unsafe.
-	if rep.Linearizability.Result != "Ok" {
-		t.Errorf("linearizability: %+v", rep.Linearizability)
+	if kinds["semaphore-trust"] == 0 {
+		t.Errorf("more than N trusted holders of the semaphore went unnoticed in three runs: %v", kinds)
 	}
 }
 
