@@ -149,25 +149,15 @@ func TestRenewalTimerFiringEarlyRenewsOnTime(t *testing.T) {
 		t.Fatalf("releasing a moved the renewal timer from %v to %v", armed, got)
 	}
 	bDeadline := b.Deadline()
-	wait := func(cond func() bool, what string) {
-		t.Helper()
-		limit := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(limit) {
-				t.Fatal(what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
 	// a's renewal time: the timer fires, finds nothing due, and arms for b's.
 	fc.Advance(ttl/3 - 400*time.Millisecond)
-	wait(func() bool { return armedAt().Equal(fc.Now().Add(400 * time.Millisecond)) }, "the timer was not armed for b's renewal after firing early")
+	waitFor(t, "the timer was not armed for b's renewal after firing early", func() bool { return armedAt().Equal(fc.Now().Add(400 * time.Millisecond)) })
 	if !b.Deadline().Equal(bDeadline) {
 		t.Fatal("b was renewed before its renewal was due")
 	}
 	// b's renewal time: b is renewed.
 	fc.Advance(400 * time.Millisecond)
-	wait(func() bool { return b.Deadline().After(bDeadline) }, "b was not renewed when its renewal was due")
+	waitFor(t, "b was not renewed when its renewal was due", func() bool { return b.Deadline().After(bDeadline) })
 }
 
 // ctxStore records the context of each Acquire.
@@ -239,19 +229,12 @@ func TestRenewalOnTimeAfterASuspendWithNoLeaseHeld(t *testing.T) {
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	limit := time.Now().Add(10 * time.Second)
-	for { // the suspend watch stops at its first tick with no lease held
+	// The suspend watch stops at its first tick with no lease held.
+	waitFor(t, "the suspend watch did not stop", func() bool {
 		lk.mu.Lock()
-		w := lk.watching
-		lk.mu.Unlock()
-		if !w {
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatal("the suspend watch did not stop")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer lk.mu.Unlock()
+		return !lk.watching
+	})
 	fc.Suspend(20 * time.Second) // a's timer now fires 30 s from now
 	b, err := lk.TryAcquire(ctx, "b", 3*time.Second)
 	if err != nil {
@@ -259,13 +242,21 @@ func TestRenewalOnTimeAfterASuspendWithNoLeaseHeld(t *testing.T) {
 	}
 	d0 := b.Deadline()
 	fc.Advance(time.Second) // b's renewal is due
-	limit = time.Now().Add(10 * time.Second)
-	for b.Deadline().Equal(d0) {
-		if err := b.Err(); err != nil {
-			t.Fatalf("healthy lease lost: %v", err)
-		}
+	waitFor(t, "b was not renewed when its renewal was due", func() bool { return !b.Deadline().Equal(d0) || b.Err() != nil })
+	if err := b.Err(); err != nil {
+		t.Fatalf("healthy lease lost: %v", err)
+	}
+}
+
+// waitFor polls cond (on the real clock: the Locker's goroutines run
+// while a fake clock stands still) and fails the test as what when it has
+// not held within 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	limit := time.Now().Add(10 * time.Second)
+	for !cond() {
 		if time.Now().After(limit) {
-			t.Fatal("b was not renewed when its renewal was due")
+			t.Fatal(what)
 		}
 		time.Sleep(time.Millisecond)
 	}
