@@ -80,11 +80,12 @@ func newLease(lk *Locker, parent context.Context, resource, owner string, ttl ti
 	return l
 }
 
-// start arms the watchdog at the deadline and the first renewal.
+// start arms the watchdog at the deadline (or the bound, when it comes
+// first) and the first renewal.
 func (l *Lease) start(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.watchdog = l.lk.clock.AfterFunc(l.deadline.Sub(now), l.check)
+	l.watchdog = l.lk.clock.AfterFunc(l.effectiveDeadlineLocked().Sub(now), l.check)
 	l.scheduleLocked(l.lastSend.Add(l.interval).Sub(now))
 	l.lk.tel.leaseStarted(l.resource)
 }
@@ -126,12 +127,19 @@ func (l *Lease) effectiveDeadlineLocked() time.Time {
 // errBound is the loss cause when a lease's bound passed first.
 var errBound = errors.New("tenure: the semaphore's marker lease was not renewed in time, so the number of slots could no longer be vouched for")
 
-// setBound moves the lease's bound (see Lease.bound) to b, and ends the
-// lease at once if b has passed.
+// setBound moves the lease's bound (see Lease.bound) to b and re-arms the
+// watchdog for it, and ends the lease at once if b has passed. A bound
+// that has passed is not moved: the lease was lost then, and a late
+// confirmation of the marker does not revive it (as confirm refuses a late
+// renewal).
 func (l *Lease) setBound(b time.Time) {
 	l.mu.Lock()
-	if l.state == stateHeld {
+	now := l.lk.clock.Now()
+	if l.state == stateHeld && (l.bound.IsZero() || now.Before(l.bound)) {
 		l.bound = b
+		if l.watchdog != nil {
+			l.watchdog.Reset(l.effectiveDeadlineLocked().Sub(now))
+		}
 	}
 	l.mu.Unlock()
 	l.check()
@@ -395,7 +403,7 @@ func (l *Lease) confirm(tSend time.Time) error {
 		l.lastSend = tSend
 		l.lastErr = nil
 		l.failures = 0
-		l.watchdog.Reset(nd.Sub(now))
+		l.watchdog.Reset(l.effectiveDeadlineLocked().Sub(now))
 		l.scheduleLocked(tSend.Add(l.interval).Sub(now))
 	}
 	l.mu.Unlock()
