@@ -238,3 +238,18 @@ func TestInspectionCreatesNoKeyspace(t *testing.T) {
 		}
 	}
 }
+
+// A bad store URL is refused with where it came from and the URL itself,
+// redacted: a user who forgot that $TENURE_STORE is set finds it.
+func TestBadStoreURLNamesItsSource(t *testing.T) {
+	e := newEnv(t)
+	e.store = "redis://:secretpw@127.0.0.1:1/x"
+	code, _, errOut := e.run("status", "demo")
+	if code != exitUsage || !strings.Contains(errOut, "$TENURE_STORE") || !strings.Contains(errOut, "redis://:xxxxx@127.0.0.1:1/x") || strings.Contains(errOut, "secretpw") {
+		t.Errorf("status with a bad $TENURE_STORE: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = e.run("--store", "redis://:secretpw@127.0.0.1:1/x", "status", "demo")
+	if code != exitUsage || !strings.Contains(errOut, "--store") || strings.Contains(errOut, "secretpw") {
+		t.Errorf("status with a bad --store: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -376,9 +376,29 @@ func (a *app) parseStore() (*store.URL, error) {
 	}
 	u, err := store.Parse(raw)
 	if err != nil {
+		if errors.Is(err, store.ErrBadURL) {
+			// Say which URL, and where it came from: a user who forgot that
+			// $TENURE_STORE is set would not find it otherwise.
+			msg := errText(err)
+			if r := store.Redact(raw); !strings.Contains(msg, r) {
+				msg += fmt.Sprintf(" (in %s)", r)
+			}
+			return nil, usage("%s; the URL came from %s", msg, a.storeSource())
+		}
 		return nil, storeOpenErr(err)
 	}
 	return u, nil
+}
+
+// storeSource names where the store URL came from, for messages.
+func (a *app) storeSource() string {
+	switch {
+	case a.storeURL != "":
+		return "--store"
+	case strings.TrimSpace(os.Getenv(envStore)) != "":
+		return "$" + envStore
+	}
+	return "the default"
 }
 
 // parseStoreForTTL is parseStore, then a check that the store can keep

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -27,11 +28,14 @@ written.`,
   tenure schema cassandra 'cassandra://c1/tenure?replication=dc1:3,dc2:3'
   tenure schema cassandra 'cassandra://c1/jaeger_v1_dc1?mode=jaeger&table=leases' | cqlsh c1`,
 		Args: func(c *cobra.Command, args []string) error {
-			if len(args) < 1 || len(args) > 2 || args[0] != "cassandra" {
+			if len(args) >= 1 && args[0] != "cassandra" {
+				return usage("schema: usage: tenure schema cassandra [STORE-URL]; only Cassandra's schema is printed (tenure init creates the schema of any store)")
+			}
+			if len(args) < 1 || len(args) > 2 {
 				return usage("schema: usage: tenure schema cassandra [STORE-URL]")
 			}
 			if len(args) == 2 && !strings.HasPrefix(args[1], "cassandra://") {
-				return usage("schema: %q is not a cassandra:// URL", args[1])
+				return usage("schema: %q is not a cassandra:// URL", store.Redact(args[1]))
 			}
 			return nil
 		},

@@ -30,3 +30,18 @@ func TestSchemaCassandra(t *testing.T) {
 		}
 	}
 }
+
+// A URL that is not Cassandra's is refused without its password; a store
+// other than Cassandra points to tenure init.
+func TestSchemaRefusalsShowNoSecret(t *testing.T) {
+	e := newEnv(t)
+	for _, u := range []string{"postgres://u:secretpw@h/x", "redis://:secretpw@h/0"} {
+		code, _, errOut := e.run("schema", "cassandra", u)
+		if code != exitUsage || strings.Contains(errOut, "secretpw") || !strings.Contains(errOut, "xxxxx") {
+			t.Errorf("schema cassandra %s: exit %d, stderr %q; want 64 with the password redacted", u, code, errOut)
+		}
+	}
+	if code, _, errOut := e.run("schema", "postgres"); code != exitUsage || !strings.Contains(errOut, "tenure init") {
+		t.Errorf("schema postgres: exit %d, stderr %q; want 64 and a pointer to tenure init", code, errOut)
+	}
+}
