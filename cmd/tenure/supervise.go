@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/store/sqlite"
 )
 
 // command is what tenure run and tenure elect run under a lease.
@@ -535,9 +536,14 @@ func describeLoss(cause error) string {
 		return errText(cause)
 	}
 	var s string
-	if errors.Is(le.Reason, tenure.ErrNotHolder) {
+	switch {
+	case errors.Is(le.Err, sqlite.ErrFileReplaced):
+		// Not something another holder or an operator did to the lease: the
+		// store's file itself is gone, and the store's error says which.
+		return "the store's SQLite file was deleted or replaced while tenure held the lease: " + errText(le.Err)
+	case errors.Is(le.Reason, tenure.ErrNotHolder):
 		s = "the store says this grant no longer holds it (freed by an operator, expired in the store, or taken)"
-	} else {
+	default:
 		s = fmt.Sprintf("no renewal was confirmed in time (the last confirmed one was sent %s before; TTL %s)", fmtDur(le.SinceConfirmed), fmtDur(le.TTL))
 	}
 	var held *tenure.HeldError
