@@ -280,3 +280,30 @@ func TestSplitCommandArgsNamesBothReadings(t *testing.T) {
 		t.Fatalf("run -- ./job x: %v; want only the missing resource", err)
 	}
 }
+
+// An unknown flag that most likely belongs after -- says so: the
+// command's own flag after run's RESOURCE, a RESOURCE that begins with -,
+// and a flag written after -- (new-user review: "unknown shorthand flag:
+// 'l' in -l" alone, while "run demo echo hi" explained --).
+func TestFlagErrorsPointToTheDoubleDash(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "demo", "ls", "-l"}, "put -- between RESOURCE and COMMAND"},
+		{[]string{"elect", "demo", "sh", "-c", "true"}, "put -- between RESOURCE and COMMAND"},
+		{[]string{"status", "-odd"}, "begins with - goes after --"},
+		{[]string{"release", "-odd", "--force"}, "begins with - goes after --"},
+		{[]string{"release", "--", "-odd", "--force"}, `"--force" after -- is an argument`},
+	} {
+		code, _, errOut := e.run(c.args)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("tenure %v: exit %d, stderr %q; want 64 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	// A flag unknown before any argument gets no guess.
+	if code, _, errOut := e.run("run", "--bogus", "demo", "--", "true"); code != exitUsage || strings.Contains(errOut, "put --") {
+		t.Errorf("run --bogus: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -251,7 +251,7 @@ Store URLs:
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usage("%s (see %s --help)", err, c.CommandPath())
+		return usage("%s%s (see %s --help)", err, flagHint(c, err), c.CommandPath())
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
@@ -490,4 +490,37 @@ func describeHolder(rec tenure.Record) string {
 		parts = append(parts, fmtDur(rec.Remaining)+" left")
 	}
 	return s + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// flagHint explains an unknown flag where -- is the likely fix: after
+// run's or elect's RESOURCE it is most likely the COMMAND's own flag, and
+// elsewhere it may be a RESOURCE that begins with "-".
+func flagHint(c *cobra.Command, err error) string {
+	if !strings.HasPrefix(err.Error(), "unknown flag") && !strings.HasPrefix(err.Error(), "unknown shorthand flag") {
+		return ""
+	}
+	switch name := c.Name(); name {
+	case "run", "elect":
+		if len(c.Flags().Args()) > 0 {
+			return fmt.Sprintf("; if it is the command's, put -- between RESOURCE and COMMAND, as in: tenure %s [flags] RESOURCE -- COMMAND [ARGS...]", name)
+		}
+	case "status", "release":
+		return fmt.Sprintf("; a RESOURCE that begins with - goes after --, with the flags before it, as in: tenure %s [flags] -- RESOURCE", name)
+	}
+	return ""
+}
+
+// dashHint is the hint for a count of RESOURCE arguments that is wrong
+// because flags were written after --, where they are arguments.
+func dashHint(c *cobra.Command, args []string) string {
+	dash := c.ArgsLenAtDash()
+	if dash < 0 {
+		return ""
+	}
+	for _, a := range args[max(dash, 1):] { // args[0] is the RESOURCE
+		if strings.HasPrefix(a, "-") && a != "-" {
+			return fmt.Sprintf(" (%s after -- is an argument, not a flag: flags go before --)", quoteName(a))
+		}
+	}
+	return ""
 }

@@ -54,7 +54,7 @@ be written (the lease was released).`,
   tenure release nightly-backup --force`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usage("release: expected one RESOURCE, got %d arguments; usage: tenure release RESOURCE --owner ID | --force", len(args))
+				return usage("release: expected one RESOURCE, got %d arguments%s; usage: tenure release RESOURCE --owner ID | --force", len(args), dashHint(c, args))
 			}
 			return nil
 		},

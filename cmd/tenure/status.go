@@ -43,7 +43,7 @@ reached, or is not a tenure store; 74 when the output cannot be written.`,
   if tenure status nightly-backup >/dev/null; then echo "backup running"; fi`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usage("status: expected one RESOURCE, got %d arguments; usage: tenure status [--json] RESOURCE", len(args))
+				return usage("status: expected one RESOURCE, got %d arguments%s; usage: tenure status [--json] RESOURCE", len(args), dashHint(c, args))
 			}
 			return nil
 		},
