@@ -7,6 +7,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -120,5 +121,18 @@ func TestHoldAtLeastRunsOncePerTick(t *testing.T) {
 		t.Logf("without --hold-at-least the job ran on %v for one tick (expected twice; the host was too slow to show it)", runs["tick-1"])
 	} else {
 		t.Logf("without --hold-at-least the job ran twice for one tick: %v", runs["tick-1"])
+	}
+}
+
+// A --hold-at-least the store cannot keep is refused before anything runs,
+// in a sentence that says why.
+func TestHoldAtLeastBeyondTheStore(t *testing.T) {
+	e := newEnv(t)
+	code, _, errOut := e.run("run", "--hold-at-least", "2562047h", "demo", "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, "cannot keep this one: ") || !strings.Contains(errOut, "maximum") {
+		t.Fatalf("exit %d, stderr %q; want 64 and the store's maximum", code, errOut)
+	}
+	if _, err := os.Stat(e.db); err == nil {
+		t.Fatal("the refused run created the store's file")
 	}
 }

@@ -226,7 +226,7 @@ func (a *app) run(c *cobra.Command, f *runFlags, args []string) error {
 	}
 	if f.holdAtLeast > 0 {
 		if err := u.CheckTTL(f.holdAtLeast); err != nil {
-			return usage("run: --hold-at-least %v: the store keeps the lease for the rest of it as a TTL, and %s", f.holdAtLeast, errText(err))
+			return usage("run: --hold-at-least %v: the store keeps the lease for the rest of it as a TTL, and cannot keep this one: %s", f.holdAtLeast, errText(err))
 		}
 	}
 	path, err := lookCommand("run", argv[0])
