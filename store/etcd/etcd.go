@@ -233,25 +233,53 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // connectErr describes a failure to connect. The etcd client retries a
-// failed TLS handshake until its deadline and then reports only "context
-// deadline exceeded", which reads like an unreachable server; so when TLS is
-// on and the error is a timeout or unavailability, one TLS handshake per
-// endpoint (bounded by a second in all) finds the certificate problem (an
-// unknown CA, a wrong name, a client certificate refused) and the error
-// wraps it too.
+// failed dial or TLS handshake until its deadline and then reports only
+// "context deadline exceeded"; so when the error is a timeout or
+// unavailability, one probe per endpoint (bounded by a second in all) finds
+// the cause and the error wraps it too: without TLS a TCP dial (when no
+// endpoint can be reached, the dials' errors: connection refused, no route),
+// with TLS a handshake (the certificate problem: an unknown CA, a wrong
+// name, a client certificate refused).
 func connectErr(cc clientv3.Config, err error) error {
 	err = fmt.Errorf("etcd store: connect %s: %w", strings.Join(cc.Endpoints, ","), err)
 	c := code(err)
-	if cc.TLS == nil || (c != codes.DeadlineExceeded && c != codes.Unavailable && !errors.Is(err, context.DeadlineExceeded)) {
+	if c != codes.DeadlineExceeded && c != codes.Unavailable && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	deadline := time.Now().Add(min(time.Second, cc.DialTimeout))
+	if cc.TLS == nil {
+		// The client reports only the deadline; a dial of each endpoint says
+		// whether any could be reached at all, and why not.
+		var dialErrs []error
+		for _, ep := range cc.Endpoints {
+			if derr := dial(ep, deadline); derr != nil {
+				dialErrs = append(dialErrs, derr)
+			}
+		}
+		if len(dialErrs) == len(cc.Endpoints) {
+			return fmt.Errorf("%w (no endpoint could be reached: %w)", err, errors.Join(dialErrs...))
+		}
+		return err
+	}
 	for _, ep := range cc.Endpoints {
 		if herr := handshake(ep, cc.TLS, deadline); herr != nil {
 			return fmt.Errorf("%w (TLS handshake with %s: %w)", err, ep, herr)
 		}
 	}
 	return err
+}
+
+// dial opens and closes a TCP connection to endpoint host:port (or
+// scheme://host:port) by deadline, and returns the dial's error.
+func dial(endpoint string, deadline time.Time) error {
+	if _, rest, ok := strings.Cut(endpoint, "://"); ok {
+		endpoint = rest
+	}
+	conn, err := net.DialTimeout("tcp", endpoint, max(time.Until(deadline), 10*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // handshake makes a TLS connection to endpoint host:port (or
