@@ -99,6 +99,7 @@ func usage(format string, args ...any) error { return fail(exitUsage, format, ar
 // the store, a driver's message) can move the cursor or change the
 // terminal, and a line longer than maxLine bytes is shortened.
 func oneLine(s string) string {
+	s = strings.ReplaceAll(s, ":\n", ": ") // a list after a colon (pgx's attempts) reads on
 	s = strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 	for strings.HasPrefix(s, "tenure: ") {
 		s = strings.TrimPrefix(s, "tenure: ")

@@ -75,7 +75,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -279,13 +282,42 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres store: connect %s: %w", redacted(pc.ConnConfig), err)
+		return nil, fmt.Errorf("postgres store: connect %s: %w", redacted(pc.ConnConfig), onceEach{err})
 	}
 	return s, nil
 }
 
+// onceEach is err with each line of its message said once: pgx lists
+// every connection attempt on a line of its own, and with sslmode=prefer it
+// tries each address twice (TLS, then plain), so a server that cannot be
+// reached gets the same dial error twice. errors.Is and As see err.
+type onceEach struct{ err error }
+
+func (e onceEach) Unwrap() error { return e.err }
+
+func (e onceEach) Error() string {
+	lines := strings.Split(e.err.Error(), "\n")
+	seen := make(map[string]bool, len(lines))
+	out := lines[:0]
+	for _, l := range lines {
+		if k := strings.TrimSpace(l); !seen[k] {
+			seen[k] = true
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// redacted names c's user, addresses (the first, then pgx's fallbacks)
+// and database, without its password.
 func redacted(c *pgx.ConnConfig) string {
-	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+	addrs := []string{net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))}
+	for _, f := range c.Fallbacks {
+		if a := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	return fmt.Sprintf("%s@%s/%s", c.User, strings.Join(addrs, ","), c.Database)
 }
 
 // Pool returns the store's connection pool (for tests and diagnostics).
