@@ -409,9 +409,11 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 // flight per Store. Where it holds more, the batch renews them on the
 // keep-alive alone and starts (at most every tenth of the TTL, from 1 s to
 // 5 s) a listing of the keys attached to that etcd lease in the background;
-// a grant whose key a listing did not show is read by its next renewal. So
-// a key deleted by hand is found at the next renewal in small batches, and
-// within a tenth of the TTL and the next renewal in large ones: on etcd 3.4,
+// a grant whose key a listing did not show is read before its renewal is
+// reported (by the batch, when the listing answers while the batch runs,
+// and otherwise by its next renewal). So a key deleted by hand is found at
+// the next renewal in small batches, and within a tenth of the TTL and the
+// next renewal in large ones: on etcd 3.4,
 // reading 10,000 keys a second in Txns held up the server's writes (checks
 // of 128 keys took 15 s while 100,000 leases were being taken), and listing
 // them for every batch cost the client more CPU than it had. A key found
@@ -432,6 +434,11 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		} else {
 			other = append(other, i)
 		}
+	}
+	// Every renewal below writes its own answer; until it does, it is not
+	// confirmed (a nil error would say renewed).
+	for _, it := range own {
+		errs[it.i] = errNotSettled
 	}
 	var wg sync.WaitGroup
 	if len(other) > 0 {
@@ -466,30 +473,47 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 			continue
 		}
 		ss.audit()
+		var listed []renewItem
 		s.mu.Lock()
 		for _, it := range items {
 			if it.g.suspect {
 				byTxn = append(byTxn, it)
+			} else {
+				listed = append(listed, it)
 			}
 		}
 		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, it := range items {
-				s.mu.Lock()
-				suspect := it.g.suspect
-				s.mu.Unlock()
-				if !suspect {
-					errs[it.i] = s.settle(ctx, it.g, kas[ss])
+			// A grant that a listing marks suspect while the batch runs (the
+			// listing answered while an earlier settle waited for the
+			// keep-alive) has its key read before its renewal is reported,
+			// whether or not it was settled already: every item gets an
+			// answer of its own, and none is confirmed past a listing that
+			// found its key changed.
+			var late []renewItem
+			for _, it := range listed {
+				if s.isSuspect(it.g) {
+					late = append(late, it)
+					continue
+				}
+				errs[it.i] = s.settle(ctx, it.g, kas[ss])
+				if errs[it.i] == nil && s.isSuspect(it.g) {
+					late = append(late, it)
 				}
 			}
+			s.checkItems(ctx, late, errs, kas)
 		}()
 	}
 	s.checkItems(ctx, byTxn, errs, kas)
 	wg.Wait()
 	return errs
 }
+
+// errNotSettled is a batch renewal's answer until the batch settles it:
+// never a nil (renewed) by omission.
+var errNotSettled = errors.New("etcd store: renewal not settled")
 
 // renewItem is one renewal of a batch: its index and its grant.
 type renewItem struct {
@@ -546,6 +570,14 @@ func (s *Store) checkItems(ctx context.Context, items []renewItem, errs []error,
 		}()
 	}
 	wg.Wait()
+}
+
+// isSuspect reports whether a listing found g's key changed since a read
+// last found it as the Store left it.
+func (s *Store) isSuspect(g *grant) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return g.suspect
 }
 
 // clearSuspect records that a read found g's key as the Store left it.

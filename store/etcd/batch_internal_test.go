@@ -1,0 +1,168 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/driver"
+)
+
+// failingLease holds keep-alives until release is closed, then fails them
+// (the store is unreachable for keep-alives: nothing confirms the etcd
+// lease).
+type failingLease struct {
+	clientv3.Lease
+	release chan struct{}
+}
+
+func (l *failingLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	select {
+	case <-l.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return nil, status.Error(codes.Unavailable, "injected: keep-alive not answered")
+}
+
+// TestAdv2LargeBatchSuspectMarkedMidBatchIsReportedRenewed: a large batch
+// (>= listAtLeast grants on one shared etcd lease) starts a keep-alive and a
+// listing of the etcd lease's keys. The batch decides which grants are
+// suspect once (for byTxn), and its settling goroutine reads suspect again
+// per grant: a grant that the listing marks suspect in between is neither
+// checked nor settled, and its errs entry stays nil: "renewed". Here the
+// grant's key was deleted by hand (the listing's reason to exist) and the
+// keep-alive fails for every grant, yet that one renewal is reported
+// confirmed.
+// A large batch (a listing instead of a read per key) answers every
+// renewal: a grant that the listing marks suspect while the batch waits for
+// the keep-alive is not left with a nil answer (renewed) that nobody wrote;
+// here the keep-alive fails for every grant, and the grant whose key was
+// deleted must not be reported renewed (adversarial review).
+func TestLargeBatchAnswersAGrantMarkedSuspectMidBatch(t *testing.T) {
+	s := openInternal(t, "batch-suspect")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fc := clock.NewFake()
+	s.clock = fc
+
+	const n = listAtLeast + 2
+	const ttl = 10 * time.Second
+	batch := make([]driver.Renewal, n)
+	for i := range batch {
+		name := fmt.Sprintf("r%03d", i)
+		owner := fmt.Sprintf("owner-%03d", i)
+		rec, err := s.Acquire(ctx, name, owner, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i] = driver.Renewal{Resource: name, Owner: owner, Token: rec.Token, TTL: ttl}
+	}
+	// An operator deletes one key by hand.
+	const victim = 7
+	if _, err := s.cli.KV.Delete(ctx, s.key(batch[victim].Resource)); err != nil {
+		t.Fatal(err)
+	}
+	// 2 s on: the shared etcd lease (11 s, granted at 0) no longer covers a
+	// renewal for 10 s, so the batch needs a keep-alive; a listing is due.
+	fc.Advance(2 * time.Second)
+	fake := &failingLease{Lease: s.cli.Lease, release: make(chan struct{})}
+	s.cli.Lease = fake
+
+	go func() {
+		// Once the listing has marked the victim suspect, let the
+		// keep-alive answer (with an error).
+		key := s.key(batch[victim].Resource)
+		for ctx.Err() == nil {
+			s.mu.Lock()
+			g := s.grants[key]
+			suspect := g != nil && g.suspect
+			s.mu.Unlock()
+			if suspect {
+				close(fake.release)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	errs := s.RenewBatch(ctx, batch)
+
+	failed := 0
+	for i, err := range errs {
+		if i != victim && err != nil {
+			failed++
+		}
+	}
+	t.Logf("%d of %d other renewals failed (the keep-alive failed)", failed, n-1)
+	if errs[victim] == nil {
+		t.Fatalf("the renewal of %q, whose key was deleted and whose keep-alive failed, is reported confirmed (nil error)", batch[victim].Resource)
+	}
+}
+
+// TestAdv2LargeBatchRenewsTakenLeaseNaturally: the same race with nothing
+// injected but a fake clock on the holder's Store (to make the batch need a
+// keep-alive and a listing at once): a key deleted by hand and taken by
+// another Store's owner; the holder's large batch runs once. The keep-alive
+// (KeepAliveOnce, then a linearizable read for the raft term) takes two
+// round trips and the listing one, so the listing usually marks the victim
+// suspect while the settling goroutine waits for the keep-alive, and the
+// victim's renewal is reported confirmed while another owner holds it.
+// Through a Locker: a lease whose key was deleted and taken by another
+// owner is lost at the large batch's renewal, not trusted on (adversarial
+// review: its deadline moved while the store named the other owner).
+func TestLockerLosesATakenLeaseInALargeBatch(t *testing.T) {
+	s := openInternal(t, "batch-locker")
+	other, err := Open(context.Background(), Config{Client: clientv3.Config{Endpoints: s.cli.Endpoints()}, Prefix: s.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fc := clock.NewFake()
+	s.clock = fc
+	t0 := fc.Now()
+	lk, err := tenure.New(s, tenure.WithClock(fc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close(context.Background())
+
+	const n = listAtLeast + 2
+	const ttl = 10 * time.Second
+	leases := make([]*tenure.Lease, n)
+	for i := range leases {
+		l, err := lk.TryAcquire(ctx, fmt.Sprintf("r%03d", i), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	victim := leases[n-1]
+	if _, err := s.cli.KV.Delete(ctx, s.key(victim.Resource())); err != nil {
+		t.Fatal(err)
+	}
+	took, err := other.Acquire(ctx, victim.Resource(), "taker", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%q taken by another owner, token %d (the Locker's token %d)", victim.Resource(), took.Token, victim.Token())
+	before := victim.Deadline()
+	fc.Advance(ttl / 3) // every lease due: one batch
+	for victim.Err() == nil && victim.Deadline().Equal(before) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if victim.Err() == nil {
+		rec, _ := other.Get(ctx, victim.Resource())
+		t.Fatalf("the Locker trusts %q (token %d, Err nil, deadline moved from %v to %v on the fake clock) while the store says %q holds it (token %d)",
+			victim.Resource(), victim.Token(), before.Sub(t0), victim.Deadline().Sub(t0), rec.Owner, rec.Token)
+	}
+	t.Logf("lost as it should be: %v", victim.Err())
+}
