@@ -7,40 +7,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
 )
 
-// failingLease holds keep-alives until release is closed, then fails them
-// (the store is unreachable for keep-alives: nothing confirms the etcd
-// lease).
-type failingLease struct {
-	clientv3.Lease
-	release chan struct{}
-}
-
-func (l *failingLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
-	select {
-	case <-l.release:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return nil, status.Error(codes.Unavailable, "injected: keep-alive not answered")
-}
-
-// TestAdv2LargeBatchSuspectMarkedMidBatchIsReportedRenewed: a large batch
-// (>= listAtLeast grants on one shared etcd lease) starts a keep-alive and a
-// listing of the etcd lease's keys. The batch decides which grants are
-// suspect once (for byTxn), and its settling goroutine reads suspect again
-// per grant: a grant that the listing marks suspect in between is neither
-// checked nor settled, and its errs entry stays nil: "renewed". Here the
-// grant's key was deleted by hand (the listing's reason to exist) and the
-// keep-alive fails for every grant, yet that one renewal is reported
-// confirmed.
 // A large batch (a listing instead of a read per key) answers every
 // renewal: a grant that the listing marks suspect while the batch waits for
 // the keep-alive is not left with a nil answer (renewed) that nobody wrote;
@@ -73,7 +45,7 @@ func TestLargeBatchAnswersAGrantMarkedSuspectMidBatch(t *testing.T) {
 	// 2 s on: the shared etcd lease (11 s, granted at 0) no longer covers a
 	// renewal for 10 s, so the batch needs a keep-alive; a listing is due.
 	fc.Advance(2 * time.Second)
-	fake := &failingLease{Lease: s.cli.Lease, release: make(chan struct{})}
+	fake := &blockedLease{Lease: s.cli.Lease, release: make(chan struct{}), fail: true}
 	s.cli.Lease = fake
 
 	go func() {
@@ -106,14 +78,6 @@ func TestLargeBatchAnswersAGrantMarkedSuspectMidBatch(t *testing.T) {
 	}
 }
 
-// TestAdv2LargeBatchRenewsTakenLeaseNaturally: the same race with nothing
-// injected but a fake clock on the holder's Store (to make the batch need a
-// keep-alive and a listing at once): a key deleted by hand and taken by
-// another Store's owner; the holder's large batch runs once. The keep-alive
-// (KeepAliveOnce, then a linearizable read for the raft term) takes two
-// round trips and the listing one, so the listing usually marks the victim
-// suspect while the settling goroutine waits for the keep-alive, and the
-// victim's renewal is reported confirmed while another owner holds it.
 // Through a Locker: a lease whose key was deleted and taken by another
 // owner is lost at the large batch's renewal, not trusted on (adversarial
 // review: its deadline moved while the store named the other owner).

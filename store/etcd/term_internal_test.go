@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
@@ -75,10 +77,12 @@ func TestKeepAliveOfDeposedLeaderNotTrusted(t *testing.T) {
 	}
 }
 
-// blockedLease holds keep-alives until release is closed.
+// blockedLease holds keep-alives until release is closed; then it sends
+// them, or with fail answers them as an unreachable server would.
 type blockedLease struct {
 	clientv3.Lease
 	release chan struct{}
+	fail    bool
 }
 
 func (l *blockedLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
@@ -86,6 +90,9 @@ func (l *blockedLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (
 	case <-l.release:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	if l.fail {
+		return nil, status.Error(codes.Unavailable, "injected: keep-alive not answered")
 	}
 	return l.Lease.KeepAliveOnce(ctx, id)
 }
