@@ -19,7 +19,10 @@
 // A grant's token is max(the sequence's next value, the database's clock in
 // microseconds since the Unix epoch, the row's old token + 1), and the
 // sequence is moved up to it (setval) when the clock or the old row is
-// ahead: one strictly increasing counter for the whole table gives every
+// ahead, and the sweep raises it above the tokens of the rows it deletes
+// (concurrent grants' setvals land in no order, so the sequence can lag
+// the largest token by their clock skew; a name's row is its floor until
+// then): one strictly increasing counter for the whole table gives every
 // resource a strictly increasing sequence of tokens, and the clock floor
 // keeps tokens above every earlier one when the table, its rows or the
 // sequence are lost (dropped, deleted by hand, re-created by `tenure init`),
@@ -591,8 +594,18 @@ ORDER BY resource`, t, remainSQL("h"), liveSQL("h", "now()"))
 	dead := fmt.Sprintf(`(((d.owner IS NOT NULL AND d.expires_at > clock_timestamp() - %[1]s AND d.token > 0)
 	OR (d.owner IS NULL AND d.granted_at > clock_timestamp() - %[1]s)) IS NOT TRUE)`,
 		fmt.Sprintf("interval '%d milliseconds'", SweepGrace.Milliseconds()))
-	s.sql.sweep = fmt.Sprintf(`DELETE FROM %[1]s d WHERE resource IN (SELECT resource FROM %[1]s d WHERE %[2]s LIMIT %[3]d) AND %[2]s`,
-		t, dead, sweepBatch)
+	// The sweep raises the sequence to the largest token of the rows it
+	// deletes (when it is below it) before they are gone: a row is a
+	// resource's token floor, and the sequence must take over when it goes.
+	// Concurrent grants each setval the sequence to their own clock reading,
+	// in no order, so it can lag the largest token granted by their skew
+	// (under a millisecond); the clock hides that while it runs forward, and
+	// this raise closes it for the swept names whatever the clock does.
+	s.sql.sweep = fmt.Sprintf(`WITH d AS (
+	DELETE FROM %[1]s d WHERE resource IN (SELECT resource FROM %[1]s d WHERE %[2]s LIMIT %[3]d) AND %[2]s RETURNING d.token
+), m AS (SELECT count(*) AS n, max(token) AS top FROM d)
+SELECT m.n, CASE WHEN m.top > q.last_value THEN setval('%[4]s', m.top) END FROM m, %[4]s q`,
+		t, dead, sweepBatch, s.seq)
 	s.sql.probe = `SELECT pg_notify($1, $2)`
 	s.sql.watch = fmt.Sprintf(`UPDATE %s SET waiters = true WHERE resource = $1 AND owner IS NOT NULL AND waiters IS NOT TRUE`, t)
 }
@@ -962,16 +975,16 @@ func (s *Store) list(ctx context.Context, q rowsQuerier, prefix string) ([]drive
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		var tag pgconn.CommandTag
-		err := s.with(ctx, "sweep", s.regName, func(c *pgxpool.Conn) (err error) {
-			tag, err = c.Exec(ctx, s.sql.sweep, s.args()...)
-			return err
+		var n int64
+		err := s.with(ctx, "sweep", s.regName, func(c *pgxpool.Conn) error {
+			var raised *int64
+			return c.QueryRow(ctx, s.sql.sweep, s.args()...).Scan(&n, &raised)
 		})
 		if err != nil {
 			return total, s.failed("sweep", s.regName, err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < sweepBatch || ctx.Err() != nil {
+		total += n
+		if n < sweepBatch || ctx.Err() != nil {
 			return total, ctx.Err()
 		}
 	}
