@@ -641,8 +641,9 @@ func (l *Lease) unconfirmed(err error) error {
 // plain Release. It returns nil when the store confirmed the new expiry; an
 // error wrapping ErrLeaseLost when the lease had already ended or the store
 // no longer has this grant; and otherwise the store's error (the lease then
-// expires by its TTL at the latest). The call is bounded by ctx and by the
-// time until the store would expire the lease.
+// expires by its TTL at the latest). The call is bounded by ctx (unless ctx
+// had ended when the call began: the lease's own context, as for Release)
+// and by the time until the store would expire the lease.
 func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return l.Release(ctx)
@@ -662,8 +663,14 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	}
 	cctx, cancel := l.lk.bounded(context.WithoutCancel(ctx), until.Sub(now))
 	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
+	if ctx.Err() == nil {
+		// The caller's ctx bounds the call. One that had already ended (the
+		// lease's own context, which ending the lease cancelled) does not:
+		// ReleaseAfter(lease.Context(), d) keeps the lease, as
+		// Release(lease.Context()) frees it.
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+	}
 	if k, ok := l.lk.store.(driver.Keeper); ok {
 		err = k.Keep(cctx, l.resource, l.owner, l.token, KeptOwner(l.owner), d)
 	} else {

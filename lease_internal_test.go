@@ -275,3 +275,40 @@ func fakeLocker(t *testing.T) (*clock.Fake, *memory.Store, *Locker) {
 	t.Cleanup(func() { lk.Close(context.Background()) })
 	return fc, mem, lk
 }
+
+// ReleaseAfter on the lease's own context keeps the lease for d, as
+// Release on it frees it (contract rule 4): ending the lease cancels that
+// context, which must not cut the store call short (adversarial review:
+// it always failed).
+func TestReleaseAfterOnTheLeasesOwnContext(t *testing.T) {
+	mem := memory.New()
+	lk, err := New(&slowKeepStore{mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close(context.Background())
+	l, err := lk.TryAcquire(context.Background(), "r", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseAfter(l.Context(), time.Minute); err != nil {
+		t.Fatalf("ReleaseAfter(lease.Context()): %v", err)
+	}
+	rec, err := mem.Get(context.Background(), "r")
+	if err != nil || rec.Owner != KeptOwner(l.Owner()) {
+		t.Fatalf("the store has %+v (%v); want it kept by %q", rec, err, KeptOwner(l.Owner()))
+	}
+}
+
+// slowKeepStore's Keep takes a round trip's time, during which its context
+// may be cancelled, as a network store's would.
+type slowKeepStore struct{ *memory.Store }
+
+func (s *slowKeepStore) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(50 * time.Millisecond):
+	}
+	return s.Store.Keep(ctx, resource, owner, token, keeper, ttl)
+}
