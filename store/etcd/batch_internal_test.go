@@ -48,22 +48,9 @@ func TestLargeBatchAnswersAGrantMarkedSuspectMidBatch(t *testing.T) {
 	fake := &blockedLease{Lease: s.cli.Lease, release: make(chan struct{}), fail: true}
 	s.cli.Lease = fake
 
-	go func() {
-		// Once the listing has marked the victim suspect, let the
-		// keep-alive answer (with an error).
-		key := s.key(batch[victim].Resource)
-		for ctx.Err() == nil {
-			s.mu.Lock()
-			g := s.grants[key]
-			suspect := g != nil && g.suspect
-			s.mu.Unlock()
-			if suspect {
-				close(fake.release)
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	// Once the listing has marked the victim suspect, let the keep-alive
+	// answer (with an error).
+	go releaseWhenSuspect(ctx, s, s.key(batch[victim].Resource), fake.release)
 	errs := s.RenewBatch(ctx, batch)
 
 	failed := 0
@@ -118,6 +105,11 @@ func TestLockerLosesATakenLeaseInALargeBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%q taken by another owner, token %d (the Locker's token %d)", victim.Resource(), took.Token, victim.Token())
+	// The batch's keep-alive answers once the batch's listing has found the
+	// key changed: the order in which a slow keep-alive lets it be seen.
+	fake := &blockedLease{Lease: s.cli.Lease, release: make(chan struct{})}
+	s.cli.Lease = fake
+	go releaseWhenSuspect(ctx, s, s.key(victim.Resource()), fake.release)
 	before := victim.Deadline()
 	fc.Advance(ttl / 3) // every lease due: one batch
 	for victim.Err() == nil && victim.Deadline().Equal(before) && ctx.Err() == nil {
@@ -129,4 +121,20 @@ func TestLockerLosesATakenLeaseInALargeBatch(t *testing.T) {
 			victim.Resource(), victim.Token(), before.Sub(t0), victim.Deadline().Sub(t0), rec.Owner, rec.Token)
 	}
 	t.Logf("lost as it should be: %v", victim.Err())
+}
+
+// releaseWhenSuspect closes release once a listing has marked the grant of
+// key suspect (its key not as the Store left it), or when ctx ends.
+func releaseWhenSuspect(ctx context.Context, s *Store, key string, release chan struct{}) {
+	defer close(release)
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		g := s.grants[key]
+		suspect := g != nil && g.suspect
+		s.mu.Unlock()
+		if suspect {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
