@@ -702,22 +702,33 @@ func (o *orch) heldResource(ctx context.Context, f *Fault) string {
 	return s.resource
 }
 
-// staleRenewal replays, for 1 to 2 TTLs, every TTL/10, a stale renewal of
-// a holder's lease (faultinject.CassandraStaleRenewal): a write made before
-// the lease's last one, timed to leave it 1 s to live. That is what a
-// Cassandra coordinator does with a renewal that its client gave up (an
-// unknown outcome, after which the Locker renews again) while it kept
-// retrying the Paxos round under contention: it applies it later, with the
-// time it started. A store that let it apply would expire the lease before
-// its holder's deadline, and a waiter would be granted while the holder
-// still trusts it.
+// staleRenewal replays, for 1 to 2 TTLs, late renewals of a holder's lease
+// (faultinject.CassandraLateRenewal): each is built from the row as read,
+// as the store on a host whose clock is up to a TTL ahead would build it,
+// and delivered up to TTL/2 later with the time it was built, so that the
+// holder has often renewed in between. That is what a Cassandra
+// coordinator does with a renewal that its client gave up (an unknown
+// outcome, after which the Locker renews again) while it kept retrying the
+// Paxos round under contention: it applies it later, with the time it
+// started. A store that let it apply over the newer renewal would expire the
+// lease before its holder's deadline, and a waiter would be granted while
+// the holder still trusts it. When the holder struck holds a semaphore
+// slot, the late writes go to the semaphore's marker lease, whose owner
+// string every holder shares, from a host whose clock is 1 to 2 TTLs ahead
+// (its write ids, made from its clock, are then larger than the holders');
+// a lease's own late writes come from its holder's host (no skew).
 func (o *orch) staleRenewal(ctx context.Context, f Fault) (Fault, error) {
-	if faultinject.CassandraStaleRenewal == nil {
+	if faultinject.CassandraLateRenewal == nil {
 		return f, errNoFault
 	}
 	res := o.heldResource(ctx, &f)
 	if res == "" {
 		return f, errNoFault
+	}
+	skew := func() time.Duration { return 0 }
+	if _, _, ok := tenure.ParseSlotName(res); ok {
+		res = tenure.MarkerName(o.semResource())
+		skew = func() time.Duration { return o.between(1, 2) }
 	}
 	bg := context.WithoutCancel(ctx)
 	su, err := store.Parse(o.env.raw)
@@ -737,24 +748,32 @@ func (o *orch) staleRenewal(ctx context.Context, f Fault) (Fault, error) {
 	var last string
 	for end := time.Now().Add(o.between(1, 2)); time.Now().Before(end); {
 		cctx, cancel := context.WithTimeout(bg, o.cfg.TTL)
-		ok, detail, err := faultinject.CassandraStaleRenewal(cctx, ds, res, time.Second)
+		send, err := faultinject.CassandraLateRenewal(cctx, ds, res, skew())
 		cancel()
-		switch {
-		case err != nil:
+		if err != nil {
 			failed++
-		case detail != "no lease":
-			sent++
-			last = detail
-			if ok {
-				applied++
-			}
 		}
-		if !sleep(ctx, o.cfg.TTL/10) {
+		if !sleep(ctx, o.between(0, 0.5)) {
 			break
+		}
+		if send != nil {
+			cctx, cancel := context.WithTimeout(bg, o.cfg.TTL)
+			ok, detail, err := send(cctx)
+			cancel()
+			switch {
+			case err != nil:
+				failed++
+			default:
+				sent++
+				last = detail
+				if ok {
+					applied++
+				}
+			}
 		}
 	}
 	f.End = MonoNow()
-	f.Detail = fmt.Sprintf("%d stale renewals sent (last: %s), %d applied, %d failed to send", sent, last, applied, failed)
+	f.Detail = fmt.Sprintf("%d late renewals sent (last: %s), %d applied, %d failed to build or send", sent, last, applied, failed)
 	return f, nil
 }
 

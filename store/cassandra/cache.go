@@ -7,10 +7,12 @@ import (
 
 // tokenCache remembers, per resource, the last fencing token seen, so that
 // an acquire of a free resource can name the expected token in its first
-// conditional write, and the holder last seen, so that a holder whose row
-// never expires can be told from one that keeps renewing (see
-// Store.heldErr). A stale or missing entry costs one more round trip, never
-// correctness: the conditional write checks the token in the store.
+// conditional write; the lease's last write seen (owner, token and write
+// id), so that a renewal can name the write it renews over (casRenew); and
+// the holder last seen, so that a holder whose row never expires can be
+// told from one that keeps renewing (see Store.heldErr). A stale or missing
+// entry costs one more round trip, never correctness: the conditional
+// write checks the token and write id in the store.
 type tokenCache struct {
 	mu  sync.Mutex
 	max int
@@ -18,7 +20,13 @@ type tokenCache struct {
 }
 
 type cacheEntry struct {
-	token uint64 // last valid token seen; 0 when unknown
+	token uint64 // highest valid token seen; 0 when unknown
+
+	// The lease's last write seen: its owner, token and write id cell
+	// (an int64, or nil for null); writeOwner is "" when unknown.
+	writeOwner string
+	writeToken uint64
+	writeID    any
 
 	// The holder last seen by an acquire that was refused: its owner and
 	// token (0 when its row had none), since when this store has seen it
@@ -41,17 +49,70 @@ func (c *tokenCache) get(resource string) (uint64, bool) {
 	return e.token, ok && e.token > 0
 }
 
-// set records token as the last one seen on resource (0 means nothing is
-// known and removes the entry).
+// set records token as seen on resource. It only raises the entry's
+// token: answers of concurrent calls arrive in no order, and a lower token
+// read before a grant must not replace that grant's (a fresh grant after
+// the row was deleted starts above it; see Store.nextToken). 0 records
+// nothing.
 func (c *tokenCache) set(resource string, token uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if token == 0 {
-		delete(c.m, resource)
+	e, ok := c.m[resource]
+	if token == 0 || (ok && e.token >= token) {
 		return
 	}
-	e := c.entry(resource)
+	e = c.entry(resource)
 	e.token = token
+	c.m[resource] = e
+}
+
+// lastWrite returns the id cell of the last write seen of resource's lease
+// held by (owner, token); ok is false when none is known, and id is then
+// nil.
+func (c *tokenCache) lastWrite(resource, owner string, token uint64) (id any, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[resource]
+	if e.writeOwner == "" || e.writeOwner != owner || e.writeToken != token {
+		return nil, false
+	}
+	return e.writeID, true
+}
+
+// wrote records an applied write of resource's lease: now held by (owner,
+// token) under write id.
+func (c *tokenCache) wrote(resource, owner string, token uint64, id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(resource)
+	e.writeOwner, e.writeToken, e.writeID = owner, token, id
+	if token > e.token {
+		e.token = token
+	}
+	c.m[resource] = e
+}
+
+// saw records the row of resource as a not-applied result or a read
+// showed it: the write it names, when it holds a lease and carries its
+// write id; else it forgets the write. Answers arrive in no order, so this
+// may record a write older than the row's: that costs the next renewal one
+// more try.
+func (c *tokenCache) saw(resource string, r row) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[resource]
+	if !r.hasOwner || r.token == 0 || r.writeIDCell == nil {
+		if ok && e.writeOwner != "" {
+			e.writeOwner, e.writeToken, e.writeID = "", 0, nil
+			c.m[resource] = e
+		}
+		return
+	}
+	e = c.entry(resource)
+	e.writeOwner, e.writeToken, e.writeID = r.owner, r.token, r.writeIDCell
+	if r.token > e.token {
+		e.token = r.token
+	}
 	c.m[resource] = e
 }
 

@@ -13,7 +13,7 @@
 //	    owner text,           -- written with the lease's TTL; null when free
 //	    fencing_token bigint, -- written without TTL: survives release and expiry
 //	    ttl_ms bigint,        -- the TTL the holder asked for (with the lease's TTL)
-//	    write_id bigint)      -- id of the last conditional write (increasing per process)
+//	    write_id bigint)      -- id of the last conditional write (unique; renewals apply over it)
 //
 // A grant is one single-partition conditional batch, so the owner and its new
 // fencing token are one Paxos round:
@@ -30,7 +30,9 @@
 // current row, read by column name, which names the holder (a
 // *driver.HeldError), the right token (one more attempt), or this owner (the
 // same lease, renewed). A renewal is one conditional UPDATE ... IF owner = ?
-// AND fencing_token = ?, a release one conditional UPDATE that sets the owner
+// AND fencing_token = ? AND write_id = ? (the row's last write, as the store
+// last saw it: a renewal started before another write of the lease never
+// applies after it), a release one conditional UPDATE that sets the owner
 // to null and keeps the token. Get is a linearizable (SERIAL) read with
 // TTL(owner); List scans the table at the commit consistency.
 //

@@ -10,39 +10,42 @@ import (
 	"github.com/tenure-go/tenure/internal/faultinject"
 )
 
-func init() { faultinject.CassandraStaleRenewal = staleRenewal }
+func init() { faultinject.CassandraLateRenewal = lateRenewal }
 
-// staleRenewal implements faultinject.CassandraStaleRenewal: the renew
-// statement for the row's holder, with write id one below the row's (a
-// write made before the row's last one) and CQL v5's now_in_seconds set
-// so that the owner cell would expire about left from now.
-func staleRenewal(ctx context.Context, ds driver.Store, resource string, left time.Duration) (bool, string, error) {
+// lateRenewal implements faultinject.CassandraLateRenewal: it reads the
+// row, and returns the renew statement casRenew would send now for its
+// holder on a host whose clock is skew ahead, to be sent later with CQL
+// v5's now_in_seconds of now.
+func lateRenewal(ctx context.Context, ds driver.Store, resource string, skew time.Duration) (func(context.Context) (bool, string, error), error) {
 	s, ok := ds.(*Store)
 	if !ok || s.cfg.Mode != ModeNative {
-		return false, "", errors.New("cassandra store: stale renewals need a native-mode Store")
+		return nil, errors.New("cassandra store: late renewals need a native-mode Store")
 	}
 	cur, err := s.read(ctx, resource)
 	if err != nil {
-		return false, "", err
+		return nil, err
 	}
 	if !cur.hasOwner || cur.token == 0 || cur.ttlMs <= 0 {
-		return false, "no lease", nil
+		return nil, nil
 	}
 	ttl := time.Duration(cur.ttlMs) * time.Millisecond
 	secs, err := StoreTTL(ttl)
 	if err != nil {
-		return false, "", err
+		return nil, err
 	}
-	started := int(time.Now().Add(left).Unix()) - secs
-	wid := cur.writeID - 1
-	m := newRowMap()
-	applied, err := s.session.Query(s.st.renew, secs, cur.owner, cur.ttlMs, wid, resource, cur.owner, int64(cur.token), wid).
-		Consistency(s.cfg.CommitConsistency).
-		SerialConsistency(s.cfg.SerialConsistency).
-		WithNowInSeconds(started).
-		MapScanCASContext(ctx, m)
-	if err != nil {
-		return false, "", fmt.Errorf("cassandra store: stale renewal of %q: %w", resource, err)
-	}
-	return applied, fmt.Sprintf("token %d, started %d s ago", cur.token, int(time.Now().Unix())-started), nil
+	built := time.Now()
+	wid := built.Add(skew).UnixMicro()
+	args := renewArgs(secs, cur.owner, cur.ttlMs, wid, resource, cur.owner, cur.token, cur.writeIDCell)
+	return func(ctx context.Context) (bool, string, error) {
+		m := newRowMap()
+		applied, err := s.session.Query(s.st.renew, args...).
+			Consistency(s.cfg.CommitConsistency).
+			SerialConsistency(s.cfg.SerialConsistency).
+			WithNowInSeconds(int(built.Unix())).
+			MapScanCASContext(ctx, m)
+		if err != nil {
+			return false, "", fmt.Errorf("cassandra store: late renewal of %q: %w", resource, err)
+		}
+		return applied, fmt.Sprintf("token %d, built %v ago on a clock %v ahead", cur.token, time.Since(built).Round(time.Millisecond), skew), nil
+	}, nil
 }

@@ -80,9 +80,9 @@ func newStatements(r resolved) statements {
 		grantNewOwner:  `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ?`,
 		grantFreeOwner: `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = null AND fencing_token = ?`,
 		grantFreeToken: `UPDATE ` + t + ` USING TTL 0 SET fencing_token = ? WHERE resource = ?`,
-		// renew (and keep) applies only over an older write id (see
-		// newWriteID and casRenew).
-		renew:   `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ? AND write_id < ?`,
+		// renew (and keep) applies only over the write it was built from
+		// (see casRenew).
+		renew:   `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ? AND write_id = ?`,
 		release: `UPDATE ` + t + ` USING TTL 0 SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
 		get:     `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
 		list:    `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
@@ -254,7 +254,10 @@ type row struct {
 	tokenCell any
 	ttlMs     int64
 	writeID   int64
-	remaining int // TTL(owner) in seconds; 0 when unknown or without TTL
+	// writeIDCell is the write_id cell as stored, for a condition that
+	// must match it: nil when null or not in the result, else its int64.
+	writeIDCell any
+	remaining   int // TTL(owner) in seconds; 0 when unknown or without TTL
 }
 
 // newRowMap returns the map a row is scanned into: the columns whose null
@@ -262,7 +265,7 @@ type row struct {
 // rather than as a zero value; a column the result did not carry keeps its
 // destination (see returned).
 func newRowMap() map[string]any {
-	return map[string]any{"owner": new(*string), "fencing_token": new(*int64)}
+	return map[string]any{"owner": new(*string), "fencing_token": new(*int64), "write_id": new(*int64)}
 }
 
 // returned reports whether a value of a map from newRowMap came from the
@@ -302,7 +305,14 @@ func rowFrom(m map[string]any) row {
 		}
 	}
 	r.ttlMs = colInt(m["ttl_ms"])
-	r.writeID = colInt(m["write_id"])
+	switch v := m["write_id"].(type) {
+	case *int64:
+		if v != nil {
+			r.writeID, r.writeIDCell = *v, *v
+		}
+	case int64:
+		r.writeID, r.writeIDCell = v, v
+	}
 	r.remaining = int(colInt(m["remaining"]))
 	return r
 }
@@ -393,23 +403,16 @@ func notHolder(op, resource, owner string, cur row, format string, args ...any) 
 
 // newWriteID returns the id of one conditional write: max(the last id this
 // process returned + 1, the wall clock in microseconds since the Unix
-// epoch), so ids strictly increase in the order the process makes them.
-// A write's id is made after its caller took its send time, and written
-// with the lease, so that
+// epoch), so ids strictly increase in the order the process makes them
+// and, in practice, differ across processes. A write's id is written with
+// the lease, so that
 //
 //   - a read after a lost answer can tell whether that very write was
-//     applied (the row has its owner, token and id; owner strings are one
-//     per grant, so ids need not differ across processes), and
-//   - a renewal applies only over an older id (casRenew).
+//     applied (the row has its owner, token and id), and
+//   - a renewal applies only over the write it was built from (casRenew).
 //
-// Why the second: Cassandra fixes a write's time, from which the cell's
-// expiry counts, when the coordinator starts the statement, and keeps it
-// through the Paxos rounds it retries under contention (Cassandra 5.0:
-// BatchStatement/ModificationStatement take nowInSeconds once, and
-// CQL3CasRequest builds every attempt's cells from it). A renewal given up
-// by its client (unknown outcome) may so apply after the client's next
-// renewal, with an expiry up to its own start time + TTL: earlier than the
-// one the holder trusts. Over a newer id it no longer applies.
+// Ids are not compared for order: hosts' clocks differ, and hosts may share
+// an owner string (a semaphore's marker).
 func newWriteID() int64 {
 	for {
 		last := lastWriteID.Load()
@@ -420,39 +423,78 @@ func newWriteID() int64 {
 	}
 }
 
-// errPassed is the cause of a renewal or hand-over that later writes of the
+// errPassed is the cause of a renewal or hand-over that other writes of the
 // same grant kept passing (casRenew): it was not applied, and the lease is
-// still the grant's.
-var errPassed = errors.New("not applied: the row has a newer write of this grant")
+// still the grant's, but under a write this call did not make.
+var errPassed = errors.New("not applied: other writes of this grant kept passing it")
 
 // lastWriteID is the last id newWriteID returned in this process.
 var lastWriteID atomic.Int64
 
-// renewAttempts bounds casRenew's tries.
-const renewAttempts = 3
+// renewAttempts bounds casRenew's tries: one may be spent learning the
+// write to renew over (a shared owner string, or a lease this store has
+// not written).
+const renewAttempts = 4
+
+// renewArgs returns the renew statement's arguments: the lease held by
+// (owner, token) under the write with id expect (an int64, or nil for a
+// null cell) goes to newOwner for secs, with write id wid.
+func renewArgs(secs int, newOwner string, ttlMs, wid int64, resource, owner string, token uint64, expect any) []any {
+	return []any{secs, newOwner, ttlMs, wid, resource, owner, int64(token), expect}
+}
 
 // casRenew runs the renew statement, giving resource's lease held by
 // (owner, token) to newOwner (owner itself for a renewal) for secs, with
-// a fresh write id. A renewal that finds the row still (owner, token) but
-// with a newer write id was passed by a later write of this grant from
-// this process (a concurrent Renew, or a Keep's renewal): the lease is
-// still this grant's, and it tries again with a newer id, whose time is
-// later, up to renewAttempts times. It returns the last try's write id.
+// a fresh write id, only over the row's last write as this store last saw
+// it. It returns the last try's write id.
+//
+// Why: Cassandra fixes a write's time, from which the cell's expiry
+// counts, when the coordinator starts the statement, and keeps it through
+// the Paxos rounds it retries under contention (Cassandra 5.0:
+// BatchStatement/ModificationStatement take nowInSeconds once, and
+// CQL3CasRequest builds every attempt's cells from it). A renewal given up
+// by its client (unknown outcome) may so apply after a newer renewal, with
+// an expiry up to its own start time + TTL: earlier than the one the
+// holder trusts. A renewal conditioned on the write it saw applies only if
+// no write was applied since; every write it could follow was applied
+// before it was sent, so the newest applied renewal is also the one that
+// started last, whatever the hosts' clocks say (an order of ids from
+// clocks would not be: a host whose clock is ahead, renewing a shared
+// owner string, would pass a newer renewal from a host behind).
+//
+// A renewal that finds the row still (owner, token) under another write
+// (a concurrent Renew or Keep of the grant, another holder of a shared
+// owner string, or none seen yet by this store) tries again over that
+// write, up to renewAttempts times.
 func (s *Store) casRenew(ctx context.Context, secs int, newOwner string, ttlMs int64, resource, owner string, token uint64) (applied bool, cur row, wid int64, err error) {
+	expect, _ := s.cache.lastWrite(resource, owner, token)
 	for i := 1; ; i++ {
 		wid = newWriteID()
-		applied, cur, err = s.casQuery(ctx, s.st.renew, secs, newOwner, ttlMs, wid, resource, owner, int64(token), wid)
-		if err != nil || applied || i == renewAttempts || !passed(cur, owner, token, wid) {
+		applied, cur, err = s.casQuery(ctx, s.st.renew, renewArgs(secs, newOwner, ttlMs, wid, resource, owner, token, expect)...)
+		switch {
+		case err != nil:
 			return applied, cur, wid, err
+		case applied:
+			s.cache.wrote(resource, newOwner, token, wid)
+			return applied, cur, wid, nil
 		}
+		s.cache.saw(resource, cur)
+		if i == renewAttempts || !passed(cur, owner, token, expect) {
+			return applied, cur, wid, nil
+		}
+		expect = cur.writeIDCell
 	}
 }
 
-// passed reports whether a renewal with write id wid that was not applied
-// found the lease still (owner, token), under a write id not older than
-// its own.
-func passed(cur row, owner string, token uint64, wid int64) bool {
-	return cur.hasOwner && cur.owner == owner && cur.token == token && cur.writeID >= wid
+// passed reports whether a renewal over the write with id expect that was
+// not applied found the lease still (owner, token), under another write.
+func passed(cur row, owner string, token uint64, expect any) bool {
+	return ours(cur, owner, token) && cur.writeIDCell != expect
+}
+
+// ours reports whether the row cur is the lease held by (owner, token).
+func ours(cur row, owner string, token uint64) bool {
+	return cur.hasOwner && cur.owner == owner && cur.token == token
 }
 
 // definitelyNotApplied reports whether err proves that a conditional write
@@ -709,6 +751,9 @@ func (s *Store) resolve(ctx context.Context, op, resource string, cause error) (
 	if err != nil {
 		return row{}, driver.UnknownOutcome(fmt.Errorf("cassandra store: %s %q: %w; the serial read to resolve it failed too: %w", op, resource, cause, err))
 	}
+	if s.cfg.Mode == ModeNative {
+		s.cache.saw(resource, r)
+	}
 	return r, nil
 }
 
@@ -775,6 +820,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		// the last token this store knows and the clock.
 		res = g.fresh(ctx, last)
 	case cur.hasOwner && cur.owner == owner && cur.token > 0:
+		if cur.writeIDCell != nil { // a whole row (IF NOT EXISTS): the write to renew over
+			s.cache.saw(resource, cur)
+		}
 		res = g.renewal(ctx, cur.token)
 	case cur.hasOwner:
 		return driver.Record{}, s.heldErr(ctx, resource, cur)
@@ -876,7 +924,7 @@ type attempt struct {
 }
 
 func (g grant) granted(token uint64) attempt {
-	g.s.cache.set(g.resource, token)
+	g.s.cache.wrote(g.resource, g.owner, token, g.wid)
 	return attempt{done: true, rec: driver.Record{
 		Resource:  g.resource,
 		Owner:     g.owner,
@@ -936,9 +984,9 @@ func (g grant) renewal(ctx context.Context, token uint64) attempt {
 		return g.resolve(ctx, err, func(r row) bool { return r.owner == g.owner && r.token == token })
 	case applied:
 		return g.granted(token)
-	case passed(cur, g.owner, token, wid):
+	case ours(cur, g.owner, token):
 		return attempt{done: true, err: unknownf("acquire", g.resource, errPassed,
-			"later writes of this grant passed its renewal %d times; the lease is still this grant's (%s)", renewAttempts, cur)}
+			"other writes of this grant passed its renewal %d times; the lease is still this grant's (%s)", renewAttempts, cur)}
 	}
 	return attempt{row: cur}
 }
@@ -1010,8 +1058,8 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return notHolder("renew", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
 	}
 	if !applied {
-		if passed(cur, owner, token, wid) {
-			return unknownf("renew", resource, errPassed, "later writes of this grant passed this renewal %d times; the lease is still this grant's (%s)", renewAttempts, cur)
+		if ours(cur, owner, token) {
+			return unknownf("renew", resource, errPassed, "other writes of this grant passed this renewal %d times; the lease is still this grant's (%s)", renewAttempts, cur)
 		}
 		return notHolder("renew", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
 	}
@@ -1062,8 +1110,8 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 		return notHolder("keep", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's with token %d (%s)", token, cur)
 	}
 	if !applied {
-		if s.cfg.Mode != ModeJaeger && passed(cur, owner, token, wid) {
-			return unknownf("keep", resource, errPassed, "later writes of this grant passed this hand-over %d times; the lease is still this grant's (%s)", renewAttempts, cur)
+		if s.cfg.Mode != ModeJaeger && ours(cur, owner, token) {
+			return unknownf("keep", resource, errPassed, "other writes of this grant passed this hand-over %d times; the lease is still this grant's (%s)", renewAttempts, cur)
 		}
 		return notHolder("keep", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
 	}
@@ -1106,6 +1154,7 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	if !applied {
 		return notHolder("release", resource, owner, cur, "not this owner's lease with token %d (%s)", token, cur)
 	}
+	s.cache.saw(resource, row{}) // no lease: no write to renew over
 	return nil
 }
 

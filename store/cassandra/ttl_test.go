@@ -1,6 +1,7 @@
 package cassandra_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -274,15 +275,25 @@ func TestTTLPast2038(t *testing.T) {
 	}
 }
 
+// lateRenewal builds, for r's live lease, the renewal the store on a host
+// whose clock is skew ahead would send now (faultinject.CassandraLateRenewal).
+func lateRenewal(t *testing.T, s *cassandra.Store, r string, skew time.Duration) func(context.Context) (bool, string, error) {
+	t.Helper()
+	send, err := faultinject.CassandraLateRenewal(testCtx(t), s, r, skew)
+	if err != nil || send == nil {
+		t.Fatalf("building a late renewal of %q: %v (no lease: %v)", r, err, send == nil)
+	}
+	return send
+}
+
 // TestStaleRenewalNeverShortensTheLease: a renewal that its client gave up
 // (unknown outcome) may still be applied by its coordinator after the
 // client's next renewal, with the time the coordinator started it, and so
 // with an earlier expiry than the one the holder trusts (Cassandra keeps a
-// statement's time through its Paxos retries). Its write id is older than
-// the newer renewal's, and the renew statement applies only over an older
-// id: the stale write is refused and the lease keeps its expiry. The stale
-// write (the harness's stale-renewal fault) carries the id below the row's
-// and CQL v5's now_in_seconds set to leave the lease 1 s if it applied.
+// statement's time through its Paxos retries). The renew statement applies
+// only over the row it was built from: the stale write is refused, and the
+// row keeps the newer renewal. A late renewal built from the row as it still
+// is applies (the hook is live): it started after that row was written.
 func TestStaleRenewalNeverShortensTheLease(t *testing.T) {
 	ctx := testCtx(t)
 	s, _ := stores(t)
@@ -293,20 +304,64 @@ func TestStaleRenewalNeverShortensTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stale := lateRenewal(t, s, r, 0)
 	if err := s.Renew(ctx, r, a, rec.Token, ttl); err != nil {
 		t.Fatal(err)
 	}
-	applied, detail, err := faultinject.CassandraStaleRenewal(ctx, s, r, time.Second)
+	before := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+	applied, detail, err := stale(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
-	if applied || row.remaining < 10 {
-		t.Fatalf("stale renewal (%s) applied %v; the lease now has TTL(owner) %d s, want at least 10 (store TTL 11 from the newer renewal)", detail, applied, row.remaining)
+	after := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+	if applied || after.writeID != before.writeID {
+		t.Fatalf("stale renewal (%s) applied %v over the newer renewal (write id %d, now %d)", detail, applied, before.writeID, after.writeID)
 	}
-	// And the holder's own renewals still apply over the newest id.
+	current := lateRenewal(t, s, r, 0)
+	if applied, detail, err := current(ctx); err != nil || !applied {
+		t.Fatalf("a late renewal built from the current row (%s): applied %v, %v; want applied", detail, applied, err)
+	}
+	// And the holder's own renewals still apply after it.
 	if err := s.Renew(ctx, r, a, rec.Token, ttl); err != nil {
-		t.Fatalf("renewal after the stale write: %v", err)
+		t.Fatalf("renewal after the late write: %v", err)
+	}
+}
+
+// TestLateRenewalFromAHostAheadNeverShortensTheLease: an owner string
+// shared by hosts (a semaphore's marker lease, renewed by every holder with
+// an acquire) is renewed by host B, whose clock is 5 s ahead, and then by
+// host A; B's answer was lost and its coordinator applies it last, with the
+// time it started. Write ids come from each host's clock, so B's is the
+// larger: a guard on id order let B's write apply and move the expiry back
+// to B's start + TTL, under the deadline A computed from its renewal (on
+// a real node, a holder of another number of slots was granted the marker
+// 1.8 s before A's slot deadline). The renew statement applies only over
+// the row it was built from, whatever the clocks say.
+func TestLateRenewalFromAHostAheadNeverShortensTheLease(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := stores(t)
+	r := resource(t, "r")
+	shared := owner(t, "shared")
+	const ttl = 30 * time.Second
+	if _, err := s.Acquire(ctx, r, shared, ttl); err != nil {
+		t.Fatal(err)
+	}
+	fromB := lateRenewal(t, s, r, 5*time.Second)
+	if _, err := s.Acquire(ctx, r, shared, ttl); err != nil { // A's renewal
+		t.Fatal(err)
+	}
+	before := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+	applied, detail, err := fromB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+	if applied || after.writeID != before.writeID {
+		t.Fatalf("B's late renewal (%s) applied %v over A's newer one (write id %d, now %d)", detail, applied, before.writeID, after.writeID)
+	}
+	// A renews again over whatever B wrote: its write is built from the row.
+	if _, err := s.Acquire(ctx, r, shared, ttl); err != nil {
+		t.Fatalf("A's renewal after B's late write: %v", err)
 	}
 }
 
@@ -336,7 +391,13 @@ func TestConcurrentRenewalsOfOneGrant(t *testing.T) {
 					lost.Add(1)
 					t.Errorf("concurrent renewal: %v", err)
 				default:
-					other.Add(1) // contention timeouts: unknown outcomes, not losses
+					// Passed by the others' writes each try, or a contention
+					// timeout: an unknown outcome, never a holder named.
+					var held *tenure.HeldError
+					if !errors.Is(err, tenure.ErrUnknownOutcome) || errors.As(err, &held) {
+						t.Errorf("concurrent renewal: %v; want an unknown outcome", err)
+					}
+					other.Add(1)
 				}
 			}
 		}()
@@ -351,37 +412,44 @@ func TestConcurrentRenewalsOfOneGrant(t *testing.T) {
 	t.Logf("15 concurrent renewals: %d applied, %d lost, %d other errors", ok.Load(), lost.Load(), other.Load())
 }
 
-// TestRenewalPassedEveryTime: a row whose write id is newer than any this
-// process will make for a while (as if later writes of the grant kept
-// passing each try) makes a renewal, an acquire by the holder and a Keep
-// give up after their tries with an unknown outcome: never "lost", and
-// never a HeldError naming the caller's own grant. The lease is untouched.
-func TestRenewalPassedEveryTime(t *testing.T) {
+// TestRenewalOverAnotherHostsWrite: the row's last write was made by
+// another host sharing the owner string (a semaphore's marker), whose write
+// ids come from its own clock, an hour ahead or an hour behind this one's.
+// A renewal, an acquire by the holder and a Keep each apply over it (a guard
+// on id order refused every renewal from the host behind, as an unknown
+// outcome, until its clock caught up), and each leaves its own write id.
+func TestRenewalOverAnotherHostsWrite(t *testing.T) {
 	ctx := testCtx(t)
 	s, _ := stores(t)
-	r := resource(t, "r")
-	a := owner(t, "a")
-	rec, err := s.Acquire(ctx, r, a, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	future := time.Now().Add(time.Hour).UnixMicro()
-	if err := s.Session().Query(`UPDATE `+runKeyspace+`.`+cassandra.DefaultNativeTable+` USING TTL 31 SET write_id = ? WHERE resource = ?`, future, r).
-		WithContext(ctx).Exec(); err != nil {
-		t.Fatal(err)
-	}
-	check := func(op string, err error) {
-		t.Helper()
-		var held *tenure.HeldError
-		if !errors.Is(err, tenure.ErrUnknownOutcome) || errors.Is(err, tenure.ErrLeaseLost) || errors.As(err, &held) {
-			t.Errorf("%s passed by a newer write of its grant: %v; want an unknown outcome", op, err)
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		r := resource(t, "r")
+		a := owner(t, "a")
+		rec, err := s.Acquire(ctx, r, a, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	check("renew", s.Renew(ctx, r, a, rec.Token, 30*time.Second))
-	_, err = s.Acquire(ctx, r, a, 30*time.Second)
-	check("acquire by the holder", err)
-	check("keep", s.Keep(ctx, r, a, rec.Token, a+"-keeper", 30*time.Second))
-	if row := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r); row.owner != a || uint64(row.token) != rec.Token || row.writeID != future {
-		t.Fatalf("after the refused writes: %+v; want the lease untouched", row)
+		other := func() int64 {
+			t.Helper()
+			id := time.Now().Add(skew).UnixMicro()
+			if err := s.Session().Query(`UPDATE `+runKeyspace+`.`+cassandra.DefaultNativeTable+` USING TTL 31 SET write_id = ? WHERE resource = ?`, id, r).
+				WithContext(ctx).Exec(); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		check := func(op, want string, id int64, err error) {
+			t.Helper()
+			row := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+			if err != nil || row.owner != want || uint64(row.token) != rec.Token || row.writeID == id {
+				t.Errorf("clock %v: %s over another host's write: %v; row %+v", skew, op, err, row)
+			}
+		}
+		id := other()
+		check("renew", a, id, s.Renew(ctx, r, a, rec.Token, 30*time.Second))
+		id = other()
+		_, err = s.Acquire(ctx, r, a, 30*time.Second)
+		check("acquire by the holder", a, id, err)
+		id = other()
+		check("keep", a+"-keeper", id, s.Keep(ctx, r, a, rec.Token, a+"-keeper", 30*time.Second))
 	}
 }
