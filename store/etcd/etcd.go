@@ -269,13 +269,19 @@ func connectErr(cc clientv3.Config, err error) error {
 	return err
 }
 
+// hostPort returns an endpoint (host:port, or scheme://host:port) without
+// its scheme.
+func hostPort(endpoint string) string {
+	if _, rest, ok := strings.Cut(endpoint, "://"); ok {
+		return rest
+	}
+	return endpoint
+}
+
 // dial opens and closes a TCP connection to endpoint host:port (or
 // scheme://host:port) by deadline, and returns the dial's error.
 func dial(endpoint string, deadline time.Time) error {
-	if _, rest, ok := strings.Cut(endpoint, "://"); ok {
-		endpoint = rest
-	}
-	conn, err := net.DialTimeout("tcp", endpoint, max(time.Until(deadline), 10*time.Millisecond))
+	conn, err := net.DialTimeout("tcp", hostPort(endpoint), max(time.Until(deadline), 10*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -289,9 +295,7 @@ func dial(endpoint string, deadline time.Time) error {
 // returns the TLS error, or nil when the handshake worked or the endpoint
 // could not be reached at all (that is not a TLS problem).
 func handshake(endpoint string, tc *tls.Config, deadline time.Time) error {
-	if _, rest, ok := strings.Cut(endpoint, "://"); ok {
-		endpoint = rest
-	}
+	endpoint = hostPort(endpoint)
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return nil
