@@ -228,7 +228,8 @@ func (c *Candidate) Owner() string { return c.lk.Owner() }
 
 // Run campaigns until ctx ends or Resign is called: it tries to acquire the
 // lease every RetryPeriod while another candidate leads, leads while it
-// holds the lease, and campaigns again when a term ends by loss. It returns
+// holds the lease, and campaigns again one RetryPeriod (±10%) after a term
+// ends by loss, so that the followers go first. It returns
 // nil after Resign, and ctx's cause after ctx ends; in both cases a term in
 // progress ends first and its lease is released. Invalid configuration
 // errors (such as a TTL the store rejects), a closed Locker and a store that
@@ -270,9 +271,13 @@ func (c *Candidate) Run(ctx context.Context) error {
 				}
 				return nil
 			}
-			// Lost: campaign again right away; another candidate may have
-			// the lease now, and we learn who.
-			continue
+			// Lost: let the followers go first. A loss says something was
+			// wrong with this term (renewals that failed, a forced
+			// release by an operator who wants the leadership moved), and
+			// followers try every RetryPeriod: campaigning at once would
+			// take a freed lease back before any of them looked. The next
+			// attempt reaches the store, and names the leader if one took
+			// over.
 		case errors.As(err, &held):
 			if !c.lk.Owns(held.Holder.Owner) { // not our own earlier grant still being freed
 				c.observe(tenure.OwnerID(held.Holder.Owner))

@@ -124,7 +124,7 @@ func (c *tokenCache) seen(resource, holder string, token uint64, now time.Time) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entry(resource)
-	if token > 0 {
+	if token > e.token { // only raised, as set does
 		e.token = token
 	}
 	if e.holder != holder || e.holderToken != token || e.since.IsZero() {

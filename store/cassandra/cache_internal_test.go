@@ -1,6 +1,9 @@
 package cassandra
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestTokenCacheOnlyRaises: answers of concurrent calls arrive in no
 // order; a lower token seen after a higher one (a read made before a grant
@@ -17,6 +20,14 @@ func TestTokenCacheOnlyRaises(t *testing.T) {
 	c.saw("r", row{hasOwner: true, owner: "a", token: 7, writeID: 3, writeIDCell: int64(3)})
 	if got, _ := c.get("r"); got != 10 {
 		t.Fatalf("after a row with token 7 was seen: %d; want 10", got)
+	}
+	// A refused acquire names the holder's row's token: a lower one (a row
+	// restored from a snapshot, or the refusal answered after a later
+	// grant) does not lower the floor either (adversarial review: a grant
+	// then got a lower token than an earlier one on a real node).
+	c.seen("r", "q", 6, time.Now())
+	if got, _ := c.get("r"); got != 10 {
+		t.Fatalf("after a refusal by a holder with token 6: %d; want 10", got)
 	}
 	c.wrote("r", "a", 12, 4)
 	if got, _ := c.get("r"); got != 12 {

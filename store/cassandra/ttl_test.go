@@ -453,3 +453,33 @@ func TestRenewalOverAnotherHostsWrite(t *testing.T) {
 		check("keep", a+"-keeper", id, s.Keep(ctx, r, a, rec.Token, a+"-keeper", 30*time.Second))
 	}
 }
+
+// TestRenewalOverANullWriteID: a lease row whose write_id cell is null (a
+// hand edit, another tool) is renewed over the null cell, by a store that
+// has never seen the row and by one whose last write seen was its own.
+func TestRenewalOverANullWriteID(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := stores(t)
+	r := resource(t, "r")
+	a := owner(t, "a")
+	rec, err := s.Acquire(ctx, r, a, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := openStore(t, cassandra.ModeNative, nil)
+	for _, st := range []struct {
+		name string
+		s    *cassandra.Store
+	}{{"a store that never saw the row", fresh}, {"the granting store", s}} {
+		if err := s.Session().Query(`DELETE write_id FROM `+runKeyspace+`.`+cassandra.DefaultNativeTable+` WHERE resource = ?`, r).
+			WithContext(ctx).Exec(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.s.Renew(ctx, r, a, rec.Token, 30*time.Second); err != nil {
+			t.Errorf("%s: renewal over a null write_id: %v", st.name, err)
+		}
+		if row := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r); row.writeID == 0 || row.owner != a {
+			t.Errorf("%s: after the renewal: %+v; want this owner and a write id", st.name, row)
+		}
+	}
+}
