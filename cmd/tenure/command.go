@@ -65,6 +65,8 @@ func splitCommandArgs(name string, args []string, dash int) (string, []string, e
 		return "", nil, usage("%s: put -- between RESOURCE and COMMAND, as in: tenure %s %s -- %s", name, name, display(args[0]), shorten(escapeText(strings.Join(args[1:], " ")), maxName))
 	case dash == 0 && len(args) == 2:
 		return "", nil, usage("%s: missing RESOURCE before -- (or, if %s is the resource, the COMMAND after it); %s", name, quoteName(args[1]), form)
+	case dash == 0 && len(args) == 1:
+		return "", nil, usage("%s: missing COMMAND after RESOURCE %s (or the RESOURCE before --); %s", name, quoteName(args[0]), form)
 	case dash == 0:
 		return "", nil, usage("%s: missing RESOURCE before --; %s", name, form)
 	case dash > 1:

@@ -276,6 +276,11 @@ func TestSplitCommandArgsNamesBothReadings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "missing RESOURCE before --") || !strings.Contains(err.Error(), `if "demo" is the resource, the COMMAND after it`) {
 		t.Fatalf("run -- demo: %v", err)
 	}
+	// `tenure run -- f`, as cobra hands it over (the -- taken): f is the
+	// resource of the -- form, and the COMMAND is what is missing.
+	if _, _, err := splitCommandArgs("run", []string{"f"}, 0); err == nil || !strings.Contains(err.Error(), `missing COMMAND after RESOURCE "f" (or the RESOURCE before --)`) {
+		t.Fatalf("run -- f: %v", err)
+	}
 	if _, _, err := splitCommandArgs("run", []string{"--", "./job", "x"}, 0); err == nil || strings.Contains(err.Error(), "is the resource") {
 		t.Fatalf("run -- ./job x: %v; want only the missing resource", err)
 	}

@@ -302,6 +302,15 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 				cancel()
 			}
 			switch {
+			case out.lost == nil && out.stopped != nil && out.signal == nil:
+				// tenure stopped the command as renewals were not confirmed:
+				// the term cannot be trusted to go on; give it up and
+				// campaign again, as after a loss.
+				a.errorf("tenure stopped the command (%s)", out.stopped)
+				a.release(lease)
+				a.errorf("campaigning again for %s", quoteName(resource))
+				st.restart()
+				continue
 			case out.lost == nil:
 				// The command exited by itself (or after a signal passed on to
 				// it) while this candidate led: release the lease and exit with

@@ -229,6 +229,32 @@ func TestElectLossStopsAndCampaignsAgain(t *testing.T) {
 	checkTermsDisjoint(t, out)
 }
 
+// A leader whose renewals are not confirmed stops its command before the
+// lease's deadline; a command that traps SIGTERM and exits 0 then does not
+// end the election with status 0, as if its work were done: tenure gives
+// the term up and campaigns again.
+func TestElectStoppedForUnconfirmedRenewalsCampaignsAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.init()
+	out := e.path("events")
+	a := e.start("alpha", startOpt{}, electArgs("alpha", 2*time.Second, 200*time.Millisecond,
+		helper("-out", out, "-ready", e.path("alpha.ready"), "-hold", "1h", "-signals", "exit0"))...)
+	waitReady(t, e.path("alpha.ready"), 20*time.Second)
+	lockStore(t, e)
+	waitFor(t, 20*time.Second, "alpha to campaign again", func() bool { return strings.Contains(a.stderr(), "campaigning again") })
+	if msg := a.stderr(); !strings.Contains(msg, "tenure stopped the command (renewals were not confirmed") {
+		t.Fatalf("stderr should say that tenure stopped the command, and why:\n%s", msg)
+	}
+	if sigs := filter(readEvents(t, out), "signal"); len(sigs) != 1 || sigs[0].sig != "SIGTERM" {
+		t.Fatalf("the command got signals %+v, want one SIGTERM", sigs)
+	}
+	syscall.Kill(a.pid(), syscall.SIGTERM)
+	if code := a.wait(20 * time.Second); code != exitSignalBase+int(syscall.SIGTERM) {
+		t.Fatalf("tenure exited %d after SIGTERM while campaigning, want %d; stderr:\n%s", code, exitSignalBase+int(syscall.SIGTERM), a.stderr())
+	}
+}
+
 // SIGINT, SIGTERM or SIGHUP to a follower: it exits at once with 128+N.
 func TestElectSignalWhileFollowing(t *testing.T) {
 	t.Parallel()

@@ -108,7 +108,8 @@ func appendLine(path, format string, args ...any) {
 //	-beat        append a beat line every 20ms while running
 //	-signals M   on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2:
 //	             "default" (the default action), "ignore" (record it and go
-//	             on), "exit42" (record it and exit 42), "background" (as a
+//	             on), "exit42" (record it and exit 42), "exit0" (record it
+//	             and exit 0, as a job that traps SIGTERM), "background" (as a
 //	             background job of a shell: record and ignore SIGINT and
 //	             SIGQUIT; record SIGTERM and SIGHUP and exit 43)
 //	-tag T       a word recorded with every line
@@ -154,6 +155,8 @@ func helperMain(args []string) int {
 				switch {
 				case *sigMode == "exit42":
 					os.Exit(42)
+				case *sigMode == "exit0":
+					os.Exit(0)
 				case *sigMode == "background" && (s == syscall.SIGTERM || s == syscall.SIGHUP):
 					os.Exit(43)
 				}

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,7 +101,25 @@ func usage(format string, args ...any) error { return fail(exitUsage, format, ar
 // terminal, and a line longer than maxLine bytes is shortened.
 func oneLine(s string) string {
 	s = strings.ReplaceAll(s, ":\n", ": ") // a list after a colon (pgx's attempts) reads on
-	s = strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+	// Lines become "; "-separated parts; blank lines go, and a line that
+	// asks a question reads on into the next (cobra's "Did you mean
+	// this?\n\trun").
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if line == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			if strings.HasSuffix(b.String(), "?") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(line)
+	}
+	s = b.String()
 	for strings.HasPrefix(s, "tenure: ") {
 		s = strings.TrimPrefix(s, "tenure: ")
 	}
@@ -112,7 +131,27 @@ func oneLine(s string) string {
 func errText(err error) string {
 	s := oneLine(err.Error())
 	s = strings.ReplaceAll(s, "; tenure: ", "; ")
-	return strings.ReplaceAll(s, ": tenure: ", ": ")
+	return dedupeContext(strings.ReplaceAll(s, ": tenure: ", ": "))
+}
+
+// contextPart matches the context an error layer adds before the next
+// one's: a store's name ("postgres store: ") or an operation on a name
+// (`acquire "pgx": `).
+var contextPart = regexp.MustCompile(`(?:[a-z]+ store|[a-z]+ "(?:[^"\\]|\\.)*"): `)
+
+// dedupeContext removes from s each context part that an earlier one
+// already said: the Locker, the store and the command each name the
+// operation, so `acquire "pgx": postgres store: acquire "pgx": ` reads
+// `acquire "pgx": postgres store: `.
+func dedupeContext(s string) string {
+	seen := map[string]bool{}
+	return contextPart.ReplaceAllStringFunc(s, func(p string) string {
+		if seen[p] {
+			return ""
+		}
+		seen[p] = true
+		return p
+	})
 }
 
 // app holds what every command shares.
@@ -455,9 +494,13 @@ func storeOpenErr(err error) error {
 // storeErr maps an error of a store call to an exit code: bad input is 64,
 // anything else means that the store could not be used (69).
 func storeErr(err error, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...) + ": " + errText(err)
-	if errors.Is(err, tenure.ErrInvalidResource) || errors.Is(err, tenure.ErrInvalidOwner) || errors.Is(err, tenure.ErrInvalidTTL) {
+	msg := dedupeContext(fmt.Sprintf(format, args...) + ": " + errText(err))
+	switch {
+	case errors.Is(err, tenure.ErrInvalidResource) || errors.Is(err, tenure.ErrInvalidOwner) || errors.Is(err, tenure.ErrInvalidTTL):
 		return usage("%s", msg)
+	case errors.Is(err, store.ErrNoStore):
+		// A server store whose schema was never made (tenure init).
+		return fail(exitNoStore, "no tenure store: %s", msg)
 	}
 	return fail(exitUnavailable, "%s", msg)
 }

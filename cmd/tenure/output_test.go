@@ -7,12 +7,16 @@ package main
 // shown, and a failed write to stdout is one exit code everywhere.
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/tenure-go/tenure/store/postgres"
 )
 
 // controlChars reports the first character of s that a terminal would
@@ -246,5 +250,39 @@ func TestHelpUnknownTopic(t *testing.T) {
 	}
 	if code, stdout, stderr := e.run("help", "run"); code != 0 || !strings.Contains(stdout, "RESOURCE") {
 		t.Fatalf("help run: exit %d:\n%s%s", code, stdout, stderr)
+	}
+}
+
+// oneLine turns a multi-line message into one line: no empty parts (a
+// blank line once made "; ;" of cobra's suggestion), and a question reads
+// on into its answer.
+func TestOneLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"unknown command \"rnu\" for \"tenure\"\n\nDid you mean this?\n\trun\n", `unknown command "rnu" for "tenure"; Did you mean this? run`},
+		{"connect failed:\n\t127.0.0.1: refused\n\t::1: refused", "connect failed: 127.0.0.1: refused; ::1: refused"},
+		{"tenure: a  b\n\n\nc", "a b; c"},
+	} {
+		if got := oneLine(tc.in); got != tc.want {
+			t.Errorf("oneLine(%q) = %q; want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// Each layer names the operation (the command, the Locker, the store): the
+// message says it once. A server store without its schema (PostgreSQL
+// before tenure init) is "no tenure store", exit 66, for every command (a
+// new user saw 69 and `acquire "pgx"` three times).
+func TestStoreErrSaysItOnce(t *testing.T) {
+	inner := fmt.Errorf(`postgres store: acquire "pgx": %w: %w`, postgres.ErrNoSchema, errors.New(`ERROR: relation "tenure_leases" does not exist`))
+	err := storeErr(fmt.Errorf(`tenure: acquire "pgx": %w`, inner), "run: acquire %s", quoteName("pgx"))
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitNoStore {
+		t.Fatalf("storeErr of ErrNoSchema: %v; want exit %d", err, exitNoStore)
+	}
+	if n := strings.Count(ee.msg, `acquire "pgx"`); n != 1 || strings.Count(ee.msg, "postgres store") != 1 || !strings.Contains(ee.msg, "tenure init") {
+		t.Fatalf("message %q: want `acquire \"pgx\"` and the store's name once, and the tenure init hint", ee.msg)
+	}
+	if got := dedupeContext(`get "a": x; get "b": y; redis store: get "a": z`); got != `get "a": x; get "b": y; redis store: z` {
+		t.Fatalf("dedupeContext: %q", got)
 	}
 }

@@ -353,7 +353,7 @@ func (a *app) notAcquired(st driver.Store, resource string, f *runFlags, timedOu
 		}
 		return fail(exitNotAcquired, "%s was not acquired within %s", quoteName(resource), fmtDur(f.wait))
 	}
-	return storeErr(err, "run: acquire %s", quoteName(resource))
+	return storeErr(err, "run: acquire %s", quoteName(resource)) // errText drops the Locker's and the store's own "acquire ...: "
 }
 
 // maxHoldersShown bounds the holders named in one message.
@@ -503,6 +503,10 @@ func (a *app) runCommand(cmd command, lease *tenure.Lease, f *runFlags, u *store
 	if rerr != nil && lostAtRelease(rerr) {
 		a.errorf("%s was lost while the command ran: the store no longer had it when tenure released it after the command exited (it was freed by someone else, or expired in the store); exit %d instead of the command's %d",
 			describeLease(lease), exitLost, out.code)
+		return exitWith(exitLost)
+	}
+	if out.stopped != nil && out.signal == nil {
+		a.errorf("tenure stopped the command (%s): exit %d instead of the command's %d", out.stopped, exitLost, out.code)
 		return exitWith(exitLost)
 	}
 	return exitWith(out.code)

@@ -875,6 +875,26 @@ func TestRunFailingRenewalsStopTheCommandByTheDeadline(t *testing.T) {
 	}
 }
 
+// A command that tenure stops because renewals are not confirmed, and that
+// traps SIGTERM and exits 0, makes tenure exit 79, not 0: tenure cut it
+// short for the lease's sake, so its status does not say that its work was
+// done (a new user's cron wrapper saw success).
+func TestRunStoppedForUnconfirmedRenewalsExits79(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 2 * time.Second
+	a := e.start("alpha", startOpt{}, "run", "--ttl", ttl.String(), "--grace", "30s", "--owner", "alpha", "job", "--",
+		helper("-ready", e.path("alpha.ready"), "-hold", "1h", "-signals", "exit0"))
+	waitReady(t, e.path("alpha.ready"), 10*time.Second)
+	lockStore(t, e)
+	if code := a.wait(20 * time.Second); code != exitLost {
+		t.Fatalf("alpha exited %d, want %d; stderr:\n%s", code, exitLost, a.stderr())
+	}
+	if msg := a.stderr(); !strings.Contains(msg, "tenure stopped the command (renewals were not confirmed") || !strings.Contains(msg, "instead of the command's 0") {
+		t.Fatalf("stderr should say that tenure stopped the command, and why:\n%s", msg)
+	}
+}
+
 // tenure stopped right after it started the command's process, before the
 // reaper had the lease's deadline (failpoint stop-after-start): the command
 // has not run, and does not run while another process holds the lease;

@@ -39,6 +39,11 @@ type outcome struct {
 	// signal is the first signal that told tenure to stop (SIGINT, SIGTERM,
 	// SIGHUP) and that was passed on to the command, if any.
 	signal os.Signal
+	// stopped says why tenure stopped the command for the lease's sake
+	// while the lease was still trusted (renewals not confirmed as its
+	// deadline neared), if it did: the command did not end on its own, and
+	// its status does not say whether its work was done.
+	stopped error
 }
 
 // notStartedError is returned by supervise when the lease was not live with
@@ -340,6 +345,7 @@ loop:
 				continue
 			}
 			warned = true
+			out.stopped = fmt.Errorf("renewals were not confirmed and %s was left before the lease's deadline", fmtDur(left))
 			a.errorf("%s: renewals are not confirmed and %s is left: stopping the command before the lease's deadline: SIGTERM now, SIGKILL if the lease is lost",
 				describeLease(lease), fmtDur(left))
 			a.signal(pgid, syscall.SIGTERM)

@@ -129,7 +129,7 @@ var ErrNoSchema error = noSchemaError{}
 type noSchemaError struct{}
 
 func (noSchemaError) Error() string {
-	return "postgres store: the leases table or its token sequence does not exist, or the table is of an older tenure; create or migrate it with `tenure init` (postgres.Init)"
+	return "the leases table or its token sequence does not exist, or the table is of an older tenure; create or migrate it with `tenure init` (postgres.Init)"
 }
 
 func (noSchemaError) Is(target error) bool { return target == driver.ErrNoStore }
