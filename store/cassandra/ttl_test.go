@@ -286,6 +286,21 @@ func lateRenewal(t *testing.T, s *cassandra.Store, r string, skew time.Duration)
 	return send
 }
 
+// sendRefused sends the late renewal send and fails the test unless it was
+// refused and left r's row as it was.
+func sendRefused(t *testing.T, s *cassandra.Store, r, what string, send func(context.Context) (bool, string, error)) {
+	t.Helper()
+	before := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+	applied, detail, err := send(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
+	if applied || after.writeID != before.writeID {
+		t.Fatalf("%s (%s) applied %v over the newer renewal (write id %d, now %d)", what, detail, applied, before.writeID, after.writeID)
+	}
+}
+
 // TestStaleRenewalNeverShortensTheLease: a renewal that its client gave up
 // (unknown outcome) may still be applied by its coordinator after the
 // client's next renewal, with the time the coordinator started it, and so
@@ -308,15 +323,7 @@ func TestStaleRenewalNeverShortensTheLease(t *testing.T) {
 	if err := s.Renew(ctx, r, a, rec.Token, ttl); err != nil {
 		t.Fatal(err)
 	}
-	before := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
-	applied, detail, err := stale(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
-	if applied || after.writeID != before.writeID {
-		t.Fatalf("stale renewal (%s) applied %v over the newer renewal (write id %d, now %d)", detail, applied, before.writeID, after.writeID)
-	}
+	sendRefused(t, s, r, "stale renewal", stale)
 	current := lateRenewal(t, s, r, 0)
 	if applied, detail, err := current(ctx); err != nil || !applied {
 		t.Fatalf("a late renewal built from the current row (%s): applied %v, %v; want applied", detail, applied, err)
@@ -350,15 +357,7 @@ func TestLateRenewalFromAHostAheadNeverShortensTheLease(t *testing.T) {
 	if _, err := s.Acquire(ctx, r, shared, ttl); err != nil { // A's renewal
 		t.Fatal(err)
 	}
-	before := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
-	applied, detail, err := fromB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after := serialRow(t, s.Session(), cassandra.DefaultNativeTable, r)
-	if applied || after.writeID != before.writeID {
-		t.Fatalf("B's late renewal (%s) applied %v over A's newer one (write id %d, now %d)", detail, applied, before.writeID, after.writeID)
-	}
+	sendRefused(t, s, r, "B's late renewal", fromB)
 	// A renews again over whatever B wrote: its write is built from the row.
 	if _, err := s.Acquire(ctx, r, shared, ttl); err != nil {
 		t.Fatalf("A's renewal after B's late write: %v", err)
