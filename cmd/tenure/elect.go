@@ -307,10 +307,6 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 				// the term cannot be trusted to go on; give it up and
 				// campaign again, as after a loss.
 				a.errorf("tenure stopped the command (%s)", out.stopped)
-				a.release(lease)
-				a.errorf("campaigning again for %s", quoteName(resource))
-				st.restart()
-				continue
 			case out.lost == nil:
 				// The command exited by itself (or after a signal passed on to
 				// it) while this candidate led: release the lease and exit with
@@ -321,6 +317,14 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 			case out.signal != nil:
 				leave()
 				return exitWith(exitLost)
+			}
+			if lease.Err() == nil {
+				// The command was stopped for the lease's sake, but the
+				// term goes on (a renewal came through after all, before the
+				// deadline): give it up, or this candidate would keep the
+				// lease running nothing while the others follow (adversarial
+				// review).
+				a.release(lease)
 			}
 			a.errorf("campaigning again for %s", quoteName(resource))
 			st.restart()

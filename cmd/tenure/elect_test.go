@@ -3,6 +3,8 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"io"
 	"os"
 	"sort"
@@ -253,6 +255,56 @@ func TestElectStoppedForUnconfirmedRenewalsCampaignsAgain(t *testing.T) {
 	if code := a.wait(20 * time.Second); code != exitSignalBase+int(syscall.SIGTERM) {
 		t.Fatalf("tenure exited %d after SIGTERM while campaigning, want %d; stderr:\n%s", code, exitSignalBase+int(syscall.SIGTERM), a.stderr())
 	}
+}
+
+// A leader whose renewals are still not confirmed just before the deadline
+// kills its command (SIGKILL), though the lease is not lost yet; when a
+// renewal then comes through before the deadline, the term would go on
+// with no command. tenure gives it up and campaigns again, so a command
+// runs again somewhere (before, alpha kept the lease, running nothing, and
+// beta never led: adversarial review).
+func TestElectKilledBeforeTheDeadlineGivesTheTermUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.init()
+	out := e.path("events")
+	const ttl = 10 * time.Second
+	a := e.start("alpha", startOpt{}, electArgs("alpha", ttl, 200*time.Millisecond,
+		helper("-out", out, "-ready", e.path("alpha.ready"), "-hold", "1h", "-signals", "ignore"))...)
+	waitReady(t, e.path("alpha.ready"), 20*time.Second)
+	b := e.start("beta", startOpt{}, electArgs("beta", ttl, 200*time.Millisecond,
+		helper("-out", out, "-ready", e.path("beta.ready"), "-hold", "1h"))...)
+	defer func() {
+		syscall.Kill(a.pid(), syscall.SIGTERM)
+		syscall.Kill(b.pid(), syscall.SIGTERM)
+		a.wait(20 * time.Second)
+		b.wait(20 * time.Second)
+	}()
+
+	// Hold the SQLite file's write lock until tenure kills the command, then
+	// let renewals through again before the lease's deadline.
+	db, err := sql.Open("sqlite", "file:"+e.db+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "alpha to SIGKILL its command", func() bool {
+		return strings.Contains(a.stderr(), "stopping the command: SIGKILL")
+	})
+	conn.ExecContext(ctx, "ROLLBACK")
+	conn.Close()
+	waitFor(t, 30*time.Second, "a command to start again, alpha's or beta's", func() bool {
+		return len(filter(readEvents(t, out), "start")) >= 2
+	})
+	checkTermsDisjoint(t, out)
 }
 
 // SIGINT, SIGTERM or SIGHUP to a follower: it exits at once with 128+N.

@@ -39,7 +39,11 @@
 //     docs/stores.md).
 //   - Renew is one transaction that checks the key's mod_revision (no write
 //     but ours touched it), read serializably; a mismatch is confirmed by a
-//     linearizable read, whose else branch names the new holder.
+//     linearizable read, whose else branch names the new holder. An acquire
+//     by the holder (a retry, or a semaphore's marker, whose owner string
+//     every holder shares) renews with a write, and every move of a key
+//     between etcd leases is conditioned on the mod_revision it read, so a
+//     move delivered late never applies after a newer renewal.
 //   - Release is one transaction: delete the key if it holds this owner and
 //     token, else read it (naming the holder).
 //   - RenewBatch needs at most one keep-alive per shared etcd lease; it

@@ -127,7 +127,11 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			// The same grant: the same lease, renewed. If its etcd lease has
 			// expired (and awaits revocation), wait for the key to go and
 			// grant anew.
-			err := s.renewKV(ctx, resource, owner, ttl, begin, kv)
+			// Always a write (rewriteKV): an owner string may be shared (a
+			// semaphore's marker, renewed by every holder with an acquire),
+			// and only a write keeps a move of another Store, sent before
+			// this renewal and delivered after it, from applying.
+			err := s.rewriteKV(ctx, resource, owner, ttl, begin, kv)
 			if err == nil {
 				return driver.Record{Resource: resource, Owner: owner, Token: uint64(kv.CreateRevision), TTL: ttl,
 					Remaining: time.Duration(secs) * time.Second}, nil
@@ -278,6 +282,15 @@ func (s *Store) settle(ctx context.Context, g *grant, f *keepAlive) error {
 	return nil
 }
 
+// rewriteKV renews the lease of kv as renewKV does, but always with a write
+// that moves the key onto this Store's etcd lease for ttl (the same one
+// when it is there already), so that its mod_revision changes: a move of
+// the key that another Store sent before this renewal, conditioned on the
+// mod_revision it read, can then no longer apply after it (moveKV).
+func (s *Store) rewriteKV(ctx context.Context, resource, owner string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue) error {
+	return s.moveKVTries(ctx, "renew", resource, owner, owner, ttl, begin, kv, true)
+}
+
 // renewKV renews the lease that kv (read at or after begin) shows held by
 // owner: a grant of this Store on its etcd lease for ttl is renewed as
 // usual; a key on the Store's current etcd lease for ttl is adopted as it
@@ -292,6 +305,38 @@ func (s *Store) renewKV(ctx context.Context, resource, owner string, ttl time.Du
 // the key is then always moved, and written with to, so that the grant's
 // own requests no longer match it.
 func (s *Store) moveKV(ctx context.Context, op, resource, owner, to string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue) error {
+	return s.moveKVTries(ctx, op, resource, owner, to, ttl, begin, kv, false)
+}
+
+// moveTries bounds the moves of one call that another write of the same
+// owner string and token passes (moveKVTries).
+const moveTries = 3
+
+// moveKVTries is moveKV; write makes it move the key even where a renewal
+// needs no write (rewriteKV). The move is conditioned on the key's
+// mod_revision as read, besides its owner, token and etcd lease: a move
+// sent before another write of the key (a renewal by another holder of a
+// shared owner string) and delivered after it changes nothing. A move
+// that finds the key still this owner's and token's under another write
+// reads it again and tries again, up to moveTries times, then answers
+// unknown.
+func (s *Store) moveKVTries(ctx context.Context, op, resource, owner, to string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue, write bool) error {
+	for try := 1; ; try++ {
+		moved, err := s.moveOnce(ctx, op, resource, owner, to, ttl, begin, kv, write)
+		if moved == nil {
+			return err
+		}
+		if try == moveTries {
+			return driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: other writes of this owner's lease passed this one %d times", op, resource, moveTries))
+		}
+		kv = moved
+	}
+}
+
+// moveOnce makes one try of moveKVTries. It returns the key as it found it
+// when the key was still (owner, token) but under another write than kv's,
+// with a nil error; otherwise the call's result.
+func (s *Store) moveOnce(ctx context.Context, op, resource, owner, to string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue, write bool) (*mvccpb.KeyValue, error) {
 	key := s.key(resource)
 	token := uint64(kv.CreateRevision)
 	secs := wholeSeconds(ttl)
@@ -306,44 +351,45 @@ func (s *Store) moveKV(ctx context.Context, op, resource, owner, to string, ttl 
 	if reaped || old == clientv3.NoLease {
 		// Expired by the reaper (its key goes now), or put without a lease
 		// by another tool: not a lease tenure keeps.
-		return notHolder(op, resource, owner, token, nil)
+		return nil, notHolder(op, resource, owner, token, nil)
 	}
-	if to == owner && g != nil && g.mod == kv.ModRevision && g.ss.id == old && g.ss.secs == secs {
-		return s.renewOwn(ctx, g, ttl, begin)
+	if !write && to == owner && g != nil && g.mod == kv.ModRevision && g.ss.id == old && g.ss.secs == secs {
+		return nil, s.renewOwn(ctx, g, ttl, begin)
 	}
 	ss, err := s.session(ctx, secs)
 	if err != nil {
-		return fmt.Errorf("etcd store: %s %q: %w", op, resource, err)
+		return nil, fmt.Errorf("etcd store: %s %q: %w", op, resource, err)
 	}
-	if to == owner && ss.id == old {
+	if !write && to == owner && ss.id == old {
 		// On the Store's etcd lease for this TTL already (an acquire whose
 		// answer was lost): adopt it.
 		f := ss.start(begin.Add(ttl))
 		ng := &grant{key: key, resource: resource, owner: owner, token: int64(token), mod: kv.ModRevision, ss: ss,
 			life: time.Duration(secs) * time.Second}
 		if !s.addChecked(ng) {
-			return driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: %w", op, resource, errGhostDeleting))
+			return nil, driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: %w", op, resource, errGhostDeleting))
 		}
-		return s.settle(ctx, ng, f)
+		return nil, s.settle(ctx, ng, f)
 	}
 	// Prove the etcd lease alive now, so that moving the key cannot revive
 	// an expired one.
-	if g == nil || g.ss.id != old || !g.ss.aliveAt(s.clock.Now()) {
+	if old != ss.id && (g == nil || g.ss.id != old || !g.ss.aliveAt(s.clock.Now())) {
 		if _, err := s.cli.KeepAliveOnce(ctx, old); err != nil {
 			if leaseGone(err) {
 				if g != nil {
 					s.forget(g)
 				}
-				return notHolder(op, resource, owner, token, nil)
+				return nil, notHolder(op, resource, owner, token, nil)
 			}
-			return fmt.Errorf("etcd store: %s %q: keep-alive: %w", op, resource, err)
+			return nil, fmt.Errorf("etcd store: %s %q: keep-alive: %w", op, resource, err)
 		}
 	}
 	f := ss.start(begin.Add(ttl))
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(key), "=", owner),
 			clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token)),
-			clientv3.Compare(clientv3.LeaseValue(key), "=", old)).
+			clientv3.Compare(clientv3.LeaseValue(key), "=", old),
+			clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 		Then(clientv3.OpPut(key, to, clientv3.WithLease(ss.id))).
 		Else(clientv3.OpGet(key)).
 		Commit()
@@ -355,22 +401,25 @@ func (s *Store) moveKV(ctx context.Context, op, resource, owner, to string, ttl 
 		if errors.Is(err, driver.ErrUnknownOutcome) {
 			s.addGhost(key, to, ss, time.Duration(secs)*time.Second)
 		}
-		return err
+		return nil, err
 	}
 	if !resp.Succeeded {
+		if cur := firstKV(resp, 0); cur != nil && string(cur.Value) == owner && uint64(cur.CreateRevision) == token {
+			return cur, nil // still this lease, under another write: read as it is now
+		}
 		if g != nil {
 			s.forget(g)
 		}
-		return notHolder(op, resource, owner, token, firstKV(resp, 0))
+		return nil, notHolder(op, resource, owner, token, firstKV(resp, 0))
 	}
 	ng := &grant{key: key, resource: resource, owner: to, token: int64(token), mod: resp.Header.Revision, ss: ss,
 		life: time.Duration(secs) * time.Second}
 	if !s.addChecked(ng) {
 		// An earlier move of this key whose answer was lost left a ghost
 		// whose delete is in flight: it may take the key just moved.
-		return driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: %w", op, resource, errGhostDeleting))
+		return nil, driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: %w", op, resource, errGhostDeleting))
 	}
-	return s.settle(ctx, ng, f)
+	return nil, s.settle(ctx, ng, f)
 }
 
 // Keep implements driver.Keeper: it reads the key and, when it is this
