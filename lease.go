@@ -521,7 +521,7 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 	}
 	cctx, cancel := l.lk.bounded(ctx, left)
 	err = l.lk.store.Release(cctx, l.resource, l.owner, l.token)
-	interrupted := callEnded(cctx)
+	interrupted := cctx.Err() != nil
 	cancel()
 	switch {
 	case err == nil:
@@ -587,7 +587,7 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 		}
 		cctx, cancel := lk.bounded(ctx, left)
 		err := lk.store.Release(cctx, l.resource, l.owner, l.token)
-		if err != nil && callEnded(cctx) && !definite(err) {
+		if err != nil && cctx.Err() != nil && !definite(err) {
 			// Cut short after the request may have been sent, as in
 			// releaseOnce: whatever the driver says, it may have been applied.
 			err = driver.UnknownOutcome(err)
@@ -666,7 +666,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if !now.Before(until) {
 		return fmt.Errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)
 	}
-	cctx, cancel := l.lk.cancelableBound(context.WithoutCancel(ctx), until.Sub(now))
+	cctx, cancel := l.lk.bounded(context.WithoutCancel(ctx), until.Sub(now))
 	defer cancel()
 	if ctx.Err() == nil {
 		// The caller's ctx bounds the call. One that had already ended (the

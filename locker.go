@@ -54,9 +54,6 @@ type Locker struct {
 	clean *pool // background clean-ups and releases
 	sched *scheduler
 	tel   *telemetry
-	// byDeadline: the store's calls end by their context's deadline
-	// (driver.DeadlineEnder), so a call bound needs no timer.
-	byDeadline bool
 
 	mu       sync.Mutex
 	held     map[string]*Lease // nil value: an acquire is in flight
@@ -123,8 +120,6 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 		clean:   newPool(c.maxRenewals, StuckCallAfter),
 		held:    make(map[string]*Lease),
 		closeCh: make(chan struct{}),
-
-		byDeadline: driver.EndsCallsByDeadline(store),
 	}
 	lk.sched = &scheduler{clock: c.clock, submit: lk.submitRenewals}
 	if _, ok := store.(driver.BatchRenewer); ok {
@@ -267,7 +262,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 	tSend := lk.clock.Now()
 	cctx, cancel := lk.bounded(ctx, trust)
 	rec, err := lk.store.Acquire(cctx, resource, owner, ttl)
-	interrupted := callEnded(cctx)
+	interrupted := cctx.Err() != nil
 	cancel()
 	if err == nil {
 		return lk.grantLease(parent, resource, owner, ttl, rec, tSend)
@@ -948,57 +943,16 @@ func (lk *Locker) checkAll() {
 	lk.sched.kick()
 }
 
-// bounded returns ctx limited to d, for one store call. The limit is in
-// real time even when the Locker runs on a fake clock: a store call is I/O,
-// and drivers read ctx.Deadline() to bound it. A ctx whose deadline comes
-// first is returned as it is: a derived context (a runtime timer, and an
-// entry in ctx's list of children) would change nothing. For a store whose
-// calls end by their context's deadline (driver.DeadlineEnder) the limit
-// is a deadline alone (callContext); use callEnded, not ctx.Err(), to tell
-// whether the call ran into it.
+// bounded returns ctx limited to d. The limit is in real time even when the
+// Locker runs on a fake clock: a store call is I/O, and drivers read
+// ctx.Deadline() to bound it. A ctx whose deadline comes first is returned
+// as it is: a derived context (a runtime timer, and an entry in ctx's list
+// of children) would change nothing.
 func (lk *Locker) bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
 		return ctx, noCancel
 	}
-	if lk.byDeadline {
-		return &callContext{Context: ctx, deadline: time.Now().Add(d)}, noCancel
-	}
 	return context.WithTimeoutCause(ctx, d, errCallBound)
-}
-
-// cancelableBound is bounded with a context that the returned function
-// cancels, whatever the store: for a call that something else (the
-// caller's own context, through context.AfterFunc) must be able to cut
-// short.
-func (lk *Locker) cancelableBound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(ctx, d, errCallBound)
-}
-
-// callContext is the bound of a call to a store whose calls end by their
-// context's deadline (driver.DeadlineEnder): ctx with an earlier deadline,
-// and nothing else of its own. Its Done, Err and Value are its parent's, so
-// it needs no timer and no registration with the parent; it does not
-// report its own deadline through Err or Done, which is what callEnded is
-// for.
-type callContext struct {
-	context.Context
-	deadline time.Time
-}
-
-func (c *callContext) Deadline() (time.Time, bool) { return c.deadline, true }
-
-func (c *callContext) String() string {
-	return fmt.Sprintf("%v.WithStoreCallDeadline(%v)", c.Context, c.deadline)
-}
-
-// callEnded reports whether the store call made with ctx (from bounded)
-// was cut short by it: ctx ended, or its deadline passed.
-func callEnded(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	c, ok := ctx.(*callContext)
-	return ok && !time.Now().Before(c.deadline)
 }
 
 func noCancel() {}

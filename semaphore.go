@@ -219,7 +219,7 @@ func (s *Semaphore) marker(ctx context.Context) error {
 	var err error
 	for try := 0; try < 3; try++ {
 		_, err = s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), MarkerTTL)
-		if !errors.Is(err, ErrUnknownOutcome) || callEnded(ctx) {
+		if !errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
 			break
 		}
 	}

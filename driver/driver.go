@@ -225,41 +225,6 @@ type Keeper interface {
 	Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error
 }
 
-// DeadlineEnder is implemented by stores whose calls end by their context's
-// deadline even when the context is never cancelled: every wait of a call
-// on the network (connect, send, answer) is bounded by ctx.Deadline()
-// itself, as go-redis bounds its socket reads and writes when
-// ContextTimeoutEnabled is set, or the store never waits (the memory store).
-// A Locker bounds each call it makes to such a store by the lease's time
-// with a deadline alone: a context whose Deadline is the bound and whose
-// Done, Err and Value are the caller's. That costs no runtime timer and no
-// registration with the caller's context, which on Redis was most of the
-// client CPU a Locker added to a store call (docs/benchmarks.md, ninth
-// stop). Other stores get a context that is cancelled at the bound, as
-// context.WithTimeout makes.
-//
-// A store that waits on ctx.Done() (a lock, a queue, a driver that watches
-// the context rather than its deadline) must not implement it: its calls
-// would run past the bound, until the caller's context ends.
-type DeadlineEnder interface {
-	// EndsCallsByDeadline returns the store whose calls end by their
-	// context's deadline: the receiver itself. A type that embeds such a
-	// store inherits the method, which then returns the embedded store and
-	// not the wrapper, so a Locker given the wrapper does not rely on it: a
-	// wrapper may wait on ctx.Done() (a rate limiter, a fault injector). A
-	// wrapper whose own waits end by the deadline too may define the
-	// method to return itself.
-	EndsCallsByDeadline() Store
-}
-
-// EndsCallsByDeadline reports whether s declares, through DeadlineEnder,
-// that its calls end by their context's deadline (the method returns s
-// itself).
-func EndsCallsByDeadline(s Store) bool {
-	d, ok := s.(DeadlineEnder)
-	return ok && d.EndsCallsByDeadline() == s
-}
-
 // ValidateKeep checks the arguments of Keeper.Keep.
 func ValidateKeep(resource, owner, keeper string, ttl time.Duration) error {
 	if err := ValidateAcquire(resource, owner, ttl); err != nil {

@@ -228,56 +228,6 @@ func LostReplies(ctx context.Context, t *testing.T, s, direct driver.Store, prox
 	}
 }
 
-// deadlineOnly is a context with a deadline that is never cancelled: what a
-// Locker gives a driver.DeadlineEnder store as a call's bound.
-type deadlineOnly struct {
-	context.Context
-	deadline time.Time
-}
-
-func (c deadlineOnly) Deadline() (time.Time, bool) { return c.deadline, true }
-
-// CallsEndByDeadline checks a store that declares driver.DeadlineEnder
-// (s, connected through proxy): with the proxy a black hole, Acquire,
-// Renew and Release on a context that has a deadline but is never
-// cancelled each return by the deadline (plus slack for a loaded machine),
-// with an unknown outcome, since each request may have reached the server.
-func CallsEndByDeadline(t *testing.T, s driver.Store, proxy *netfault.Proxy) {
-	t.Helper()
-	if !driver.EndsCallsByDeadline(s) {
-		t.Fatalf("%T does not declare driver.DeadlineEnder", s)
-	}
-	ctx := Ctx(t)
-	r := Resource(t)
-	owner, _ := tenure.NewOwner("deadline")
-	proxy.SetMode(netfault.Pass)
-	rec, err := s.Acquire(ctx, r, owner, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy.SetMode(netfault.Blackhole)
-	const bound, slack = 300 * time.Millisecond, 2 * time.Second
-	calls := []struct {
-		name string
-		call func(context.Context) error
-	}{
-		{"Acquire", func(c context.Context) error { _, err := s.Acquire(c, r+"/other", owner, time.Minute); return err }},
-		{"Renew", func(c context.Context) error { return s.Renew(c, r, owner, rec.Token, time.Minute) }},
-		{"Release", func(c context.Context) error { return s.Release(c, r, owner, rec.Token) }},
-	}
-	for _, c := range calls {
-		start := time.Now()
-		err := c.call(deadlineOnly{Context: context.Background(), deadline: start.Add(bound)})
-		took := time.Since(start)
-		if took > bound+slack {
-			t.Errorf("%s into a black hole on a context with a deadline %v away, never cancelled: returned after %v", c.name, bound, took)
-		}
-		if !errors.Is(err, tenure.ErrUnknownOutcome) {
-			t.Errorf("%s into a black hole, ended by its deadline: %v; want ErrUnknownOutcome", c.name, err)
-		}
-	}
-}
-
 // FailsFast checks that opening a store fails within 5 s when its server
 // refuses connections (127.0.0.1:1) and when it never answers (a black-hole
 // proxy in front of server, the address of the real server). url returns

@@ -67,10 +67,6 @@ func Open(_ context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// EndsCallsByDeadline implements driver.DeadlineEnder: the store never
-// waits, so its calls end at once.
-func (s *Store) EndsCallsByDeadline() driver.Store { return s }
-
 // New returns an empty store on the real clock: Open with a zero Config.
 func New() *Store {
 	s, _ := Open(context.Background(), Config{})

@@ -245,16 +245,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// EndsCallsByDeadline implements driver.DeadlineEnder: the store's calls
-// end by their context's deadline whether or not the context is cancelled,
-// because it sets ContextTimeoutEnabled, with which go-redis bounds every
-// socket read and write by ctx.Deadline() (and never waits on ctx.Done()
-// for them). A call that finds every connection of the pool in use
-// (Options.PoolSize) waits for one at most Options.PoolTimeout, as
-// go-redis bounds that wait, or until ctx is cancelled; nothing has been
-// sent while it waits.
-func (s *Store) EndsCallsByDeadline() driver.Store { return s }
-
 // Client returns the store's go-redis client (for tests and diagnostics).
 func (s *Store) Client() *redis.Client { return s.rdb }
 

@@ -179,14 +179,6 @@ func TestLostReplyIsUnknownOutcome(t *testing.T) {
 	testserver.LostReplies(ctx, t, s, direct, proxy, 300*time.Millisecond, 3*time.Second)
 }
 
-// TestCallsEndByDeadline: the store declares driver.DeadlineEnder, so a
-// Locker bounds its calls with a deadline alone, never cancelled; calls into
-// a black hole end by that deadline.
-func TestCallsEndByDeadline(t *testing.T) {
-	s, proxy := proxied(t)
-	testserver.CallsEndByDeadline(t, s, proxy)
-}
-
 // TestUnreachableFailsFast: New against a refused port or a black hole
 // fails within the dial timeout.
 func TestUnreachableFailsFast(t *testing.T) {

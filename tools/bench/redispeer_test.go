@@ -38,6 +38,10 @@ import (
 // TENURE_REDIS_PEERS_ROUNDS (default 9) and TENURE_REDIS_PEERS_ROUND
 // (default 2s) size the rounds; TENURE_REDIS_PEERS_SYSTEMS (a comma list of
 // system names) keeps only those, to profile one system at a time.
+// TENURE_REDIS_PEERS_AUTOPIPELINE=1 adds redislock through go-redis's
+// blocking AutoPipeline (commands of concurrent callers batched into
+// pipelines), to weigh that design for the store: the same scripts, fewer
+// system calls per command, each command waiting for the batch before it.
 func TestRedisPeers(t *testing.T) {
 	url := os.Getenv("TENURE_REDIS_PEERS")
 	if url == "" {
@@ -69,6 +73,15 @@ func TestRedisPeers(t *testing.T) {
 		target.Tenure(),
 		&rpStoreSystem{store: target.Store},
 		&rpRedislock{cli: peerCli},
+	}
+	if os.Getenv("TENURE_REDIS_PEERS_AUTOPIPELINE") != "" {
+		apCli := goredis.NewClient(&opts)
+		defer apCli.Close()
+		ap, err := apCli.AutoPipeline()
+		if err != nil {
+			t.Fatal(err)
+		}
+		systems = append(systems, &rpRedislock{cli: ap, name: "redislock-autopipeline"})
 	}
 	if v := os.Getenv("TENURE_REDIS_PEERS_SYSTEMS"); v != "" {
 		// For profiling one system at a time; ratios need redislock in the list.
@@ -195,9 +208,17 @@ const rpRedislockName = "redislock"
 // rpRedislock is github.com/bsm/redislock: Obtain (a script: SET NX PX),
 // Lock.Refresh (a script: GET, PEXPIRE), Lock.Release (a script: GET, DEL).
 // No fencing token. Obtain has no retry strategy: a held lock fails at once.
-type rpRedislock struct{ cli *goredis.Client }
+type rpRedislock struct {
+	cli  redislock.RedisClient
+	name string // rpRedislockName when empty
+}
 
-func (s *rpRedislock) Name() string  { return rpRedislockName }
+func (s *rpRedislock) Name() string {
+	if s.name != "" {
+		return s.name
+	}
+	return rpRedislockName
+}
 func (s *rpRedislock) Ops() []string { return []string{OpAcquire, OpRenew, OpRelease} }
 func (s *rpRedislock) NewClient(string) (Client, error) {
 	return &rpRedislockClient{locker: redislock.New(s.cli)}, nil
