@@ -602,7 +602,7 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		f.Target = "store"
 		f.Detail = fmt.Sprintf("BEGIN IMMEDIATE held for %v", d.Round(time.Millisecond))
 		return f, err
-	case FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole:
+	case FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition:
 		f.Target = "store network"
 		hold := o.between(1, 2.5)
 		f.Start = MonoNow()
@@ -616,6 +616,13 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		case FaultProxyDrop:
 			for _, p := range o.env.proxies {
 				p.SetMode(netfault.DropReplies)
+			}
+		case FaultProxyPartition:
+			// Open connections go silent and new ones hang: the drivers'
+			// calls time out, their connections are dropped, and the dials
+			// that replace them never complete until the partition is over.
+			for _, p := range o.env.proxies {
+				p.SetMode(netfault.Partition)
 			}
 		default:
 			for _, p := range o.env.proxies {

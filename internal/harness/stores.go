@@ -33,6 +33,7 @@ const (
 	FaultProxyDelay     = "proxy-delay"     // network stores: the proxy delays every chunk both ways
 	FaultProxyDrop      = "proxy-drop"      // the proxy forwards requests and drops replies
 	FaultProxyBlackhole = "proxy-blackhole" // the proxy drops everything without closing connections
+	FaultProxyPartition = "proxy-partition" // a black hole in which new connections never complete either (dials hang)
 	FaultLateDelivery   = "late-delivery"   // network stores: the proxy holds requests back and delivers them after their senders gave up
 	FaultNodeKill       = "node-kill"       // Cassandra and etcd clusters: SIGKILL one node, restart it later
 	FaultNodePause      = "node-pause"      // Cassandra and etcd clusters: SIGSTOP one node for longer than the TTL
@@ -47,7 +48,7 @@ const (
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultProxyDelay, FaultProxyDrop,
-	FaultProxyBlackhole, FaultLateDelivery, FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange,
+	FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange,
 	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal}
 
 // OutsideContract lists the fault kinds that break a premise of the lease
@@ -159,7 +160,7 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 				return nil, err
 			}
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery, FaultStaleRenewal}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultStaleRenewal}
 		if len(scfg.Hosts) >= 3 {
 			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultCASTimeout)
 		}
@@ -200,7 +201,7 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			env.close()
 			return nil, err
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery, FaultKeyDelete}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
 		if len(env.nodes) >= 3 {
 			if err := checkScriptNodes(ctx, cfg.EtcdScript, scfg.Client.Endpoints); err != nil {
 				env.close()
@@ -237,7 +238,7 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			env.close()
 			return nil, err
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultLateDelivery, FaultKeyDelete}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
 		if _, ok := scfg.(*postgres.Config); ok && cfg.ServerFaults {
 			if err := checkScriptServer(ctx, cfg.PostgresScript, "TENURE_POSTGRES", u.Host); err != nil {
 				env.close()

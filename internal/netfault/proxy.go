@@ -1,8 +1,9 @@
 // Package netfault is a TCP proxy for fault tests: it stands between clients
 // and a real server and, on command, passes traffic, delays it, holds
 // requests back and delivers them late (after their sender gave up), drops it
-// silently in one or both directions (a black hole: no reset, calls hang), or
-// resets every connection.
+// silently in one or both directions (a black hole: no reset, calls hang),
+// partitions the network (a black hole in which new connections never
+// complete either), or resets every connection.
 package netfault
 
 import (
@@ -26,6 +27,16 @@ const (
 	// DropReplies forwards client-to-server bytes and drops server-to-client
 	// bytes: requests are applied, their answers are lost.
 	DropReplies
+	// Partition is Blackhole for the connections that are open, and new
+	// connections are never completed: the proxy stops accepting and fills
+	// its listen queue (a backlog of 0), so the kernel drops the clients'
+	// connection requests (SYN) and a dial hangs until its own timeout, as
+	// across a network partition, where a black hole's accepted connections
+	// would let a client's dial succeed. Leaving it (SetMode) accepts again;
+	// a client still dialing then connects at its next SYN retransmission
+	// (Linux: 1 s, then 2 s, 4 s... after the first). Linux only; elsewhere
+	// new connections are accepted and black-holed.
+	Partition
 )
 
 // Proxy is a TCP proxy from a loopback port to a target address. It is safe
@@ -34,8 +45,13 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 	mode   atomic.Int32
-	delay  atomic.Int64 // added before forwarding each chunk, in nanoseconds
-	late   atomic.Int64 // requests read now are delivered this much later, in nanoseconds
+	open   chan struct{} // closed while the proxy accepts; replaced by Partition
+
+	// fillers are the proxy's own connections to itself that fill its
+	// listen queue while it is partitioned, by their local address.
+	fillers map[string]net.Conn
+	delay   atomic.Int64 // added before forwarding each chunk, in nanoseconds
+	late    atomic.Int64 // requests read now are delivered this much later, in nanoseconds
 
 	held, delivered, afterClose atomic.Int64 // LateStats
 
@@ -56,11 +72,12 @@ func Start(target string) (*Proxy, error) { return StartOn("127.0.0.1", target) 
 // some drivers tell nodes apart by IP address alone (gocql v2.1.2 does), so
 // proxies that share an address but not a port look like one node to them.
 func StartOn(host, target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := listen(host)
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, open: make(chan struct{}), fillers: map[string]net.Conn{}}
+	close(p.open)
 	p.idle = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -71,7 +88,66 @@ func StartOn(host, target string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // SetMode changes what the proxy does with traffic from now on.
-func (p *Proxy) SetMode(m Mode) { p.mode.Store(int32(m)) }
+func (p *Proxy) SetMode(m Mode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := Mode(p.mode.Swap(int32(m)))
+	switch {
+	case m == Partition && old != Partition:
+		p.open = make(chan struct{})
+		p.fillQueueLocked()
+	case m != Partition && old == Partition:
+		for _, c := range p.fillers {
+			c.Close()
+		}
+		close(p.open)
+	}
+}
+
+// fillQueueLocked connects to the proxy's own listener until a connection
+// no longer completes: the listen queue is full, and the kernel drops
+// further connection requests. The connections are kept until the
+// partition ends; the accept loop closes those it accepts then.
+func (p *Proxy) fillQueueLocked() {
+	for i := 0; i < 8; i++ {
+		c, err := net.DialTimeout("tcp", p.ln.Addr().String(), 200*time.Millisecond)
+		if err != nil {
+			return // the queue is full
+		}
+		p.fillers[c.LocalAddr().String()] = c
+	}
+}
+
+// refill fills the listen queue again while the proxy is partitioned: the
+// accept loop took a connection from it (it was in Accept when the
+// partition began).
+func (p *Proxy) refill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if Mode(p.mode.Load()) == Partition && !p.closed {
+		p.fillQueueLocked()
+	}
+}
+
+// filler reports whether c (accepted) is one of the proxy's own
+// connections that filled the queue, and forgets it.
+func (p *Proxy) filler(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := c.RemoteAddr().String()
+	if _, ok := p.fillers[k]; ok {
+		delete(p.fillers, k)
+		return true
+	}
+	return false
+}
+
+// acceptOpen returns a channel closed while the proxy accepts connections.
+func (p *Proxy) acceptOpen() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open
+}
 
 // SetDelay delays every forwarded chunk by d (0 to stop).
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
@@ -128,6 +204,14 @@ func (p *Proxy) Reset() {
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	for _, c := range p.fillers {
+		c.Close()
+	}
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.Reset()
@@ -156,9 +240,29 @@ func (p *Proxy) untrack(c net.Conn) {
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
+		<-p.acceptOpen() // partitioned: the listen queue fills, new connections hang
 		client, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.filler(client) {
+			// Accepted while the partition began, or queued during it: the
+			// proxy's own. It stays open while the partition lasts; once
+			// over, it is closed. Its place in the queue is filled again.
+			go func() {
+				<-p.acceptOpen()
+				client.Close()
+			}()
+			p.refill()
+			continue
+		}
+		if Mode(p.mode.Load()) == Partition {
+			// A client that connected just before the partition: silent.
+			if !p.track(client) {
+				return
+			}
+			p.refill()
+			continue
 		}
 		if !p.track(client) {
 			return
@@ -208,7 +312,7 @@ func (p *Proxy) forward(dst net.Conn, b []byte, reply bool) bool {
 		time.Sleep(d)
 	}
 	switch Mode(p.mode.Load()) {
-	case Blackhole:
+	case Blackhole, Partition:
 		return true // dropped
 	case DropReplies:
 		if reply {

@@ -2,7 +2,9 @@ package netfault
 
 import (
 	"bufio"
+	"errors"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -172,5 +174,63 @@ func TestLateDelivery(t *testing.T) {
 		if s := <-got; s != want {
 			t.Fatalf("server got %q, want %q", s, want)
 		}
+	}
+}
+
+// Partition: an open connection is silent, a new connection does not
+// complete (the dial times out; it is not refused), and once the partition
+// is over new connections work again.
+func TestPartition(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Partition fills a listen queue of 0: Linux only")
+	}
+	addr, got := echo(t)
+	p, err := Start(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("a\n"))
+	if s := <-got; s != "a\n" {
+		t.Fatalf("pass: server got %q", s)
+	}
+	p.SetMode(Partition)
+	c.Write([]byte("b\n"))
+	select {
+	case s := <-got:
+		t.Fatalf("partition: server got %q", s)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		d, err := net.DialTimeout("tcp", p.Addr(), 300*time.Millisecond)
+		if err == nil {
+			d.Close()
+			t.Fatalf("partition: dial %d completed", i)
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || time.Since(start) < 250*time.Millisecond {
+			t.Fatalf("partition: dial %d ended with %v after %v; want a timeout (a connection request that is dropped, not refused)", i, err, time.Since(start))
+		}
+	}
+	p.SetMode(Pass)
+	d, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("after the partition: %v", err)
+	}
+	defer d.Close()
+	d.Write([]byte("c\n"))
+	select {
+	case s := <-got:
+		if s != "c\n" {
+			t.Fatalf("after the partition: server got %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("after the partition: a new connection forwards nothing")
 	}
 }

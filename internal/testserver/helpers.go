@@ -228,6 +228,57 @@ func LostReplies(ctx context.Context, t *testing.T, s, direct driver.Store, prox
 	}
 }
 
+// BoundedWhenPartitioned checks that a Locker's calls to store s (connected
+// through proxy) end by their bounds when the network is partitioned: the
+// store's open connections go silent and are then cut, and new connections
+// never complete (netfault.Partition: a dial hangs, as across a real
+// partition, where a black hole's accepted connections would let it
+// succeed). A driver that opens connections in a goroutine of its own and
+// waits for it on ctx.Done() alone (go-redis) must still get a context that
+// is cancelled at the bound. TryAcquire (TTL 1 s) ends by TTL·(1−ρ),
+// Lease.Renew by the lease's deadline and Lease.Release by the time the
+// store would expire the lease, each with an error, plus slack for a
+// loaded machine; the lease is lost at its deadline. The partition is over
+// when the test ends.
+func BoundedWhenPartitioned(t *testing.T, s driver.Store, proxy *netfault.Proxy) {
+	t.Helper()
+	ctx := context.Background()
+	lk := Locker(t, s)
+	r := Resource(t)
+	const ttl, slack = 2 * time.Second, 1500 * time.Millisecond
+	proxy.SetMode(netfault.Pass)
+	l, err := lk.TryAcquire(ctx, r, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.SetMode(netfault.Pass)
+	proxy.SetMode(netfault.Partition)
+	proxy.Reset()
+	check := func(what string, bound time.Time, err error) {
+		t.Helper()
+		if late := time.Since(bound); late > slack {
+			t.Errorf("%s with the network partitioned: returned %v after its bound", what, late.Round(time.Millisecond))
+		}
+		if err == nil {
+			t.Errorf("%s with the network partitioned: succeeded", what)
+		}
+	}
+	start := time.Now()
+	_, err = lk.TryAcquire(ctx, r+"/other", time.Second)
+	check("TryAcquire (TTL 1s)", start.Add(time.Second), err)
+	deadline := l.Deadline()
+	err = l.Renew(ctx)
+	check("Lease.Renew", deadline, err)
+	if lost := l.Err(); lost == nil && time.Now().After(deadline) {
+		t.Error("the lease is still trusted after its deadline")
+	}
+	start = time.Now()
+	err = l.Release(ctx)
+	// The store may keep the lease a TTL after its last confirmed send,
+	// which came before start.
+	check("Lease.Release", start.Add(ttl), err)
+}
+
 // FailsFast checks that opening a store fails within 5 s when its server
 // refuses connections (127.0.0.1:1) and when it never answers (a black-hole
 // proxy in front of server, the address of the real server). url returns

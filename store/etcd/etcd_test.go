@@ -68,6 +68,13 @@ func proxied(t *testing.T) (*etcd.Store, *netfault.Proxy) {
 	}), proxy
 }
 
+// TestBoundedWhenPartitioned: a Locker's calls end by their bounds when
+// new connections hang.
+func TestBoundedWhenPartitioned(t *testing.T) {
+	s, proxy := proxied(t)
+	testserver.BoundedWhenPartitioned(t, s, proxy)
+}
+
 // TestCaseC09ConnectionReset: a tenure lease on etcd is an etcd lease of its
 // own, kept alive by the holder's renewals, not a session bound to a
 // connection. The holder's connection is reset; the lease is unchanged,

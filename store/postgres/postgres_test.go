@@ -152,6 +152,26 @@ func TestLostReplyIsUnknownOutcome(t *testing.T) {
 	testserver.LostReplies(ctx, t, s, direct, proxy, 500*time.Millisecond, 5*time.Second)
 }
 
+// TestBoundedWhenPartitioned: a Locker's calls end by their bounds when
+// new connections hang.
+func TestBoundedWhenPartitioned(t *testing.T) {
+	base, err := pgxpool.ParseConfig(dsn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := netfault.Start(fmt.Sprintf("%s:%d", base.ConnConfig.Host, base.ConnConfig.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	s := open(t, func(c *postgres.Config) {
+		c.Pool.ConnConfig.Host = "127.0.0.1"
+		fmt.Sscanf(proxy.Addr()[strings.LastIndex(proxy.Addr(), ":")+1:], "%d", &c.Pool.ConnConfig.Port)
+		c.Pool.ConnConfig.Fallbacks = nil
+	})
+	testserver.BoundedWhenPartitioned(t, s, proxy)
+}
+
 // TestUnreachableFailsFast: Open against a port nobody listens on, or a
 // server that never answers, fails within the connect timeout.
 func TestUnreachableFailsFast(t *testing.T) {

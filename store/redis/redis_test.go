@@ -179,6 +179,14 @@ func TestLostReplyIsUnknownOutcome(t *testing.T) {
 	testserver.LostReplies(ctx, t, s, direct, proxy, 300*time.Millisecond, 3*time.Second)
 }
 
+// TestBoundedWhenPartitioned: a Locker's calls end by their bounds when new
+// connections hang (go-redis dials in a goroutine of its own, which only
+// ctx.Done() lets a caller stop waiting for).
+func TestBoundedWhenPartitioned(t *testing.T) {
+	s, proxy := proxied(t)
+	testserver.BoundedWhenPartitioned(t, s, proxy)
+}
+
 // TestUnreachableFailsFast: New against a refused port or a black hole
 // fails within the dial timeout.
 func TestUnreachableFailsFast(t *testing.T) {
