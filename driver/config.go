@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // The helpers below check the parts of a store configuration that every
@@ -22,6 +23,26 @@ func ParsePort(s string) (int, error) {
 		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
 	}
 	return p, nil
+}
+
+// CheckUserinfo returns an error when the user information of a store URL
+// (scheme://user:password@host...) holds an '@' that is not
+// percent-encoded. RFC 3986 allows none there, and parsers split such an
+// authority at different '@'s (Go's net/url at the last, pgx at the
+// first), so part of a password could be taken for the host name, looked
+// up, and shown in an error. The error does not show the URL.
+func CheckUserinfo(raw string) error {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if strings.Count(rest, "@") > 1 {
+		return errors.New("the user name or password holds an '@': write it as %40")
+	}
+	return nil
 }
 
 // LoadTLS returns a TLS configuration (TLS 1.2 or later) that verifies

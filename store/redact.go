@@ -2,6 +2,7 @@ package store
 
 import (
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -9,12 +10,18 @@ import (
 const redacted = "xxxxx"
 
 // Redact returns raw with its secrets replaced by "xxxxx", for messages and
-// logs: the password of the user information (scheme://user:password@host)
-// and the value of every query parameter that holds a secret: password= in
-// every scheme, and those that the scheme's store lists in Driver.Secrets
-// (sslpassword= for PostgreSQL). It works on URLs that do not parse too,
-// and on any scheme.
+// logs: the password of the user information (scheme://user:password@host,
+// and scheme:user:password@host with the slashes forgotten) and the value
+// of every query parameter that holds a secret: password= in every scheme,
+// and those that the scheme's store lists in Driver.Secrets (sslpassword=
+// for PostgreSQL). A string with no scheme that reads as keyword/value
+// settings (libpq's "host=db password=secret") has the values of those
+// keywords replaced too. It works on URLs that do not parse, and on any
+// scheme.
 func Redact(raw string) string {
+	if isKeywordValue(raw) {
+		return keywordSecrets().ReplaceAllString(raw, "${1}"+redacted)
+	}
 	secrets := secretParams(raw)
 	rest, frag, hasFrag := strings.Cut(raw, "#")
 	base, query, hasQuery := strings.Cut(rest, "?")
@@ -23,7 +30,10 @@ func Redact(raw string) string {
 	} else if after, ok := strings.CutPrefix(base, "//"); ok {
 		// No scheme: "//user:password@host/..."
 		base = "//" + redactAuthority(after)
-	} else if !knownScheme(base) {
+	} else if m := schemePrefix.FindString(base); m != "" && knownScheme(base) {
+		// A known scheme without its slashes: "postgres:user:password@host".
+		base = m + redactAuthority(base[len(m):])
+	} else {
 		// A URL whose scheme was forgotten ("user:password@host/db"
 		// reads as scheme "user"), or any other unknown form.
 		base = redactAuthority(base)
@@ -42,6 +52,34 @@ func Redact(raw string) string {
 		base += "#" + frag
 	}
 	return base
+}
+
+// isKeywordValue reports whether raw has no scheme and reads as
+// keyword/value settings: "host=db user=u password=secret".
+func isKeywordValue(raw string) bool {
+	return schemePrefix.FindString(raw) == "" && !strings.Contains(raw, "://") &&
+		keywordValue.MatchString(raw)
+}
+
+// keywordValue matches a string that starts with a keyword and "=".
+var keywordValue = regexp.MustCompile(`^\s*[A-Za-z_][A-Za-z0-9_]*\s*=`)
+
+// keywordSecrets returns a pattern that matches the value of every secret
+// keyword (password, and the secret parameters of every registered store)
+// in keyword/value settings, quoted values included (a quote inside one
+// is doubled, or escaped with a backslash);
+// group 1 is what comes before the value.
+func keywordSecrets() *regexp.Regexp {
+	names := []string{"password"}
+	mu.RLock()
+	for _, e := range schemes {
+		names = append(names, e.secrets...)
+	}
+	mu.RUnlock()
+	for i, n := range names {
+		names[i] = regexp.QuoteMeta(n)
+	}
+	return regexp.MustCompile(`(?i)((?:^|\s)(?:` + strings.Join(names, "|") + `)\s*=\s*)('(?:[^'\\]|\\.|'')*'?|[^\s]*)`)
 }
 
 // redactAuthority replaces the password of the user information that
@@ -112,9 +150,25 @@ func secretValues(raw string) []string {
 			out = append(out, d)
 		}
 	}
+	if isKeywordValue(raw) {
+		for _, m := range keywordSecrets().FindAllStringSubmatch(raw, -1) {
+			v := m[2]
+			add(v)
+			if u := strings.Trim(v, "'"); u != v {
+				add(u)
+			}
+		}
+		return out
+	}
 	rest, _, _ := strings.Cut(raw, "#")
 	base, query, _ := strings.Cut(rest, "?")
-	if _, after, ok := strings.Cut(base, "://"); ok {
+	after, ok := "", false
+	if _, after, ok = strings.Cut(base, "://"); !ok {
+		if m := schemePrefix.FindString(base); m != "" && knownScheme(base) {
+			after, ok = base[len(m):], true // "postgres:user:password@host"
+		}
+	}
+	if ok {
 		authority, _, _ := strings.Cut(after, "/")
 		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
 			if _, pass, hasPass := strings.Cut(authority[:at], ":"); hasPass {

@@ -483,6 +483,15 @@ func TestRedact(t *testing.T) {
 		"//nobody:s3cret@127.0.0.1/x": "//nobody:xxxxx@127.0.0.1/x",
 		"u:p@ss@h/db?password=p":      "u:xxxxx@h/db?password=xxxxx",
 		"sqlite:/tmp/a@b:c.db":        "sqlite:/tmp/a@b:c.db",
+		// A known scheme without its slashes (new-user trial, ninth stop).
+		"postgres:u:s3cret@127.0.0.1/db": "postgres:u:xxxxx@127.0.0.1/db",
+		"redis:u:s3cret@h:6379/0":        "redis:u:xxxxx@h:6379/0",
+		"sqlite:x.db":                    "sqlite:x.db",
+		// libpq's keyword/value settings, which have no scheme.
+		"host=127.0.0.1 password=s3cret":                  "host=127.0.0.1 password=xxxxx",
+		"host=h password='a b' SSLPassword=k user=u":      "host=h password=xxxxx SSLPassword=xxxxx user=u",
+		"  password = s3cret dbname=x":                    "  password = xxxxx dbname=x",
+		"user=u passwordless=yes password='it''s' port=1": "user=u passwordless=yes password=xxxxx port=1",
 	} {
 		if got := store.Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
@@ -494,6 +503,29 @@ func TestRedact(t *testing.T) {
 	}
 	if s := u.String(); strings.Contains(s, "s3cret") || strings.Contains(s, "k3y") {
 		t.Fatalf("String() = %q shows a secret", s)
+	}
+}
+
+// An '@' in the user information that is not percent-encoded is refused
+// before any I/O by every store with user information: pgx splits such a
+// URL at its first '@' (the rest of the password became a host name, looked
+// up and shown in the error), Go's net/url at its last.
+func TestUnescapedAtInUserinfo(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://u:s3@cret@127.0.0.1:1/db",
+		"redis://u:s3@cret@127.0.0.1:1/0",
+		"etcd://u:s3@cret@127.0.0.1:1",
+		"cassandra://u:s3@cret@127.0.0.1:1/ks",
+	} {
+		_, err := store.Parse(raw)
+		if !errors.Is(err, store.ErrBadURL) || !strings.Contains(err.Error(), "%40") {
+			t.Errorf("Parse(%q) = %v; want ErrBadURL saying to write %%40", raw, err)
+		} else if strings.Contains(err.Error(), "cret") {
+			t.Errorf("Parse(%q): %q shows part of the password", raw, err)
+		}
+	}
+	if _, err := store.Parse("postgres://u:s3%40cret@127.0.0.1:1/db"); err != nil {
+		t.Errorf("a percent-encoded @: %v", err)
 	}
 }
 
@@ -514,6 +546,10 @@ func TestErrorsHideSecrets(t *testing.T) {
 		"redis://127.0.0.1:1?password=rd-s3cret",
 		"cassandra://u:cs-s3cret@127.0.0.1:1/ks?connect_timeout=500ms",
 		"cassandra://u:cs-s3cret@127.0.0.1:1/ks?bogus=1",
+		// Forms the redaction did not know (new-user trial, ninth stop).
+		"postgres:u:pg-s3cret@127.0.0.1/db",
+		"host=127.0.0.1 port=1 password=pg-s3cret",
+		"host=127.0.0.1 port=1 password='pg-s3cret x'",
 	} {
 		s, err := store.Open(ctx, raw)
 		if err == nil {

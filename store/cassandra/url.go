@@ -77,6 +77,9 @@ func ParseURL(raw string) (Config, error) {
 	if !ok || !strings.EqualFold(scheme, "cassandra") {
 		return bad("want cassandra://[user:password@]host1[,host2][:port]/keyspace[?params]")
 	}
+	if err := driver.CheckUserinfo(raw); err != nil {
+		return bad("%v", err)
+	}
 	authority, pathQuery := rest, ""
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
 		authority, pathQuery = rest[:i], rest[i:]

@@ -38,6 +38,9 @@ func init() {
 // error. The error describes a
 // malformed URL and never contains the password.
 func ParseURL(raw string) (Config, error) {
+	if err := driver.CheckUserinfo(raw); err != nil {
+		return Config{}, fmt.Errorf("etcd store: bad URL: %w", err)
+	}
 	rest, ok := strings.CutPrefix(raw, "etcd://")
 	if !ok {
 		return Config{}, errors.New("etcd store: URL must start with etcd://")

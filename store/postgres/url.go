@@ -47,6 +47,9 @@ var serverParams = map[string]bool{"application_name": true}
 // port must be 1 to 65535. The error describes a malformed URL and never
 // contains a password.
 func ParseURL(raw string) (Config, error) {
+	if err := driver.CheckUserinfo(raw); err != nil {
+		return Config{}, fmt.Errorf("postgres store: bad URL: %w", err)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		var ue *url.Error

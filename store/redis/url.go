@@ -38,6 +38,9 @@ func init() {
 // TLS), allow_eviction=true. Any other option is an error. The error
 // describes a malformed URL and never contains the password.
 func ParseURL(raw string) (Config, error) {
+	if err := driver.CheckUserinfo(raw); err != nil {
+		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		var ue *url.Error
