@@ -187,7 +187,7 @@ func Main(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		// full disk): say so, with one exit code in every subcommand. The
 		// command's own message, if any, is printed too; an error that is
 		// only the failed write is not repeated.
-		if isExit && xe.msg != "" {
+		if isExit && xe.msg != "" && !strings.HasSuffix(xe.msg, ": "+werr.Error()) {
 			fmt.Fprintf(stderr, "tenure: %s\n", oneLine(xe.msg))
 		}
 		fmt.Fprintf(stderr, "tenure: cannot write to standard output: %s\n", oneLine(werr.Error()))

@@ -176,6 +176,11 @@ func TestStdoutWriteFailures(t *testing.T) {
 			if code != exitIOErr || !strings.Contains(stderr.String(), "cannot write to standard output") {
 				t.Errorf("%q, stdout %s: exit %d, want %d:\n%s", args, kind, code, exitIOErr, stderr.String())
 			}
+			// The failed write is said once, not also as the subcommand's
+			// own error ("write JSON: broken pipe": new-user trial).
+			if strings.Count(stderr.String(), "\n") > 1 {
+				t.Errorf("%q, stdout %s: the failed write is reported more than once:\n%s", args, kind, stderr.String())
+			}
 		}
 	}
 	// release writes what it released: the lease is released, and the
