@@ -485,7 +485,7 @@ func storeOpenErr(err error) error {
 	case errors.Is(err, store.ErrBadURL):
 		return usage("%s", errText(err))
 	case errors.Is(err, store.ErrNoStore):
-		return fail(exitNoStore, "no tenure store: %s; nothing was created (tenure init creates a store)",
+		return fail(exitNoStore, "no tenure store: %s; nothing was created (tenure init creates one; on SQLite, tenure run and tenure elect do too)",
 			strings.TrimPrefix(errText(err), store.ErrUnavailable.Error()+": "))
 	}
 	return fail(exitUnavailable, "%s", errText(err))
