@@ -40,18 +40,26 @@ func echo(t *testing.T) (string, <-chan string) {
 	return ln.Addr().String(), got
 }
 
-func TestModes(t *testing.T) {
+// proxiedEcho starts an echo server (see echo), a proxy in front of it and
+// a connection through the proxy, all closed when the test ends.
+func proxiedEcho(t *testing.T) (*Proxy, net.Conn, <-chan string) {
+	t.Helper()
 	addr, got := echo(t)
 	p, err := Start(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return p, c, got
+}
+
+func TestModes(t *testing.T) {
+	p, c, got := proxiedEcho(t)
 	r := bufio.NewReader(c)
 	roundTrip := func(line string) (string, error) {
 		c.SetDeadline(time.Now().Add(200 * time.Millisecond))
@@ -184,17 +192,7 @@ func TestPartition(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("Partition fills a listen queue of 0: Linux only")
 	}
-	addr, got := echo(t)
-	p, err := Start(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c, got := proxiedEcho(t)
 	c.Write([]byte("a\n"))
 	if s := <-got; s != "a\n" {
 		t.Fatalf("pass: server got %q", s)

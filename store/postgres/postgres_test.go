@@ -130,31 +130,18 @@ func TestNotificationsSurviveListenerLoss(t *testing.T) {
 // outcome, never "not acquired", and the write was applied.
 func TestLostReplyIsUnknownOutcome(t *testing.T) {
 	ctx := testserver.Ctx(t)
-	base, err := pgxpool.ParseConfig(dsn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := netfault.Start(fmt.Sprintf("%s:%d", base.ConnConfig.Host, base.ConnConfig.Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
 	direct := open(t)
-	s := open(t, func(c *postgres.Config) {
-		c.Pool.ConnConfig.Host = "127.0.0.1"
-		fmt.Sscanf(proxy.Addr()[strings.LastIndex(proxy.Addr(), ":")+1:], "%d", &c.Pool.ConnConfig.Port)
-		c.Pool.ConnConfig.Fallbacks = nil
-		c.Pool.MaxConns = 1
-	})
+	s, proxy := proxied(t, 1)
 	// The warm-up fills the connection's statement cache: otherwise the
 	// lost reply is the one to the statement's preparation, and nothing is
 	// applied.
 	testserver.LostReplies(ctx, t, s, direct, proxy, 500*time.Millisecond, 5*time.Second)
 }
 
-// TestBoundedWhenPartitioned: a Locker's calls end by their bounds when
-// new connections hang.
-func TestBoundedWhenPartitioned(t *testing.T) {
+// proxied returns a store whose connections (at most maxConns, 0 for the
+// default) go through a netfault proxy, closed when the test ends.
+func proxied(t *testing.T, maxConns int32) (*postgres.Store, *netfault.Proxy) {
+	t.Helper()
 	base, err := pgxpool.ParseConfig(dsn(t))
 	if err != nil {
 		t.Fatal(err)
@@ -163,12 +150,22 @@ func TestBoundedWhenPartitioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proxy.Close()
+	t.Cleanup(func() { proxy.Close() })
 	s := open(t, func(c *postgres.Config) {
 		c.Pool.ConnConfig.Host = "127.0.0.1"
 		fmt.Sscanf(proxy.Addr()[strings.LastIndex(proxy.Addr(), ":")+1:], "%d", &c.Pool.ConnConfig.Port)
 		c.Pool.ConnConfig.Fallbacks = nil
+		if maxConns > 0 {
+			c.Pool.MaxConns = maxConns
+		}
 	})
+	return s, proxy
+}
+
+// TestBoundedWhenPartitioned: a Locker's calls end by their bounds when
+// new connections hang.
+func TestBoundedWhenPartitioned(t *testing.T) {
+	s, proxy := proxied(t, 0)
 	testserver.BoundedWhenPartitioned(t, s, proxy)
 }
 
