@@ -25,22 +25,44 @@ func ParsePort(s string) (int, error) {
 	return p, nil
 }
 
+// Userinfo returns the user information ("user:password") that starts
+// rest, the part of a URL after "scheme://", as a user may have written
+// it: up to the last '@' before the host, even where a password holds an
+// '@', '/', '?' or '#' that is not percent-encoded (RFC 3986 allows none
+// there, but a password pasted into a URL often has one). A '/', '?' or
+// '#' ends the authority unless an '@' comes after it with no '=' in
+// between: an '@' in a query value ("?client_name=a@b") is not user
+// information. ok is false when there is none.
+func Userinfo(rest string) (info string, ok bool) {
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndexByte(rest[:end], '@')
+	for i := end; i < len(rest) && rest[i] != '='; i++ {
+		if rest[i] == '@' {
+			at = i
+		}
+	}
+	if at < 0 {
+		return "", false
+	}
+	return rest[:at], true
+}
+
 // CheckUserinfo returns an error when the user information of a store URL
-// (scheme://user:password@host...) holds an '@' that is not
-// percent-encoded. RFC 3986 allows none there, and parsers split such an
-// authority at different '@'s (Go's net/url at the last, pgx at the
-// first), so part of a password could be taken for the host name, looked
-// up, and shown in an error. The error does not show the URL.
+// (scheme://user:password@host...) holds an '@', '/', '?' or '#' that is
+// not percent-encoded. Parsers split such a URL in different places (Go's
+// net/url at the first '/' and the last '@', pgx at the first '@'), so
+// part of a password could be taken for a host name, a port or a path,
+// used, and shown in an error. The error does not show the URL.
 func CheckUserinfo(raw string) error {
 	_, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return nil
 	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	if strings.Count(rest, "@") > 1 {
-		return errors.New("the user name or password holds an '@': write it as %40")
+	if info, ok := Userinfo(rest); ok && strings.ContainsAny(info, "@/?#") {
+		return errors.New("the user name or password holds an '@', '/', '?' or '#': percent-encode it (%40, %2F, %3F, %23)")
 	}
 	return nil
 }

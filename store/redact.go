@@ -4,40 +4,34 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/tenure-go/tenure/driver"
 )
 
 // redacted replaces a secret in URLs and messages.
 const redacted = "xxxxx"
 
 // Redact returns raw with its secrets replaced by "xxxxx", for messages and
-// logs: the password of the user information (scheme://user:password@host,
-// and scheme:user:password@host with the slashes forgotten) and the value
-// of every query parameter that holds a secret: password= in every scheme,
-// and those that the scheme's store lists in Driver.Secrets (sslpassword=
-// for PostgreSQL). A string with no scheme that reads as keyword/value
-// settings (libpq's "host=db password=secret") has the values of those
-// keywords replaced too. It works on URLs that do not parse, and on any
-// scheme.
+// logs: the password of the user information in every form a user may
+// write it (see passwordSpan), the value of every query parameter that
+// holds a secret (password= in every scheme, and those that the scheme's
+// store lists in Driver.Secrets, such as sslpassword= for PostgreSQL), and,
+// in a string with no "://" (libpq's keyword/value settings, "host=db
+// password=secret", quoted or not), the values of those keywords. It works
+// on URLs that do not parse, and on any scheme.
 func Redact(raw string) string {
-	if isKeywordValue(raw) {
-		return keywordSecrets().ReplaceAllString(raw, "${1}"+redacted)
+	s := raw
+	if ps, pe, ok := passwordSpan(raw); ok {
+		// First, so that a '?' or '#' inside the password is gone before
+		// the query is looked for.
+		s = raw[:ps] + redacted + raw[pe:]
+	}
+	if !strings.Contains(s, "://") {
+		s = keywordSecrets().ReplaceAllString(s, "${1}"+redacted)
 	}
 	secrets := secretParams(raw)
-	rest, frag, hasFrag := strings.Cut(raw, "#")
+	rest, frag, hasFrag := strings.Cut(s, "#")
 	base, query, hasQuery := strings.Cut(rest, "?")
-	if scheme, after, ok := strings.Cut(base, "://"); ok {
-		base = scheme + "://" + redactAuthority(after)
-	} else if after, ok := strings.CutPrefix(base, "//"); ok {
-		// No scheme: "//user:password@host/..."
-		base = "//" + redactAuthority(after)
-	} else if m := schemePrefix.FindString(base); m != "" && knownScheme(base) {
-		// A known scheme without its slashes: "postgres:user:password@host".
-		base = m + redactAuthority(base[len(m):])
-	} else {
-		// A URL whose scheme was forgotten ("user:password@host/db"
-		// reads as scheme "user"), or any other unknown form.
-		base = redactAuthority(base)
-	}
 	if hasQuery {
 		params := strings.Split(query, "&")
 		for i, p := range params {
@@ -52,6 +46,57 @@ func Redact(raw string) string {
 		base += "#" + frag
 	}
 	return base
+}
+
+// passwordSpan returns where the password of raw's user information lies,
+// raw[start:end], in every form a user may write it: scheme://user:pw@host;
+// //user:pw@host; the scheme of a store with hosts with its slashes
+// missing or short (postgres:user:pw@host, postgres:/user:pw@host); and no
+// scheme at all, user:pw@host (the user reads as an unknown scheme). The
+// user information ends at its last '@' (driver.Userinfo), so a password
+// that holds an '@', '/', '?' or '#' is found whole. A store of files
+// (sqlite:PATH) has no user information, whatever its path holds.
+func passwordSpan(raw string) (start, end int, ok bool) {
+	a := 0 // where the authority starts
+	switch {
+	case strings.Contains(raw, "://"):
+		a = strings.Index(raw, "://") + 3
+	case strings.HasPrefix(raw, "//"):
+		a = 2
+	default:
+		if m := schemePrefix.FindString(raw); m != "" && knownScheme(raw) {
+			if !hostScheme(raw) {
+				return 0, 0, false
+			}
+			a = len(m)
+			for a < len(raw) && raw[a] == '/' {
+				a++
+			}
+		} else if isKeywordValue(raw) {
+			return 0, 0, false
+		}
+	}
+	info, ok := driver.Userinfo(raw[a:])
+	if !ok {
+		return 0, 0, false
+	}
+	c := strings.IndexByte(info, ':')
+	if c < 0 {
+		return 0, 0, false
+	}
+	return a + c + 1, a + len(info), true
+}
+
+// hostScheme reports whether raw's scheme is that of a registered store
+// whose URLs name hosts (its usage line starts scheme://...), and so may
+// carry user information.
+func hostScheme(raw string) bool {
+	e := schemeEntry(raw)
+	if e == nil {
+		return false
+	}
+	form, _, _ := strings.Cut(e.usage, " ")
+	return strings.Contains(form, "://")
 }
 
 // isKeywordValue reports whether raw has no scheme and reads as
@@ -79,22 +124,7 @@ func keywordSecrets() *regexp.Regexp {
 	for i, n := range names {
 		names[i] = regexp.QuoteMeta(n)
 	}
-	return regexp.MustCompile(`(?i)((?:^|\s)(?:` + strings.Join(names, "|") + `)\s*=\s*)('(?:[^'\\]|\\.|'')*'?|[^\s]*)`)
-}
-
-// redactAuthority replaces the password of the user information that
-// starts s (user:password@host, up to the first slash).
-func redactAuthority(s string) string {
-	authority, path := s, ""
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		authority, path = s[:i], s[i:]
-	}
-	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-		if user, _, hasPass := strings.Cut(authority[:at], ":"); hasPass {
-			authority = user + ":" + redacted + authority[at:]
-		}
-	}
-	return authority + path
+	return regexp.MustCompile(`(?i)((?:^|\s)(?:` + strings.Join(names, "|") + `)\s*=\s*)('(?:[^'\\]|\\.|'')*'?|(?:\\.|[^\s\\])*)`)
 }
 
 // schemeEntry returns the registered store of raw's scheme, or nil.
@@ -150,32 +180,25 @@ func secretValues(raw string) []string {
 			out = append(out, d)
 		}
 	}
-	if isKeywordValue(raw) {
-		for _, m := range keywordSecrets().FindAllStringSubmatch(raw, -1) {
+	s := raw
+	if ps, pe, ok := passwordSpan(raw); ok {
+		add(raw[ps:pe])
+		s = raw[:ps] + raw[pe:]
+	}
+	if !strings.Contains(s, "://") {
+		for _, m := range keywordSecrets().FindAllStringSubmatch(s, -1) {
 			v := m[2]
 			add(v)
-			if u := strings.Trim(v, "'"); u != v {
+			if u := strings.Trim(v, "'\""); u != v {
+				add(u)
+			}
+			if u := strings.ReplaceAll(v, "\\", ""); u != v {
 				add(u)
 			}
 		}
-		return out
 	}
-	rest, _, _ := strings.Cut(raw, "#")
-	base, query, _ := strings.Cut(rest, "?")
-	after, ok := "", false
-	if _, after, ok = strings.Cut(base, "://"); !ok {
-		if m := schemePrefix.FindString(base); m != "" && knownScheme(base) {
-			after, ok = base[len(m):], true // "postgres:user:password@host"
-		}
-	}
-	if ok {
-		authority, _, _ := strings.Cut(after, "/")
-		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-			if _, pass, hasPass := strings.Cut(authority[:at], ":"); hasPass {
-				add(pass)
-			}
-		}
-	}
+	rest, _, _ := strings.Cut(s, "#")
+	_, query, _ := strings.Cut(rest, "?")
 	for _, p := range strings.Split(query, "&") {
 		if k, v, ok := strings.Cut(p, "="); ok && secrets[paramName(k)] {
 			add(v)

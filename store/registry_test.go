@@ -492,6 +492,20 @@ func TestRedact(t *testing.T) {
 		"host=h password='a b' SSLPassword=k user=u":      "host=h password=xxxxx SSLPassword=xxxxx user=u",
 		"  password = s3cret dbname=x":                    "  password = xxxxx dbname=x",
 		"user=u passwordless=yes password='it''s' port=1": "user=u passwordless=yes password=xxxxx port=1",
+		// A '/', '?' or '#' in a password that is not percent-encoded; a
+		// short slash; a backslash-escaped space; a quoted string; and what
+		// must stay as it is (second review, ninth stop).
+		"postgres://u:S1/S2@127.0.0.1:1/db":       "postgres://u:xxxxx@127.0.0.1:1/db",
+		"postgres://u:S1#S2@h/db":                 "postgres://u:xxxxx@h/db",
+		"postgres://u:S1?S2@h/db?password=p":      "postgres://u:xxxxx@h/db?password=xxxxx",
+		"etcd://u:S1/S2@h:2379":                   "etcd://u:xxxxx@h:2379",
+		"postgres:/u:s3cret@h:1/db":               "postgres:/u:xxxxx@h:1/db",
+		"redis:/u:s3cret@h:1/0":                   "redis:/u:xxxxx@h:1/0",
+		`host=h password=SEC\ RET user=u`:         "host=h password=xxxxx user=u",
+		`"host=h password=s3cret"`:                `"host=h password=xxxxx`,
+		"sqlite:leases:s@x.db":                    "sqlite:leases:s@x.db",
+		"redis://h:6379/0?client_name=x@y":        "redis://h:6379/0?client_name=x@y",
+		"cassandra://h1,h2/ks?consistency=quorum": "cassandra://h1,h2/ks?consistency=quorum",
 	} {
 		if got := store.Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
@@ -506,26 +520,57 @@ func TestRedact(t *testing.T) {
 	}
 }
 
-// An '@' in the user information that is not percent-encoded is refused
-// before any I/O by every store with user information: pgx splits such a
-// URL at its first '@' (the rest of the password became a host name, looked
-// up and shown in the error), Go's net/url at its last.
-func TestUnescapedAtInUserinfo(t *testing.T) {
+// A SQLite path has no user information: a path that holds ':' and '@' is
+// shown as written, not taken apart as a password (second review).
+func TestSQLitePathNotRedacted(t *testing.T) {
+	dir := t.TempDir()
+	raw := "sqlite:" + dir + "/no-such-dir/leases:s@x.db"
+	_, err := store.Open(context.Background(), raw)
+	if err == nil || !strings.Contains(err.Error(), "leases:s@x.db") {
+		t.Fatalf("Open(%q) = %v; want an error that names the path as written", raw, err)
+	}
+}
+
+// An '@', '/', '?' or '#' in the user information that is not
+// percent-encoded is refused before any I/O by every store with user
+// information: pgx splits such a URL at its first '@' (the rest of the
+// password became a host name, looked up and shown in the error), Go's
+// net/url at its first '/' and last '@' (a password before a '/' became a
+// port, shown in the error). An '@' in a query value is not user
+// information. A store URL must have its "//" (second review).
+func TestUnescapedDelimitersInUserinfo(t *testing.T) {
 	for _, raw := range []string{
 		"postgres://u:s3@cret@127.0.0.1:1/db",
 		"redis://u:s3@cret@127.0.0.1:1/0",
 		"etcd://u:s3@cret@127.0.0.1:1",
 		"cassandra://u:s3@cret@127.0.0.1:1/ks",
+		"postgres://u:s3/cret@127.0.0.1:1/db",
+		"postgres://u:1234/cret@127.0.0.1:1/db",
+		"redis://u:s3#cret@127.0.0.1:1/0",
+		"etcd://u:s3?cret@127.0.0.1:1",
+		"cassandra://u:s3/cret@127.0.0.1:1/ks",
 	} {
 		_, err := store.Parse(raw)
 		if !errors.Is(err, store.ErrBadURL) || !strings.Contains(err.Error(), "%40") {
-			t.Errorf("Parse(%q) = %v; want ErrBadURL saying to write %%40", raw, err)
+			t.Errorf("Parse(%q) = %v; want ErrBadURL saying to percent-encode it", raw, err)
 		} else if strings.Contains(err.Error(), "cret") {
 			t.Errorf("Parse(%q): %q shows part of the password", raw, err)
 		}
 	}
-	if _, err := store.Parse("postgres://u:s3%40cret@127.0.0.1:1/db"); err != nil {
-		t.Errorf("a percent-encoded @: %v", err)
+	for _, raw := range []string{
+		"postgres://u:s3%40cret%2Fx@127.0.0.1:1/db",
+		"redis://h:6379/0?client_name=x@y",
+		"postgres://u:pw@h:5432/db?application_name=a@b",
+	} {
+		if _, err := store.Parse(raw); err != nil {
+			t.Errorf("Parse(%q): %v", raw, err)
+		}
+	}
+	for _, raw := range []string{"postgres:/u:s3cret@127.0.0.1:1/db", "redis:/u:s3cret@127.0.0.1:1/0"} {
+		_, err := store.Parse(raw)
+		if !errors.Is(err, store.ErrBadURL) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Parse(%q) = %v; want ErrBadURL without the password", raw, err)
+		}
 	}
 }
 
@@ -550,6 +595,16 @@ func TestErrorsHideSecrets(t *testing.T) {
 		"postgres:u:pg-s3cret@127.0.0.1/db",
 		"host=127.0.0.1 port=1 password=pg-s3cret",
 		"host=127.0.0.1 port=1 password='pg-s3cret x'",
+		"postgres://u:pg-s3cret/x@127.0.0.1:1/db",
+		"postgres://u:x/pg-s3cret@127.0.0.1:1/db",
+		"postgres://u:pg-s3cret#x@127.0.0.1:1/db",
+		"postgres:/u:pg-s3cret@127.0.0.1:1/db?connect_timeout=1",
+		"redis:/u:rd-s3cret@127.0.0.1:1/0",
+		"redis://u:rd-s3cret/x@127.0.0.1:1/0",
+		"etcd://u:et-s3cret/x@127.0.0.1:1",
+		"cassandra://u:cs-s3cret/x@127.0.0.1:1/ks",
+		`host=127.0.0.1 port=1 password=pg-s3cret\ x`,
+		`"host=127.0.0.1 port=1 password=pg-s3cret"`,
 	} {
 		s, err := store.Open(ctx, raw)
 		if err == nil {

@@ -221,6 +221,16 @@ func TestSecretsNeverShown(t *testing.T) {
 		"postgres:u:" + secret + "@127.0.0.1/db",
 		"host=127.0.0.1 port=1 password=" + secret,
 		"postgres://u:x@" + secret + "@127.0.0.1:1/db?connect_timeout=1",
+		// A '/', '?' or '#' in a password, a short slash, an escaped space,
+		// a quoted string (second review, ninth stop).
+		"postgres://u:" + secret + "/x@127.0.0.1:1/db",
+		"redis://u:x/" + secret + "@127.0.0.1:1/0",
+		"etcd://u:" + secret + "#x@127.0.0.1:1",
+		"cassandra://u:" + secret + "/x@127.0.0.1:1/ks",
+		"postgres:/u:" + secret + "@127.0.0.1:1/db?connect_timeout=1",
+		"redis:/u:" + secret + "@127.0.0.1:1/0",
+		`host=127.0.0.1 port=1 password=x\ ` + secret,
+		`"host=127.0.0.1 port=1 password=` + secret + `"`,
 	} {
 		for _, args := range [][]string{
 			{"--log-level", "debug", "status", "job"},

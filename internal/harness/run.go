@@ -621,9 +621,12 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 			// Open connections go silent and new ones hang: the drivers'
 			// calls time out, their connections are dropped, and the dials
 			// that replace them never complete until the partition is over.
+			// Each proxy takes a moment to fill its listen queue: the fault
+			// starts once all of them are partitioned.
 			for _, p := range o.env.proxies {
 				p.SetMode(netfault.Partition)
 			}
+			f.Start = MonoNow()
 		default:
 			for _, p := range o.env.proxies {
 				p.SetMode(netfault.Blackhole)

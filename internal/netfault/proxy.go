@@ -47,11 +47,14 @@ type Proxy struct {
 	mode   atomic.Int32
 	open   chan struct{} // closed while the proxy accepts; replaced by Partition
 
-	// fillers are the proxy's own connections to itself that fill its
-	// listen queue while it is partitioned, by their local address.
-	fillers map[string]net.Conn
-	delay   atomic.Int64 // added before forwarding each chunk, in nanoseconds
-	late    atomic.Int64 // requests read now are delivered this much later, in nanoseconds
+	// fillers are the local addresses of the proxy's own connections to
+	// itself that fill its listen queue while it is partitioned, and
+	// fillerConns those connections (their dialing side), closed when the
+	// partition ends.
+	fillers     map[string]bool
+	fillerConns []net.Conn
+	delay       atomic.Int64 // added before forwarding each chunk, in nanoseconds
+	late        atomic.Int64 // requests read now are delivered this much later, in nanoseconds
 
 	held, delivered, afterClose atomic.Int64 // LateStats
 
@@ -76,7 +79,7 @@ func StartOn(host, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, open: make(chan struct{}), fillers: map[string]net.Conn{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, open: make(chan struct{}), fillers: map[string]bool{}}
 	close(p.open)
 	p.idle = sync.NewCond(&p.mu)
 	p.wg.Add(1)
@@ -95,12 +98,35 @@ func (p *Proxy) SetMode(m Mode) {
 	switch {
 	case m == Partition && old != Partition:
 		p.open = make(chan struct{})
+		// Push the accept loop out of Accept (it may be waiting in it):
+		// from now on it waits for open, and nothing takes a connection
+		// from the queue.
+		p.setAcceptDeadline(time.Now())
 		p.fillQueueLocked()
 	case m != Partition && old == Partition:
-		for _, c := range p.fillers {
-			c.Close()
-		}
+		p.endPartitionLocked()
+	}
+}
+
+// endPartitionLocked closes the connections that filled the queue and lets
+// the accept loop accept again.
+func (p *Proxy) endPartitionLocked() {
+	for _, c := range p.fillerConns {
+		c.Close()
+	}
+	p.fillerConns = nil
+	p.setAcceptDeadline(time.Time{})
+	select {
+	case <-p.open:
+	default:
 		close(p.open)
+	}
+}
+
+// setAcceptDeadline sets the listener's deadline for Accept (zero: none).
+func (p *Proxy) setAcceptDeadline(t time.Time) {
+	if l, ok := p.ln.(interface{ SetDeadline(time.Time) error }); ok {
+		l.SetDeadline(t) //nolint:errcheck // a closed listener ends the loop anyway
 	}
 }
 
@@ -114,7 +140,8 @@ func (p *Proxy) fillQueueLocked() {
 		if err != nil {
 			return // the queue is full
 		}
-		p.fillers[c.LocalAddr().String()] = c
+		p.fillers[c.LocalAddr().String()] = true
+		p.fillerConns = append(p.fillerConns, c)
 	}
 }
 
@@ -135,11 +162,18 @@ func (p *Proxy) filler(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := c.RemoteAddr().String()
-	if _, ok := p.fillers[k]; ok {
+	if p.fillers[k] {
 		delete(p.fillers, k)
 		return true
 	}
 	return false
+}
+
+// isClosed reports whether Close was called.
+func (p *Proxy) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // acceptOpen returns a channel closed while the proxy accepts connections.
@@ -204,14 +238,7 @@ func (p *Proxy) Reset() {
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
-	for _, c := range p.fillers {
-		c.Close()
-	}
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
-	}
+	p.endPartitionLocked()
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.Reset()
@@ -242,6 +269,9 @@ func (p *Proxy) accept() {
 	for {
 		<-p.acceptOpen() // partitioned: the listen queue fills, new connections hang
 		client, err := p.ln.Accept()
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && !p.isClosed() {
+			continue // a partition began: wait for its end
+		}
 		if err != nil {
 			return
 		}

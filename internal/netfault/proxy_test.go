@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"os"
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -230,5 +232,41 @@ func TestPartition(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("after the partition: a new connection forwards nothing")
+	}
+}
+
+// A dial made right after SetMode(Partition) returns never completes: the
+// accept loop, which may have been waiting in Accept, takes nothing from the
+// queue once the partition began; and the proxy's own connections that
+// filled the queue are closed when it ends (second review, ninth stop).
+func TestPartitionAtOnceAndNoLeak(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Partition fills a listen queue of 0: Linux only")
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no finalizer closes a leaked connection
+	p, _, _ := proxiedEcho(t)
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	for i := 0; i < 10; i++ {
+		time.Sleep(20 * time.Millisecond) // the accept loop waits in Accept again
+		p.SetMode(Partition)
+		if c, err := net.DialTimeout("tcp", p.Addr(), 100*time.Millisecond); err == nil {
+			c.Close()
+			t.Fatalf("partition %d: a dial right after SetMode(Partition) completed", i)
+		}
+		p.SetMode(Pass)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for fds() > before+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("open files: %d before ten partitions, %d after", before, fds())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -47,6 +47,12 @@ var serverParams = map[string]bool{"application_name": true}
 // port must be 1 to 65535. The error describes a malformed URL and never
 // contains a password.
 func ParseURL(raw string) (Config, error) {
+	if !strings.Contains(raw, "://") {
+		// "postgres:/u:pw@host" would parse with an empty host and the user
+		// information in its path: a server of the defaults, and a
+		// password in the messages.
+		return Config{}, fmt.Errorf("postgres store: bad URL: want postgres:// or postgresql://")
+	}
 	if err := driver.CheckUserinfo(raw); err != nil {
 		return Config{}, fmt.Errorf("postgres store: bad URL: %w", err)
 	}

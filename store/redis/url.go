@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -38,6 +39,12 @@ func init() {
 // TLS), allow_eviction=true. Any other option is an error. The error
 // describes a malformed URL and never contains the password.
 func ParseURL(raw string) (Config, error) {
+	if !strings.Contains(raw, "://") {
+		// "redis:/u:pw@host" would parse with an empty host and the user
+		// information in its path: a server of the defaults, and a
+		// password in the messages.
+		return Config{}, fmt.Errorf("redis store: bad URL: want redis:// or rediss://")
+	}
 	if err := driver.CheckUserinfo(raw); err != nil {
 		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
 	}
