@@ -58,9 +58,9 @@ func Redact(raw string) string {
 // (sqlite:PATH) has no user information, whatever its path holds.
 func passwordSpan(raw string) (start, end int, ok bool) {
 	a := 0 // where the authority starts
-	switch {
-	case strings.Contains(raw, "://"):
-		a = strings.Index(raw, "://") + 3
+	switch i := strings.Index(raw, "://"); {
+	case i >= 0:
+		a = i + 3
 	case strings.HasPrefix(raw, "//"):
 		a = 2
 	default:
@@ -112,8 +112,9 @@ var keywordValue = regexp.MustCompile(`^\s*[A-Za-z_][A-Za-z0-9_]*\s*=`)
 // keywordSecrets returns a pattern that matches the value of every secret
 // keyword (password, and the secret parameters of every registered store)
 // in keyword/value settings, quoted values included (a quote inside one
-// is doubled, or escaped with a backslash);
-// group 1 is what comes before the value.
+// is doubled, or escaped with a backslash); group 1 is what comes before
+// the value. Only messages use it: it is compiled on each call, so that a
+// store registered later is covered.
 func keywordSecrets() *regexp.Regexp {
 	names := []string{"password"}
 	mu.RLock()

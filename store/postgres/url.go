@@ -51,7 +51,7 @@ func ParseURL(raw string) (Config, error) {
 		// "postgres:/u:pw@host" would parse with an empty host and the user
 		// information in its path: a server of the defaults, and a
 		// password in the messages.
-		return Config{}, fmt.Errorf("postgres store: bad URL: want postgres:// or postgresql://")
+		return Config{}, errors.New("postgres store: bad URL: want postgres:// or postgresql://")
 	}
 	if err := driver.CheckUserinfo(raw); err != nil {
 		return Config{}, fmt.Errorf("postgres store: bad URL: %w", err)

@@ -43,7 +43,7 @@ func ParseURL(raw string) (Config, error) {
 		// "redis:/u:pw@host" would parse with an empty host and the user
 		// information in its path: a server of the defaults, and a
 		// password in the messages.
-		return Config{}, fmt.Errorf("redis store: bad URL: want redis:// or rediss://")
+		return Config{}, errors.New("redis store: bad URL: want redis:// or rediss://")
 	}
 	if err := driver.CheckUserinfo(raw); err != nil {
 		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
