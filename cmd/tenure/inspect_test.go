@@ -40,8 +40,9 @@ func TestInspectionCreatesNothing(t *testing.T) {
 			p := e.start("inspect", startOpt{dir: e.dir}, "--store", "sqlite:"+path, args)
 			code := p.wait(30 * time.Second)
 			stderr := p.stderr()
-			if code != exitNoStore || !strings.Contains(stderr, "no tenure store") || !strings.Contains(stderr, "does not exist") || !strings.Contains(stderr, "nothing was created") {
-				t.Errorf("%s %q: exit %d, want %d saying that there is no store:\n%s", path, args, code, exitNoStore, stderr)
+			if code != exitNoStore || !strings.Contains(stderr, "no tenure store") || !strings.Contains(stderr, "does not exist") || !strings.Contains(stderr, "nothing was created") ||
+				!strings.Contains(stderr, "on SQLite, tenure run and tenure elect do too") {
+				t.Errorf("%s %q: exit %d, want %d saying that there is no store, and what creates one:\n%s", path, args, code, exitNoStore, stderr)
 			}
 		}
 	}
