@@ -47,14 +47,12 @@ type Proxy struct {
 	mode   atomic.Int32
 	open   chan struct{} // closed while the proxy accepts; replaced by Partition
 
-	// fillers are the local addresses of the proxy's own connections to
-	// itself that fill its listen queue while it is partitioned, and
-	// fillerConns those connections (their dialing side), closed when the
-	// partition ends.
-	fillers     map[string]bool
-	fillerConns []net.Conn
-	delay       atomic.Int64 // added before forwarding each chunk, in nanoseconds
-	late        atomic.Int64 // requests read now are delivered this much later, in nanoseconds
+	// fillers are the proxy's own connections to itself (their dialing
+	// side) that fill its listen queue while it is partitioned; they are
+	// closed when the partition ends.
+	fillers []net.Conn
+	delay   atomic.Int64 // added before forwarding each chunk, in nanoseconds
+	late    atomic.Int64 // requests read now are delivered this much later, in nanoseconds
 
 	held, delivered, afterClose atomic.Int64 // LateStats
 
@@ -79,7 +77,7 @@ func StartOn(host, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, open: make(chan struct{}), fillers: map[string]bool{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, open: make(chan struct{})}
 	close(p.open)
 	p.idle = sync.NewCond(&p.mu)
 	p.wg.Add(1)
@@ -111,10 +109,10 @@ func (p *Proxy) SetMode(m Mode) {
 // endPartitionLocked closes the connections that filled the queue and lets
 // the accept loop accept again.
 func (p *Proxy) endPartitionLocked() {
-	for _, c := range p.fillerConns {
+	for _, c := range p.fillers {
 		c.Close()
 	}
-	p.fillerConns = nil
+	p.fillers = nil
 	p.setAcceptDeadline(time.Time{})
 	select {
 	case <-p.open:
@@ -130,18 +128,24 @@ func (p *Proxy) setAcceptDeadline(t time.Time) {
 	}
 }
 
+// fillerIP is the source address of the proxy's own connections that fill
+// its listen queue: a connection accepted from it is one of them, also one
+// whose dial gave up (a dial that times out on a loaded machine may still
+// have been completed by the kernel and queued).
+var fillerIP = net.IPv4(127, 254, 0, 1)
+
 // fillQueueLocked connects to the proxy's own listener until a connection
 // no longer completes: the listen queue is full, and the kernel drops
 // further connection requests. The connections are kept until the
-// partition ends; the accept loop closes those it accepts then.
+// partition ends; the accept loop closes those it accepts.
 func (p *Proxy) fillQueueLocked() {
+	d := net.Dialer{Timeout: 200 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: fillerIP}}
 	for i := 0; i < 8; i++ {
-		c, err := net.DialTimeout("tcp", p.ln.Addr().String(), 200*time.Millisecond)
+		c, err := d.Dial("tcp", p.ln.Addr().String())
 		if err != nil {
 			return // the queue is full
 		}
-		p.fillers[c.LocalAddr().String()] = true
-		p.fillerConns = append(p.fillerConns, c)
+		p.fillers = append(p.fillers, c)
 	}
 }
 
@@ -157,16 +161,10 @@ func (p *Proxy) refill() {
 }
 
 // filler reports whether c (accepted) is one of the proxy's own
-// connections that filled the queue, and forgets it.
-func (p *Proxy) filler(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	k := c.RemoteAddr().String()
-	if p.fillers[k] {
-		delete(p.fillers, k)
-		return true
-	}
-	return false
+// connections that filled the queue.
+func filler(c net.Conn) bool {
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	return ok && a.IP.Equal(fillerIP)
 }
 
 // isClosed reports whether Close was called.
@@ -275,7 +273,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		if p.filler(client) {
+		if filler(client) {
 			// Accepted while the partition began, or queued during it: the
 			// proxy's own. It stays open while the partition lasts; once
 			// over, it is closed. Its place in the queue is filled again.
