@@ -128,7 +128,7 @@ func TestElectSingletonTakeover(t *testing.T) {
 	if takeover < ttl/2 {
 		t.Fatalf("takeover %v after the leader died: before its lease expired", takeover)
 	}
-	if limit := ttl + retry + retry/10 + 1500*time.Millisecond; takeover > limit {
+	if limit := ttl + retry + retry/10 + schedSlack; takeover > limit {
 		t.Fatalf("takeover %v after SIGKILL, more than %v", takeover, limit)
 	}
 
@@ -143,7 +143,7 @@ func TestElectSingletonTakeover(t *testing.T) {
 	gi := waitReady(t, e.path("gamma.ready"), 20*time.Second)
 	handover := time.Duration(startOf(t, out, gi.token).mono - termed)
 	t.Logf("SIGTERM to the leader to the command's start on the other candidate: %v (retry %v)", handover.Round(time.Millisecond), retry)
-	if limit := retry + retry/10 + 1500*time.Millisecond; handover > limit {
+	if limit := retry + retry/10 + schedSlack; handover > limit {
 		t.Fatalf("handover %v after SIGTERM, more than %v", handover, limit)
 	}
 	if code := follower.wait(10 * time.Second); code != 128+int(syscall.SIGTERM) {

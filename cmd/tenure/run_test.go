@@ -186,7 +186,7 @@ func TestRunTakeoverAfterSIGKILL(t *testing.T) {
 	if takeover < ttl/2 {
 		t.Fatalf("beta got the lease %v after the holder died: before the holder's lease expired", takeover)
 	}
-	if limit := ttl + retry + 1500*time.Millisecond; takeover > limit {
+	if limit := ttl + retry + schedSlack; takeover > limit {
 		t.Fatalf("beta got the lease %v after the holder died, more than %v", takeover, limit)
 	}
 	if starts[0].token <= ai.token {
