@@ -240,7 +240,7 @@ type Store struct {
 
 	sql struct {
 		acquire, holder, renew, keep, release, list, raiseFloor stmt
-		deadRows, lockDead, poll                                string // lockDead and poll: fmt verbs for the IN list
+		listAll, deadRows, lockDead, poll                       string // lockDead and poll: fmt verbs for the IN list
 	}
 
 	hub       driver.Hub // release notifications; Listen is poll

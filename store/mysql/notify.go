@@ -29,7 +29,7 @@ var errNoPolling = errors.New("release polling is off (poll_interval=off): waite
 // every subscriber, since a release may have come meanwhile.
 func (s *Store) poll(ctx context.Context) {
 	delay := s.pollEvery
-	failed := true // the first successful poll reports listening
+	listening, failed := false, false
 	for {
 		resources := s.watchedResources()
 		if len(resources) > 0 {
@@ -39,13 +39,18 @@ func (s *Store) poll(ctx context.Context) {
 			}
 			if err != nil {
 				s.hub.SetListening(false, err)
-				failed = true
+				listening, failed = false, true
 				delay = min(2*delay, 2*time.Second)
 			} else {
-				if failed {
+				if !listening {
 					s.hub.SetListening(true, nil)
-					s.hub.WakeAll()
-					failed = false
+					listening = true
+					if failed {
+						// A release may have come while the polls
+						// failed; before the first poll, a subscriber
+						// tries again itself after subscribing.
+						s.hub.WakeAll()
+					}
 				}
 				delay = s.pollEvery
 				for _, r := range free {

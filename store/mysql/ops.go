@@ -187,13 +187,19 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 // and token, or returns an error wrapping driver.ErrLeaseLost
 // (driver.NotHolder, naming the current holder when there is one) and
 // changes nothing. One statement; a second one reads the holder when it did
-// not apply. Waiters learn of the release at their Store's next poll.
+// not apply. Waiters of this Store are woken at once (the longest waiting
+// one, and every watcher); those of other Stores at their Store's next
+// poll.
 func (s *Store) Release(ctx context.Context, resource, owner string, token uint64) error {
 	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
-	return s.change(ctx, "release", resource, owner, token, s.sql.release,
+	err := s.change(ctx, "release", resource, owner, token, s.sql.release,
 		map[string]any{"r": resource, "o": owner, "k": token}, false)
+	if err == nil {
+		s.hub.Wake(resource)
+	}
+	return err
 }
 
 // Get implements driver.Store. Remaining is measured on the database's
@@ -228,7 +234,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 	var out []driver.Record
 	err := s.with(ctx, "list", prefix, func(c *sql.Conn) error {
 		out = nil
-		rows, err := c.QueryContext(ctx, s.sql.list.text, s.sql.list.args(map[string]any{"p": prefix, "n": len(prefix)})...)
+		q, args := s.sql.listAll, []any(nil)
+		if prefix != "" {
+			q, args = s.sql.list.text, s.sql.list.args(map[string]any{"p": prefix, "n": len(prefix)})
+		}
+		rows, err := c.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}

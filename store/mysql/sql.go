@@ -111,7 +111,10 @@ ON DUPLICATE KEY UPDATE
 	// grant, and the time it was freed is kept in granted_at for the sweep.
 	s.sql.release = named(fmt.Sprintf(`UPDATE %s SET owner = NULL, ttl_us = NULL, expires_at = NULL, granted_at = %s %s`, t, now, match))
 	// List: LEFT counts bytes in a binary string; the range lets the
-	// primary key find the first row.
+	// primary key find the first row. The empty prefix has a statement of
+	// its own: MariaDB's EMPTY_STRING_IS_NULL reads '' as NULL.
+	s.sql.listAll = fmt.Sprintf(`SELECT resource, owner, token, COALESCE(ttl_us, 0), %[2]s FROM %[1]s WHERE %[3]s ORDER BY resource`,
+		t, remaining(""), live(""))
 	s.sql.list = named(fmt.Sprintf(`SELECT resource, owner, token, COALESCE(ttl_us, 0), %[2]s FROM %[1]s
 WHERE resource >= :p AND LEFT(resource, :n) = :p AND %[3]s ORDER BY resource`, t, remaining(""), live("")))
 	// Sweep: rows of leases that expired or were released SweepGrace ago,
