@@ -364,6 +364,7 @@ const (
 	erQueryInterrupted = 1317 // ER_QUERY_INTERRUPTED
 	erConnectionKilled = 1927 // MariaDB's ER_CONNECTION_KILLED
 	erClientInterTO    = 4031 // MySQL's ER_CLIENT_INTERACTION_TIMEOUT (wait_timeout)
+	erGRRollback       = 3101 // MySQL Group Replication: ER_TRANSACTION_ROLLBACK_DURING_COMMIT (a certification failure)
 )
 
 // failed wraps an error of a statement that was not applied, or of a read.
@@ -423,12 +424,13 @@ const maxAttempts = 5
 // (driver.ErrBadConn), the server ended the session or the statement
 // (shutdown, KILL, wait_timeout), or it chose the statement's transaction
 // as a deadlock victim (on Galera, also a certification failure or a
-// brute-force abort by a replicated write).
+// brute-force abort by a replicated write; on MySQL Group Replication, a
+// certification failure is error 3101).
 func retryable(err error) bool {
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case erDeadlock, erServerShutdown, erQueryInterrupted, erConnectionKilled, erClientInterTO:
+		case erDeadlock, erServerShutdown, erQueryInterrupted, erConnectionKilled, erClientInterTO, erGRRollback:
 			return true
 		}
 		return false
