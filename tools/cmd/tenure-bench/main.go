@@ -100,7 +100,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 type benchFlags struct {
 	sqlite, cassandra, postgres, mysql, etcd, redis string
-	skip                                     []string
+	skip                                            []string
 
 	phases     []string
 	clients    []int
