@@ -99,6 +99,22 @@ func TestConformanceModes(t *testing.T) {
 			if err != nil || !slices.ContainsFunc(recs, func(r driver.Record) bool { return r.Resource == "listed" && r.Token == rec.Token }) {
 				t.Fatalf("List(\"\") = %+v, %v; want the lease on listed among them", recs, err)
 			}
+			// Names that need escaping, or that a collation would fold:
+			// each is its own resource, byte for byte.
+			names := []string{"q/it's", `q/back\slash`, "q/50%_x", "q/ü—😀", "q/a", "q/a ", "q/A", `q/"dq"`}
+			for _, n := range names {
+				rec := mustAcquire(ctx, t, s, n, o)
+				if got, err := s.Get(ctx, n); err != nil || got.Resource != n || got.Token != rec.Token {
+					t.Fatalf("Get(%q) = %+v, %v", n, got, err)
+				}
+			}
+			recs, err = s.List(ctx, "q/")
+			if err != nil || len(recs) != len(names) {
+				t.Fatalf("List(q/) = %+v, %v; want %d leases", recs, err, len(names))
+			}
+			if recs, err := s.List(ctx, "q/5"); err != nil || len(recs) != 1 || recs[0].Resource != "q/50%_x" {
+				t.Fatalf("List(q/5) = %+v, %v", recs, err)
+			}
 		})
 	}
 }
