@@ -197,7 +197,7 @@ func TestParseURL(t *testing.T) {
 		"mysql://h/db?interpolateParams=false", "mysql://h/db?charset=latin1", "mysql://h", "mysql://h/", "mysql://h/a/b",
 		"mysql://h1,h2/db", "mysql://h/db?table=bad-name", "mysql://h/db?poll_interval=-1s", "mysql://h/db?poll_interval=x",
 		"mysql://h/db?wsrep_sync_wait=x", "mysql://h/db?ca=/nonexistent.pem", "mysql://u:p@ss@h/db", "mysql:/u:p@h/db",
-		"mysql://h/db?timeout=x",
+		"mysql://h/db?timeout=x", "mysql://h/db?max_conns=0", "mysql://h/db?max_conns=x",
 	} {
 		if _, err := mysql.ParseURL(bad); err == nil {
 			t.Errorf("ParseURL(%q): no error", bad)
@@ -205,14 +205,14 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("ParseURL(%q): %v shows the password", bad, err)
 		}
 	}
-	c, err := mysql.ParseURL("mariadb://u:p%40ss%2Fw@db.example:3307/leases?table=locks.t1&poll_interval=20ms&timeout=3s&readTimeout=4s&tls=skip-verify&wsrep_sync_wait=3")
+	c, err := mysql.ParseURL("mariadb://u:p%40ss%2Fw@db.example:3307/leases?table=locks.t1&poll_interval=20ms&timeout=3s&readTimeout=4s&tls=skip-verify&wsrep_sync_wait=3&max_conns=16")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := c.MySQL
 	if m.User != "u" || m.Passwd != "p@ss/w" || m.Addr != "db.example:3307" || m.DBName != "leases" || m.Timeout != 3*time.Second ||
 		m.ReadTimeout != 4*time.Second || m.TLSConfig != "skip-verify" || m.Params["wsrep_sync_wait"] != "3" ||
-		c.Table != "locks.t1" || c.PollInterval != 20*time.Millisecond {
+		c.Table != "locks.t1" || c.PollInterval != 20*time.Millisecond || c.MaxConns != 16 {
 		t.Fatalf("parsed %+v / %+v", c, m)
 	}
 	if c, err := mysql.ParseURL("mysql://[::1]/db?poll_interval=off"); err != nil || c.MySQL.Addr != "[::1]:3306" || c.PollInterval >= 0 {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ func init() {
 	store.Register(store.Driver[Config, *Store]{
 		Schemes: []string{"mysql", "mariadb"},
 		Usage: "mysql://[user:password@]host[:port]/database[?param=value&...]  a MySQL or MariaDB database, or a Galera node " +
-			"(also mariadb://; parameters: table, poll_interval, ca, cert, key, wsrep_sync_wait and go-sql-driver's such as " +
+			"(also mariadb://; parameters: table, poll_interval, max_conns, ca, cert, key, wsrep_sync_wait and go-sql-driver's such as " +
 			"tls, timeout, readTimeout, writeTimeout; run tenure init once)",
 		Parse:    ParseURL,
 		Open:     Open,
@@ -47,7 +48,7 @@ var driverParams = map[string]bool{
 var sessionParams = map[string]bool{"wsrep_sync_wait": true}
 
 // URLForm is the form of a mysql:// URL, for messages.
-const URLForm = "mysql://[user[:password]@]host[:port]/database[?table=&poll_interval=&ca=&cert=&key=&tls=&timeout=&wsrep_sync_wait=...]"
+const URLForm = "mysql://[user[:password]@]host[:port]/database[?table=&poll_interval=&max_conns=&ca=&cert=&key=&tls=&timeout=&wsrep_sync_wait=...]"
 
 // ParseURL turns a mysql:// or mariadb:// URL into a Config, without
 // connecting (it reads the certificate files the URL names):
@@ -60,6 +61,7 @@ const URLForm = "mysql://[user[:password]@]host[:port]/database[?table=&poll_int
 //
 //	table=NAME          the leases table, optionally database.table (default tenure_leases)
 //	poll_interval=D     how often waiters look for a release (default 50ms; "off": never, they back off)
+//	max_conns=N         the connection pool's size (default 4, or the number of CPUs)
 //	ca=FILE             PEM certificate authorities of the server's certificate (implies TLS)
 //	cert=FILE, key=FILE a client certificate (implies TLS)
 //	wsrep_sync_wait=N   Galera: the session's wsrep_sync_wait (causal reads; see docs/store-mysql.md)
@@ -146,6 +148,12 @@ func ParseURL(raw string) (Config, error) {
 				return Config{}, fmt.Errorf("mysql store: poll_interval=%q: want a positive duration such as 50ms, or off", v)
 			}
 			cfg.PollInterval = d
+		case k == "max_conns":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10000 {
+				return Config{}, fmt.Errorf("mysql store: max_conns=%q: want a number from 1 to 10000", v)
+			}
+			cfg.MaxConns = n
 		case k == "ca":
 			ca = v
 		case k == "cert":
