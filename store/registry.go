@@ -19,6 +19,7 @@
 //	sqlite:PATH                   store/sqlite: a SQLite file shared by the processes of one host
 //	cassandra://host1,host2/ks    store/cassandra: a Cassandra or ScyllaDB cluster
 //	postgres://, postgresql://    store/postgres: a PostgreSQL database
+//	mysql://, mariadb://          store/mysql: a MySQL or MariaDB database (or a Galera node)
 //	etcd://host:2379              store/etcd: an etcd cluster
 //	redis://, rediss://           store/redis: one Redis server
 //	memory:                       store/memory: in this process only (tests, examples)

@@ -134,6 +134,13 @@ var badURLs = []string{
 	"etcd://127.0.0.1:2379?bogus=1",
 	"etcd://127.0.0.1:2379?ca=/nonexistent/ca.pem",
 
+	"mysql://u@127.0.0.1:0/db",
+	"mysql://u@127.0.0.1:65536/db",
+	"mariadb://u@127.0.0.1:99999/db",
+	"mysql://u@127.0.0.1/db?bogus=1",
+	"mysql://u@127.0.0.1/db?sql_mode=ANSI",
+	"mysql://u@127.0.0.1/db?ca=/nonexistent/ca.pem",
+
 	"redis://127.0.0.1:0",
 	"redis://127.0.0.1:65536/0",
 	"rediss://127.0.0.1:99999",
@@ -223,6 +230,8 @@ func TestCheckTTL(t *testing.T) {
 		{"postgres://u@127.0.0.1:1/db", []time.Duration{time.Millisecond, 1_000_000 * time.Hour},
 			[]time.Duration{time.Microsecond, 1_300_000 * time.Hour}},
 		{"redis://127.0.0.1:1", []time.Duration{time.Millisecond}, []time.Duration{time.Microsecond, 1_300_000 * time.Hour}},
+		{"mysql://u@127.0.0.1:1/db", []time.Duration{time.Microsecond, 1_000_000 * time.Hour},
+			[]time.Duration{time.Microsecond - 1, 1_300_000 * time.Hour}},
 		{"etcd://127.0.0.1:1", []time.Duration{time.Second, 1_300_000 * time.Hour}, []time.Duration{999 * time.Millisecond, 9_000_000_001 * time.Second}},
 		{"cassandra://127.0.0.1:1/ks", []time.Duration{time.Second, 24 * time.Hour}, []time.Duration{500 * time.Millisecond, 630720000 * time.Second}},
 		{"memory:", []time.Duration{time.Nanosecond, 1_300_000 * time.Hour}, []time.Duration{0}},
@@ -432,7 +441,7 @@ func TestRegister(t *testing.T) {
 			t.Errorf("memtest aliases %v", s.Aliases)
 		}
 	}
-	if got := strings.Join(names, ","); got != "cassandra,etcd,memory,memtest,postgres,redis,sqlite" {
+	if got := strings.Join(names, ","); got != "cassandra,etcd,memory,memtest,mysql,postgres,redis,sqlite" {
 		t.Fatalf("Schemes() = %v, want one per store, sorted", got)
 	}
 
@@ -464,6 +473,7 @@ func TestRegister(t *testing.T) {
 func TestRedact(t *testing.T) {
 	for raw, want := range map[string]string{
 		"postgres://u:secret@host/db":                           "postgres://u:xxxxx@host/db",
+		"mysql://u:secret@host:3306/db?tls=true":                "mysql://u:xxxxx@host:3306/db?tls=true",
 		"cassandra://u:secret@h1:1,h2/":                         "cassandra://u:xxxxx@h1:1,h2/",
 		"sqlite:/tmp/x.db":                                      "sqlite:/tmp/x.db",
 		"redis://host:6379/0":                                   "redis://host:6379/0",
@@ -486,6 +496,7 @@ func TestRedact(t *testing.T) {
 		// A known scheme without its slashes (new-user trial, ninth stop).
 		"postgres:u:s3cret@127.0.0.1/db": "postgres:u:xxxxx@127.0.0.1/db",
 		"redis:u:s3cret@h:6379/0":        "redis:u:xxxxx@h:6379/0",
+		"mysql:u:s3cret@h:3306/db":       "mysql:u:xxxxx@h:3306/db",
 		"sqlite:x.db":                    "sqlite:x.db",
 		// libpq's keyword/value settings, which have no scheme.
 		"host=127.0.0.1 password=s3cret":                  "host=127.0.0.1 password=xxxxx",
@@ -591,6 +602,11 @@ func TestErrorsHideSecrets(t *testing.T) {
 		"redis://127.0.0.1:1?password=rd-s3cret",
 		"cassandra://u:cs-s3cret@127.0.0.1:1/ks?connect_timeout=500ms",
 		"cassandra://u:cs-s3cret@127.0.0.1:1/ks?bogus=1",
+		"mysql://u:my-s3cret@127.0.0.1:1/db?timeout=500ms",
+		"mysql://u:my-s3cret@127.0.0.1:1/db?bogus=1",
+		"mysql://u:my-s3cret/x@127.0.0.1:1/db",
+		"mysql://u:my-s3cret@127.0.0.1:99999/db",
+		"mariadb:u:my-s3cret@127.0.0.1:1/db",
 		// Forms the redaction did not know (new-user trial, ninth stop).
 		"postgres:u:pg-s3cret@127.0.0.1/db",
 		"host=127.0.0.1 port=1 password=pg-s3cret",

@@ -15,7 +15,7 @@ import (
 func networkStores(t *testing.T) map[string]string {
 	urls := networkStoresOrNone()
 	if len(urls) == 0 {
-		t.Skip("no network store configured: set TENURE_CASSANDRA, TENURE_POSTGRES, TENURE_ETCD or TENURE_REDIS (scripts/test does)")
+		t.Skip("no network store configured: set TENURE_CASSANDRA, TENURE_POSTGRES, TENURE_ETCD, TENURE_REDIS or TENURE_MYSQL (scripts/test does)")
 	}
 	return urls
 }
@@ -43,6 +43,9 @@ func networkStoresOrNone() map[string]string {
 	}
 	if u := os.Getenv("TENURE_REDIS"); u != "" {
 		urls["redis"] = u
+	}
+	if u := os.Getenv("TENURE_MYSQL"); u != "" {
+		urls["mysql"] = u
 	}
 	return urls
 }

@@ -8,38 +8,60 @@ import (
 
 	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/cassandra"
+	"github.com/tenure-go/tenure/store/mysql"
 )
 
 func (a *app) newSchemaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "schema cassandra [STORE-URL]",
-		Short: "Print the CQL that creates tenure's Cassandra keyspace and table",
-		Long: `Schema prints the CQL statements that "tenure init" runs for a Cassandra
-store, for operators who create schemas by hand (cqlsh -f). Without a URL it
-prints the default: keyspace "tenure" with replication factor 1 (for
-development), native mode. With a cassandra:// URL it uses the URL's
-keyspace and its table, mode and replication parameters, for example
-replication=3 (SimpleStrategy) or replication=dc1:3,dc2:3
-(NetworkTopologyStrategy). See docs/cassandra.md.
+		Use:   "schema cassandra|mysql [STORE-URL]",
+		Short: "Print the statements that create tenure's Cassandra or MySQL schema",
+		Long: `Schema prints the statements that "tenure init" runs for a Cassandra or a
+MySQL/MariaDB store, for operators who create schemas by hand (cqlsh -f,
+mysql <). Without a URL it prints the default: for Cassandra, keyspace
+"tenure" with replication factor 1 (for development), native mode; for MySQL,
+the tables tenure_leases and tenure_leases_tokens. With a cassandra:// URL it
+uses the URL's keyspace and its table, mode and replication parameters, for
+example replication=3 (SimpleStrategy) or replication=dc1:3,dc2:3
+(NetworkTopologyStrategy); with a mysql:// URL, its table parameter. See
+docs/cassandra.md and docs/store-mysql.md.
 
 Exit codes: 0 printed; 64 bad arguments or URL; 74 the output cannot be
 written.`,
 		Example: `  tenure schema cassandra
   tenure schema cassandra 'cassandra://c1/tenure?replication=dc1:3,dc2:3'
-  tenure schema cassandra 'cassandra://c1/jaeger_v1_dc1?mode=jaeger&table=leases' | cqlsh c1`,
+  tenure schema cassandra 'cassandra://c1/jaeger_v1_dc1?mode=jaeger&table=leases' | cqlsh c1
+  tenure schema mysql 'mysql://db/locks?table=app_leases' | mysql locks`,
 		Args: func(c *cobra.Command, args []string) error {
-			if len(args) >= 1 && args[0] != "cassandra" {
-				return usage("schema: usage: tenure schema cassandra [STORE-URL]; only Cassandra's schema is printed (tenure init creates the schema of any store)")
+			if len(args) >= 1 && args[0] != "cassandra" && args[0] != "mysql" {
+				return usage("schema: usage: tenure schema cassandra|mysql [STORE-URL]; only Cassandra's and MySQL's schemas are printed (tenure init creates the schema of any store)")
 			}
 			if len(args) < 1 || len(args) > 2 {
-				return usage("schema: usage: tenure schema cassandra [STORE-URL]")
+				return usage("schema: usage: tenure schema cassandra|mysql [STORE-URL]")
 			}
-			if len(args) == 2 && !strings.HasPrefix(args[1], "cassandra://") {
+			if len(args) == 2 && args[0] == "cassandra" && !strings.HasPrefix(args[1], "cassandra://") {
 				return usage("schema: %q is not a cassandra:// URL", store.Redact(args[1]))
+			}
+			if len(args) == 2 && args[0] == "mysql" && !strings.HasPrefix(args[1], "mysql://") && !strings.HasPrefix(args[1], "mariadb://") {
+				return usage("schema: %q is not a mysql:// URL", store.Redact(args[1]))
 			}
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
+			if args[0] == "mysql" {
+				var cfg mysql.Config
+				if len(args) == 2 {
+					var err error
+					if cfg, err = mysql.ParseURL(args[1]); err != nil {
+						return usage("schema: %s", errText(err))
+					}
+				}
+				ddl, err := mysql.Schema(cfg)
+				if err != nil {
+					return usage("schema: %s", errText(err))
+				}
+				fmt.Fprint(a.stdout, ddl)
+				return nil
+			}
 			cfg := cassandra.Config{Hosts: []string{"localhost"}}
 			if len(args) == 2 {
 				var err error

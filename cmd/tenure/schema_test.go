@@ -45,3 +45,24 @@ func TestSchemaRefusalsShowNoSecret(t *testing.T) {
 		t.Errorf("schema postgres: exit %d, stderr %q; want 64 and a pointer to tenure init", code, errOut)
 	}
 }
+
+// tenure schema mysql prints what tenure init creates on MySQL, with the
+// URL's table; a URL of another store is refused without its password.
+func TestSchemaMySQL(t *testing.T) {
+	e := newEnv(t)
+	code, out, errOut := e.run("schema", "mysql")
+	if code != 0 || !strings.Contains(out, "CREATE TABLE IF NOT EXISTS `tenure_leases` (") ||
+		!strings.Contains(out, "CREATE TABLE IF NOT EXISTS `tenure_leases_tokens` (") || !strings.Contains(out, "ENGINE=InnoDB") {
+		t.Fatalf("tenure schema mysql: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = e.run("schema", "mysql", "mysql://u:secretpw@h/locks?table=locks.app_leases")
+	if code != 0 || !strings.Contains(out, "`locks`.`app_leases_tokens`") || strings.Contains(out, "secretpw") {
+		t.Fatalf("schema with a table: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, u := range []string{"postgres://u:secretpw@h/x", "mysql://u:secretpw@h/x?table=bad-name"} {
+		code, _, errOut := e.run("schema", "mysql", u)
+		if code != exitUsage || strings.Contains(errOut, "secretpw") {
+			t.Errorf("schema mysql %s: exit %d, stderr %q; want 64 without the password", u, code, errOut)
+		}
+	}
+}

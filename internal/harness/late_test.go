@@ -27,6 +27,7 @@ func TestLateDeliveryAppliesAfterGiveUp(t *testing.T) {
 	suffix := hex.EncodeToString(b)
 	stores := map[string]string{
 		"postgres":  os.Getenv("TENURE_POSTGRES"),
+		"mysql":     os.Getenv("TENURE_MYSQL"),
 		"redis":     os.Getenv("TENURE_REDIS"),
 		"etcd":      "",
 		"cassandra": "",

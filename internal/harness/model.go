@@ -86,6 +86,8 @@ func ProfileFor(scheme string) (Profile, error) {
 		return CassandraProfile, nil
 	case "postgres", "postgresql":
 		return PostgresProfile, nil
+	case "mysql", "mariadb":
+		return MySQLProfile, nil
 	case "etcd":
 		return EtcdProfile, nil
 	case "redis":
@@ -762,6 +764,26 @@ var PostgresProfile = Profile{
 	MinTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
 	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
 	LateEffects: true,
+}
+
+// MySQLProfile is the MySQL store's timing (store/mysql): the statement
+// that grants or renews sets expires_at = UTC_TIMESTAMP(6) + the TTL in
+// whole microseconds, rounded up, on the database's clock (the wall clock,
+// hence clockSlack), read when the statement started, which is after the
+// request was sent but may be well before the commit (a statement waits
+// for a row lock, a commit for its log flush), and a lease is live while
+// expires_at > UTC_TIMESTAMP(6). As on PostgreSQL, a request delivered
+// late may take effect after its client gave up, and the expiry counts from
+// the send time.
+var MySQLProfile = Profile{
+	Name:        "mysql",
+	MinTTL:      func(ttl time.Duration) time.Duration { return ceilMicros(ttl) - clockSlack },
+	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilMicros(ttl) + clockSlack },
+	LateEffects: true,
+}
+
+func ceilMicros(ttl time.Duration) time.Duration {
+	return (ttl + time.Microsecond - 1) / time.Microsecond * time.Microsecond
 }
 
 // RedisProfile is the Redis store's timing (docs/stores.md): a script sets

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/etcd"
+	"github.com/tenure-go/tenure/store/mysql"
 	"github.com/tenure-go/tenure/store/postgres"
 	"github.com/tenure-go/tenure/store/redis"
 )
@@ -115,6 +116,36 @@ func deleteKeys(ctx context.Context, raw string, resources []string, prefix stri
 			tag = ct.String()
 		}
 		return tag + " (rows of " + table + ")", nil
+	case *mysql.Config:
+		c := *cfg
+		c.SweepInterval = -1
+		s, err := mysql.Open(ctx, c)
+		if err != nil {
+			return "", err
+		}
+		defer s.Close()
+		name := c.Table
+		if name == "" {
+			name = mysql.DefaultTable
+		}
+		table := "`" + strings.ReplaceAll(name, ".", "`.`") + "`"
+		q, args := "DELETE FROM "+table+" WHERE LEFT(resource, ?) = ?", []any{len(prefix), prefix}
+		if prefix == "" {
+			if len(resources) == 0 {
+				return "no rows", nil
+			}
+			q = "DELETE FROM " + table + " WHERE resource IN (?" + strings.Repeat(", ?", len(resources)-1) + ")"
+			args = nil
+			for _, r := range resources {
+				args = append(args, r)
+			}
+		}
+		res, err := s.DB().ExecContext(ctx, q, args...)
+		if err != nil {
+			return "", err
+		}
+		n, _ := res.RowsAffected()
+		return fmt.Sprintf("DELETE %d (rows of %s)", n, name), nil
 	case *redis.Config:
 		rdb := goredis.NewClient(cfg.Options)
 		defer rdb.Close()

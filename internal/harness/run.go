@@ -59,7 +59,8 @@ type Config struct {
 	SemMixed bool
 
 	// ServerFaults allows faults that crash and restart the store's server
-	// (server-restart on PostgreSQL, through PostgresScript); the server
+	// (server-restart on PostgreSQL and MySQL, through PostgresScript and
+	// MySQLScript); the server
 	// must be one of the script's (its env names the store's address).
 	ServerFaults bool
 
@@ -74,6 +75,12 @@ type Config struct {
 	EtcdScript string
 	// PostgresScript is scripts/postgres, for server-restart.
 	PostgresScript string
+	// MySQLScript is scripts/mariadb, for server-restart and Galera node
+	// faults.
+	MySQLScript string
+	// Galera names the nodes of a Galera cluster ("host:port,..."): the
+	// workers are spread over them, each through a proxy of its own.
+	Galera string
 
 	// LinearizabilityTimeout bounds porcupine (0: no limit).
 	LinearizabilityTimeout time.Duration
@@ -312,8 +319,12 @@ func (o *orch) startLocked(s *slot) error {
 			ttl, slots = o.semSettings(s.idx)
 		}
 	}
+	workerURL := o.env.workerURL
+	if len(o.env.workerURLs) > 0 {
+		workerURL = o.env.workerURLs[s.idx%len(o.env.workerURLs)]
+	}
 	args := append(slices.Clone(o.cfg.ExeArgs), "worker",
-		"-store", o.env.workerURL,
+		"-store", workerURL,
 		"-resource", resource,
 		"-workload", workload,
 		"-slots", strconv.Itoa(slots),

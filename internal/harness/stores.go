@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/etcd"
+	"github.com/tenure-go/tenure/store/mysql"
 	"github.com/tenure-go/tenure/store/postgres"
 	"github.com/tenure-go/tenure/store/redis"
 	"github.com/tenure-go/tenure/store/sqlite"
@@ -35,14 +37,14 @@ const (
 	FaultProxyBlackhole = "proxy-blackhole" // the proxy drops everything without closing connections
 	FaultProxyPartition = "proxy-partition" // a black hole in which new connections never complete either (dials hang)
 	FaultLateDelivery   = "late-delivery"   // network stores: the proxy holds requests back and delivers them after their senders gave up
-	FaultNodeKill       = "node-kill"       // Cassandra and etcd clusters: SIGKILL one node, restart it later
-	FaultNodePause      = "node-pause"      // Cassandra and etcd clusters: SIGSTOP one node for longer than the TTL
+	FaultNodeKill       = "node-kill"       // Cassandra, etcd and Galera clusters: SIGKILL one node, restart it later
+	FaultNodePause      = "node-pause"      // Cassandra, etcd and Galera clusters: SIGSTOP one node for longer than the TTL
 	FaultCASTimeout     = "cas-timeout"     // Cassandra cluster: pause two replicas for a moment while holders renew
 	FaultLeaderChange   = "leader-change"   // etcd cluster: move the raft leader to another member
 	FaultLeaderPause    = "leader-pause"    // etcd cluster: SIGSTOP the raft leader for longer than the TTL (an open etcd server bug; not a default)
-	FaultServerRestart  = "server-restart"  // PostgreSQL: SIGKILL the server, start it again (crash recovery)
+	FaultServerRestart  = "server-restart"  // PostgreSQL, MySQL: SIGKILL the server, start it again (crash recovery)
 	FaultStoreReset     = "store-reset"     // SQLite: delete or replace the database file under running workers
-	FaultKeyDelete      = "key-delete"      // PostgreSQL, etcd, Redis: an operator deletes lease rows or keys
+	FaultKeyDelete      = "key-delete"      // PostgreSQL, MySQL, etcd, Redis: an operator deletes lease rows or keys
 	FaultStaleRenewal   = "stale-renewal"   // Cassandra: a renewal its holder gave up is applied after a newer one, with the time its coordinator started it
 )
 
@@ -73,13 +75,14 @@ type storeEnv struct {
 	profile    Profile
 	raw        string // the store's URL (the real servers)
 	workerURL  string
-	translate  string // Cassandra: node address=proxy address pairs for the workers
+	workerURLs []string // Galera: one URL per node; worker i uses workerURLs[i % len]
+	translate  string   // Cassandra: node address=proxy address pairs for the workers
 	faults     []string
 	extra      []string // faults that apply but run only when named (-faults)
 	proxies    []*netfault.Proxy
 	nodes      []int  // node numbers of scripts/cassandra or scripts/etcd
 	nodeScript string // the script that kills, restarts, pauses and resumes nodes
-	serverCmd  string // scripts/postgres, for server-restart
+	serverCmd  string // scripts/postgres or scripts/mariadb, for server-restart
 	sqlitePth  string // SQLite: the database file
 	closers    []func() error
 }
@@ -212,7 +215,10 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			env.extra = []string{FaultLeaderPause}
 		}
 		return env, nil
-	case *postgres.Config, *redis.Config:
+	case *postgres.Config, *mysql.Config, *redis.Config:
+		if _, ok := scfg.(*mysql.Config); ok && cfg.Galera != "" {
+			return setupGalera(ctx, cfg, env, su)
+		}
 		// One server: one proxy in front of it, and the workers' URL
 		// points at the proxy.
 		u, err := url.Parse(raw)
@@ -239,17 +245,71 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			return nil, err
 		}
 		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
-		if _, ok := scfg.(*postgres.Config); ok && cfg.ServerFaults {
-			if err := checkScriptServer(ctx, cfg.PostgresScript, "TENURE_POSTGRES", u.Host); err != nil {
+		script, name := cfg.PostgresScript, "TENURE_POSTGRES"
+		if _, ok := scfg.(*mysql.Config); ok {
+			script, name = cfg.MySQLScript, "TENURE_MYSQL"
+		}
+		if _, ok := scfg.(*redis.Config); !ok && cfg.ServerFaults {
+			if err := checkScriptServer(ctx, script, name, u.Host); err != nil {
 				env.close()
 				return nil, err
 			}
-			env.serverCmd = cfg.PostgresScript
+			env.serverCmd = script
 			env.faults = append(env.faults, FaultServerRestart)
 		}
 		return env, nil
 	}
-	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, etcd:// and redis:// stores", su.Scheme())
+	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, mysql://, etcd:// and redis:// stores", su.Scheme())
+}
+
+// setupGalera sets up a MySQL store on a three-node Galera cluster: a
+// proxy in front of each node, the workers spread over them, node faults
+// through cfg.MySQLScript (whose "env 3" must name the same nodes).
+func setupGalera(ctx context.Context, cfg Config, env *storeEnv, su *store.URL) (*storeEnv, error) {
+	u, err := url.Parse(env.raw)
+	if err != nil {
+		return nil, fmt.Errorf("harness: store URL: %w", err)
+	}
+	env.profile = MySQLProfile
+	nodes := strings.Split(cfg.Galera, ",")
+	if len(nodes) < 3 || nodes[0] != u.Host {
+		return nil, fmt.Errorf("harness: -galera %s: want three nodes, the first the store URL's (%s)", cfg.Galera, u.Host)
+	}
+	v, err := scriptEnv(ctx, cfg.MySQLScript, "TENURE_GALERA", "3")
+	if err != nil {
+		return nil, fmt.Errorf("harness: node faults: %w", err)
+	}
+	if got, want := strings.Split(v, ","), slices.Clone(nodes); !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+		return nil, fmt.Errorf("harness: node faults: %s env 3 names the nodes %s, -galera %s", cfg.MySQLScript, v, cfg.Galera)
+	}
+	for i, n := range nodes {
+		h, _, err := net.SplitHostPort(n)
+		if err != nil {
+			return nil, fmt.Errorf("harness: galera node %q: %w", n, err)
+		}
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("harness: galera node %q: the harness drives nodes on loopback addresses only", n)
+		}
+		p, err := netfault.Start(n)
+		if err != nil {
+			env.close()
+			return nil, err
+		}
+		env.proxies = append(env.proxies, p)
+		wu := *u
+		wu.Host = p.Addr()
+		env.workerURLs = append(env.workerURLs, wu.String())
+		env.nodes = append(env.nodes, i+1) // scripts/mariadb's node numbers
+	}
+	env.workerURL = env.workerURLs[0]
+	if err := su.Init(ctx); err != nil {
+		env.close()
+		return nil, err
+	}
+	env.nodeScript = cfg.MySQLScript
+	env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery,
+		FaultKeyDelete, FaultNodeKill, FaultNodePause}
+	return env, nil
 }
 
 // openWorkerStore opens the store for a worker. For Cassandra, translate

@@ -12,6 +12,7 @@ import (
 	_ "github.com/tenure-go/tenure/store/cassandra" // cassandra://
 	_ "github.com/tenure-go/tenure/store/etcd"      // etcd://
 	_ "github.com/tenure-go/tenure/store/memory"    // memory:
+	_ "github.com/tenure-go/tenure/store/mysql"     // mysql://, mariadb://
 	_ "github.com/tenure-go/tenure/store/postgres"  // postgres://, postgresql://
 	_ "github.com/tenure-go/tenure/store/redis"     // redis://, rediss://
 	_ "github.com/tenure-go/tenure/store/sqlite"    // sqlite:

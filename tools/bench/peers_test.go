@@ -10,13 +10,14 @@ import (
 
 // TestPeersOnServers runs every peer of each store whose server the
 // environment names (TENURE_REDIS, TENURE_ETCD, TENURE_POSTGRES,
-// TENURE_CASSANDRA; skipped otherwise): its requests per operation, a
+// TENURE_MYSQL, TENURE_CASSANDRA; skipped otherwise): its requests per operation, a
 // short run on distinct names and one on a contended name, with no error
 // and no overlapping grant.
 func TestPeersOnServers(t *testing.T) {
 	stores := map[string]func(string) string{
 		"TENURE_REDIS":    func(v string) string { return v },
 		"TENURE_POSTGRES": func(v string) string { return v },
+		"TENURE_MYSQL":    func(v string) string { return v },
 		"TENURE_ETCD": func(v string) string {
 			if !strings.Contains(v, "://") {
 				v = "etcd://" + v

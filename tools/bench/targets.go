@@ -16,6 +16,7 @@ import (
 	_ "github.com/tenure-go/tenure/store/all" // Open takes any scheme
 	"github.com/tenure-go/tenure/store/cassandra"
 	"github.com/tenure-go/tenure/store/etcd"
+	"github.com/tenure-go/tenure/store/mysql"
 	"github.com/tenure-go/tenure/store/postgres"
 	"github.com/tenure-go/tenure/store/redis"
 	"github.com/tenure-go/tenure/store/sqlite"
@@ -34,8 +35,8 @@ const (
 // A Target is a store under test, with the meter that counts its requests
 // and the baselines that run on the same server.
 type Target struct {
-	// Name is the store's kind: memory, sqlite, cassandra, postgres, etcd,
-	// redis.
+	// Name is the store's kind: memory, sqlite, cassandra, postgres, mysql,
+	// etcd, redis.
 	Name string
 	// URL is the store URL (empty for memory), for candidate processes.
 	URL   string
@@ -48,7 +49,8 @@ type Target struct {
 	Baselines []System
 	// Peers are the libraries measured against tenure by the peers phase
 	// (peers.go): on Redis redislock and redsync, on etcd concurrency's
-	// Mutex, on PostgreSQL pglock and advisory locks; on Cassandra the baselines.
+	// Mutex, on PostgreSQL pglock and advisory locks, on MySQL GET_LOCK and
+	// a row-lock table; on Cassandra the baselines.
 	Peers []System
 
 	closers []func() error
@@ -74,8 +76,8 @@ func (t *Target) Close() error {
 }
 
 // Scheme returns the store kind that raw names: "memory" for "memory" or
-// "memory:", otherwise the URL's scheme (postgresql and rediss folded into
-// postgres and redis).
+// "memory:", otherwise the URL's scheme (postgresql, rediss and mariadb
+// folded into postgres, redis and mysql).
 func Scheme(raw string) string {
 	s, _, ok := strings.Cut(raw, ":")
 	if !ok {
@@ -87,6 +89,8 @@ func Scheme(raw string) string {
 		return "postgres"
 	case "rediss":
 		return "redis"
+	case "mariadb":
+		return "mysql"
 	}
 	return s
 }
@@ -130,6 +134,10 @@ func (t *Target) open(ctx context.Context, raw string) error {
 		}
 		t.closers = append(t.closers, closePl)
 		t.Peers = []System{pl, &pgAdvisorySystem{cfg: c.Pool.ConnConfig}}
+	case *mysql.Config:
+		if err := openMySQL(ctx, u, c, t); err != nil {
+			return err
+		}
 	case *etcd.Config:
 		t.Meter = NewMeter(KindRPC, KindStreamMsg)
 		m := t.Meter

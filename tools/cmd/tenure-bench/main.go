@@ -99,8 +99,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 type benchFlags struct {
-	sqlite, cassandra, postgres, etcd, redis string
-	skip                                     []string
+	sqlite, cassandra, postgres, mysql, etcd, redis string
+	skip                                            []string
 
 	phases     []string
 	clients    []int
@@ -161,8 +161,8 @@ exists followed by a conditional update).
 
 Stores: the in-memory store, SQLite (a new file in a temporary directory
 unless --sqlite names one), the store of --store (or $TENURE_STORE when no
-other store flag is given), and each of --cassandra, --postgres, --etcd and
---redis that is given; --skip leaves kinds out. The Cassandra keyspace of
+other store flag is given), and each of --cassandra, --postgres, --mysql,
+--etcd and --redis that is given; --skip leaves kinds out. The Cassandra keyspace of
 the URL gets tenure's native and Jaeger-mode tables if it lacks them: give
 the bench a keyspace of its own. Every resource name starts with --prefix,
 so a bench can run next to other users of the store.
@@ -183,6 +183,9 @@ Phases (--phases):
              client/v3/concurrency's Mutex (a Session per lock, and one
              Session shared by a client's locks), on PostgreSQL plain
              advisory locks (session locks: no TTL, no fencing token), on
+             MySQL GET_LOCK and a row locked by SELECT ... FOR UPDATE
+             NOWAIT in an open transaction (both tied to a connection: no
+             TTL, no fencing token), on
              Cassandra the Jaeger protocol and a raw LWT; the cycle is
              acquire a free lock (TTL --peer-ttl), renew it once, release it,
              at --peer-clients clients on distinct names, and
@@ -247,6 +250,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	fl.StringVar(&f.sqlite, "sqlite", "", "SQLite store URL (default: a new file in a temporary directory)")
 	fl.StringVar(&f.cassandra, "cassandra", "", "Cassandra store URL, e.g. cassandra://127.0.0.1/tenure_bench (a keyspace of its own)")
 	fl.StringVar(&f.postgres, "postgres", "", "PostgreSQL store URL")
+	fl.StringVar(&f.mysql, "mysql", "", "MySQL or MariaDB store URL")
 	fl.StringVar(&f.etcd, "etcd", "", "etcd store URL")
 	fl.StringVar(&f.redis, "redis", "", "Redis store URL")
 	fl.StringSliceVar(&f.skip, "skip", nil, "store kinds not to measure, e.g. memory,sqlite")
@@ -344,7 +348,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 	explicit := strings.TrimSpace(a.storeURL)
 	if explicit == "" {
 		explicit = strings.TrimSpace(os.Getenv(envStore))
-		if c.Flags().Changed("sqlite") || f.cassandra != "" || f.postgres != "" || f.etcd != "" || f.redis != "" {
+		if c.Flags().Changed("sqlite") || f.cassandra != "" || f.postgres != "" || f.mysql != "" || f.etcd != "" || f.redis != "" {
 			explicit = "" // the per-store flags say what to measure
 		}
 	}
@@ -357,7 +361,7 @@ func (a *app) bench(c *cobra.Command, f *benchFlags) error {
 		defer os.RemoveAll(dir)
 		sqliteURL = "sqlite:" + filepath.Join(dir, "leases.db")
 	}
-	for _, u := range []string{sqliteURL, explicit, f.cassandra, f.postgres, f.etcd, f.redis} {
+	for _, u := range []string{sqliteURL, explicit, f.cassandra, f.postgres, f.mysql, f.etcd, f.redis} {
 		if u != "" && !contains(stores, u) {
 			stores = append(stores, u)
 		}
