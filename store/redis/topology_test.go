@@ -1,0 +1,73 @@
+package redis_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/testserver"
+	tredis "github.com/tenure-go/tenure/store/redis"
+	"github.com/tenure-go/tenure/store/storetest"
+)
+
+// sentinelURL returns $TENURE_REDIS_SENTINEL (scripts/redis-sentinel) or
+// skips the test.
+func sentinelURL(tb testing.TB) string {
+	return testserver.Env(tb, "TENURE_REDIS_SENTINEL", "redis-sentinel")
+}
+
+// clusterURL returns $TENURE_REDIS_CLUSTER (scripts/redis-cluster) or skips
+// the test.
+func clusterURL(tb testing.TB) string {
+	return testserver.Env(tb, "TENURE_REDIS_CLUSTER", "redis-cluster")
+}
+
+func openSentinel(tb testing.TB, mod ...func(*tredis.Config)) *tredis.Store {
+	return testserver.Open(tb, sentinelURL(tb), tredis.ParseURL, tredis.Open, mod...)
+}
+
+func openCluster(tb testing.TB, mod ...func(*tredis.Config)) *tredis.Store {
+	return testserver.Open(tb, clusterURL(tb), tredis.ParseURL, tredis.Open, mod...)
+}
+
+// TestSentinelConformance: the conformance suite on the master that
+// scripts/redis-sentinel's sentinels name.
+func TestSentinelConformance(t *testing.T) {
+	sentinelURL(t)
+	c := cfg
+	c.New = func(t *testing.T) driver.Store { return openSentinel(t) }
+	storetest.Run(t, c)
+}
+
+// TestSentinelConformanceWait: the conformance suite with every grant and
+// renewal waiting for both replicas.
+func TestSentinelConformanceWait(t *testing.T) {
+	sentinelURL(t)
+	c := cfg
+	c.New = func(t *testing.T) driver.Store {
+		return openSentinel(t, func(c *tredis.Config) { c.WaitReplicas = 2 })
+	}
+	storetest.Run(t, c)
+}
+
+// TestClusterConformance: the conformance suite on scripts/redis-cluster's
+// three masters.
+func TestClusterConformance(t *testing.T) {
+	clusterURL(t)
+	c := cfg
+	c.New = func(t *testing.T) driver.Store { return openCluster(t) }
+	storetest.Run(t, c)
+}
+
+// TestClusterConformanceWait: the same, every write waiting for the
+// master's replica.
+func TestClusterConformanceWait(t *testing.T) {
+	clusterURL(t)
+	c := cfg
+	c.New = func(t *testing.T) driver.Store {
+		return openCluster(t, func(c *tredis.Config) { c.WaitReplicas = 1 })
+	}
+	storetest.Run(t, c)
+}
+
+var _ = time.Second
