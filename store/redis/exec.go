@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -178,6 +179,9 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 		if !again(c) || attempt >= 20 || time.Now().After(deadline) {
 			return
 		}
+		if f := onRedirect.Load(); f != nil {
+			(*f)(c.err.Error())
+		}
 		if strings.HasPrefix(c.err.Error(), "MOVED ") {
 			s.cluster.ReloadState(ctx)
 		}
@@ -190,6 +194,10 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 		}
 	}
 }
+
+// onRedirect, when set (by tests), is called with each answer that
+// runOne follows.
+var onRedirect atomic.Pointer[func(string)]
 
 // runOn sends calls to node in one pipeline (ASKING before each when
 // asking), and WAIT after them when wait is true.

@@ -193,7 +193,8 @@ type Config struct {
 	WaitTimeout time.Duration
 
 	// Hooks are added to the client (go-redis's AddHook) before it sends
-	// anything: to count or trace commands.
+	// anything: to count or trace commands. On a cluster they are added to
+	// the client of every node, which send every command.
 	Hooks []redis.Hook
 }
 
@@ -322,6 +323,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if o.DialTimeout == 0 {
 			o.DialTimeout = DefaultDialTimeout
 		}
+		// Every command goes to a node's client: the hooks are theirs.
+		newClient := o.NewClient
+		if newClient == nil {
+			newClient = redis.NewClient
+		}
+		o.NewClient = func(opt *redis.Options) *redis.Client {
+			c := newClient(opt)
+			for _, h := range cfg.Hooks {
+				c.AddHook(h)
+			}
+			return c
+		}
 		s.cluster = redis.NewClusterClient(&o)
 		s.rdb, s.dial, readTimeout = s.cluster, o.DialTimeout, o.ReadTimeout
 		s.where = "cluster " + strings.Join(o.Addrs, ",")
@@ -336,14 +349,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	s.hooks = cfg.Hooks
-	if s.cluster != nil {
-		// Every command goes to a node's client: the hooks are theirs.
-		s.cluster.OnNewNode(func(c *redis.Client) {
-			for _, h := range s.hooks {
-				c.AddHook(h)
-			}
-		})
-	} else {
+	if s.cluster == nil {
 		for _, h := range cfg.Hooks {
 			s.rdb.AddHook(h)
 		}
