@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,8 +146,10 @@ const tryAgainFor = 3 * time.Second
 // runOne runs one call until it is answered, following redirections: on a
 // cluster, MOVED reloads the slot map, ASK goes to the node it names (with
 // ASKING), TRYAGAIN (the keys of a multi-key call split by a migration)
-// waits a little; NOSCRIPT sends the source. A network error on a cluster
-// reloads the slot map too (the master may have failed over) but is not
+// waits a little; NOSCRIPT sends the source. On a cluster, a node that
+// cannot be dialled (nothing was sent) makes the store read the slot map
+// again at once and try the slot's master then, up to three times; any
+// other network error reloads the map in the background but is not
 // retried: the call may have been applied.
 func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 	deadline := time.Now().Add(tryAgainFor)
@@ -173,7 +176,20 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 			s.runOn(ctx, node, []*call{c}, wait, asking)
 		}
 		var rerr redis.Error
+		var opErr *net.OpError
 		if s.cluster != nil && c.err != nil && !errors.As(c.err, &rerr) {
+			if errors.As(c.err, &opErr) && opErr.Op == "dial" && attempt < 3 && time.Now().Before(deadline) {
+				// Nothing was sent: the master of the slot is gone (a failover
+				// moved its slots, or is about to). Learn the slot map again
+				// now, and try there.
+				_ = s.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+				select {
+				case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
 			s.cluster.ReloadState(ctx)
 		}
 		if !again(c) || attempt >= 20 || time.Now().After(deadline) {
