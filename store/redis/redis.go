@@ -173,14 +173,16 @@ type Config struct {
 	// CONFIG GET, the check is skipped anyway.
 	AllowEviction bool
 
-	// WaitReplicas, when above zero, makes every grant, renewal and Keep
-	// wait, with Redis's WAIT on the connection that wrote it, until that
+	// WaitReplicas, when above zero, makes every grant, renewal, Keep and
+	// release wait, with Redis's WAIT on the connection that wrote it, until that
 	// many replicas of the master acknowledged the write (at most
 	// WaitTimeout) before it is confirmed. A write that fewer replicas
 	// acknowledged in time is not reported done: the error wraps
 	// ErrNotReplicated and driver.ErrUnknownOutcome (the master applied it;
 	// a failover may lose it), which a Locker resolves by retrying the same
-	// grant and frees when it stays unknown. Default 0: no WAIT, a grant is
+	// grant and frees when it stays unknown (a release not confirmed
+	// likewise: a failover could bring the lease back until its TTL ends).
+	// Default 0: no WAIT, a grant is
 	// confirmed when the master applied it. It costs one replication round
 	// trip per write (docs/store-redis.md gives the measured cost). WAIT
 	// narrows, but does not close, the window in which a failover loses an
@@ -762,12 +764,12 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
-	v, err := s.eval(ctx, releaseScript, []string{s.leaseKey(resource)},
+	v, acked, waitErr, err := s.write(ctx, releaseScript, []string{s.leaseKey(resource)},
 		grantPrefix(token, owner), s.channel, resource)
 	if err != nil {
 		return writeErr("release", resource, err)
 	}
-	return notHolder("release", resource, v)
+	return s.confirm("release", resource, v, acked, waitErr)
 }
 
 // Keep implements driver.Keeper: one script gives the live lease of this

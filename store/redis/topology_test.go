@@ -1,9 +1,12 @@
 package redis_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
@@ -70,4 +73,36 @@ func TestClusterConformanceWait(t *testing.T) {
 	storetest.Run(t, c)
 }
 
-var _ = time.Second
+// BenchmarkGrantCycle measures an acquire and a release of a free
+// resource (two script calls) on the Sentinel set's master and on the
+// cluster, without WAIT and with WAIT for one or two replicas: the cost of
+// WaitReplicas.
+//
+//	go test -run '^$' -bench GrantCycle -count 5 ./store/redis
+func BenchmarkGrantCycle(b *testing.B) {
+	owner, _ := tenure.NewOwner("bench")
+	cycle := func(b *testing.B, s *tredis.Store) {
+		ctx := context.Background()
+		r := testserver.Resource(b)
+		b.ResetTimer()
+		for b.Loop() {
+			rec, err := s.Acquire(ctx, r, owner, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Release(ctx, r, owner, rec.Token); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, n := range []int{0, 1, 2} {
+		b.Run(fmt.Sprintf("sentinel/wait_replicas=%d", n), func(b *testing.B) {
+			cycle(b, openSentinel(b, func(c *tredis.Config) { c.WaitReplicas = n }))
+		})
+	}
+	for _, n := range []int{0, 1} {
+		b.Run(fmt.Sprintf("cluster/wait_replicas=%d", n), func(b *testing.B) {
+			cycle(b, openCluster(b, func(c *tredis.Config) { c.WaitReplicas = n }))
+		})
+	}
+}

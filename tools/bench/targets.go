@@ -87,6 +87,10 @@ func Scheme(raw string) string {
 		return "postgres"
 	case "rediss":
 		return "redis"
+	case "rediss+cluster":
+		return "redis+cluster"
+	case "rediss+sentinel":
+		return "redis+sentinel"
 	}
 	return s
 }
@@ -155,7 +159,16 @@ func (t *Target) open(ctx context.Context, raw string) error {
 	case *redis.Config:
 		t.Meter = NewMeter(KindCommand)
 		c.Hooks = append(c.Hooks, redisHook{t.Meter})
-		peers, closePeers := redisPeers(c.Options, t.Meter)
+		var peers []System
+		var closePeers func() error
+		switch {
+		case c.Cluster != nil:
+			peers, closePeers = redisClusterPeers(c.Cluster, t.Meter)
+		case c.Options != nil:
+			peers, closePeers = redisPeers(c.Options, t.Meter)
+		default: // Sentinel: no peer
+			closePeers = func() error { return nil }
+		}
 		t.Peers = peers
 		t.closers = append(t.closers, closePeers)
 	}
