@@ -269,8 +269,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.New("redis store: set only one of Options, Failover and Cluster")
 	case cfg.Failover != nil && (cfg.Failover.MasterName == "" || len(cfg.Failover.SentinelAddrs) == 0):
 		return nil, errors.New("redis store: Failover needs MasterName and SentinelAddrs")
+	case cfg.Failover != nil && (cfg.Failover.ReplicaOnly || cfg.Failover.UseDisconnectedReplicas ||
+		cfg.Failover.RouteByLatency || cfg.Failover.RouteRandomly):
+		// Leases are written and read on the master; go-redis's failover
+		// client panics on the two routing options.
+		return nil, errors.New("redis store: Failover: replica_only, use_disconnected_replicas, route_by_latency and route_randomly are not allowed (leases live on the master)")
 	case cfg.Cluster != nil && len(cfg.Cluster.Addrs) == 0:
 		return nil, errors.New("redis store: Cluster needs Addrs")
+	case cfg.Cluster != nil && (cfg.Cluster.ReadOnly || cfg.Cluster.RouteByLatency || cfg.Cluster.RouteRandomly):
+		return nil, errors.New("redis store: Cluster: read_only, route_by_latency and route_randomly are not allowed (leases are read on the masters)")
 	case cfg.WaitReplicas < 0:
 		return nil, fmt.Errorf("redis store: WaitReplicas %d is negative", cfg.WaitReplicas)
 	case cfg.WaitTimeout < 0:

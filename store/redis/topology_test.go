@@ -3,12 +3,16 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/testserver"
+	"github.com/tenure-go/tenure/store"
 	tredis "github.com/tenure-go/tenure/store/redis"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -104,5 +108,63 @@ func BenchmarkGrantCycle(b *testing.B) {
 		b.Run(fmt.Sprintf("cluster/wait_replicas=%d", n), func(b *testing.B) {
 			cycle(b, openCluster(b, func(c *tredis.Config) { c.WaitReplicas = n }))
 		})
+	}
+}
+
+// TestTopologyURLs: the URL forms of Sentinel and Cluster, and what they
+// refuse, without I/O; Open refuses routing options that would read or
+// write leases on replicas (go-redis's failover client panics on two of
+// them) before any I/O.
+func TestTopologyURLs(t *testing.T) {
+	c, err := tredis.ParseURL("redis+sentinel://u:pw@h1,h2:26380,[::1]/mymaster/2?sentinel_username=su&sentinel_password=sp&wait_replicas=1&wait_timeout=500ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Failover
+	if f == nil || c.Options != nil || c.Cluster != nil || f.MasterName != "mymaster" || f.DB != 2 ||
+		strings.Join(f.SentinelAddrs, " ") != "h1:26379 h2:26380 [::1]:26379" ||
+		f.Username != "u" || f.Password != "pw" || f.SentinelUsername != "su" || f.SentinelPassword != "sp" ||
+		c.WaitReplicas != 1 || c.WaitTimeout != 500*time.Millisecond {
+		t.Fatalf("sentinel URL parsed as %+v %+v", c, f)
+	}
+	c, err = tredis.ParseURL("rediss+cluster://u:pw@h1:7000,h2:7001/?prefix=app:&dial_timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Cluster
+	if cl == nil || strings.Join(cl.Addrs, " ") != "h1:7000 h2:7001" || cl.Username != "u" || cl.Password != "pw" ||
+		cl.TLSConfig == nil || cl.DialTimeout != 2*time.Second || c.Prefix != "app:" {
+		t.Fatalf("cluster URL parsed as %+v %+v", c, cl)
+	}
+	for _, bad := range []string{
+		"redis+sentinel://h1",                       // no master name
+		"redis+sentinel://h1:0/m",                   // port
+		"redis+sentinel://h1,,h2/m",                 // empty host
+		"redis+cluster://h1/1",                      // a database other than 0
+		"redis+cluster://h1?addr=h2:1",              // hosts go in the authority
+		"redis+sentinel://h1/m?master_name=x",       // the path names the master
+		"redis+sentinel://h1/m?password=x",          // the user information names it
+		"redis://h1/0?sentinel_password=x",          // not a sentinel URL
+		"redis+cluster://h1?wait_replicas=-1",       // negative
+		"redis+cluster://h1?wait_timeout=soon",      // not a duration
+		"redis+sentinel://h1/m?route_randomly=true", // panics in go-redis; refused by Open
+		"redis+ring://h1",                           // unknown topology
+	} {
+		cfg, err := tredis.ParseURL(bad)
+		if err == nil {
+			_, err = tredis.Open(context.Background(), cfg)
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", bad)
+		} else if strings.Contains(err.Error(), "sp") && strings.Contains(bad, "sp") {
+			t.Errorf("%s: the error shows the password: %v", bad, err)
+		}
+	}
+	cfg := tredis.Config{Cluster: &goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}, Prefix: "a{b}:"}
+	if _, err := tredis.Open(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "'{'") {
+		t.Errorf("a prefix with a hash tag on a cluster: %v", err)
+	}
+	if got := store.Redact("redis+sentinel://u:pw@h1,h2/m?sentinel_password=sp"); strings.Contains(got, "pw") || strings.Contains(got, "=sp") {
+		t.Errorf("Redact: %s", got)
 	}
 }
