@@ -1,6 +1,9 @@
 // Package redis is a driver.Store on a single Redis server (5.0 or later;
-// tested with 7.0),
-// through github.com/redis/go-redis/v9.
+// tested with 7.0), on the master that Redis Sentinel names
+// (Config.Failover, redis+sentinel://), or on a Redis Cluster
+// (Config.Cluster, redis+cluster://), through
+// github.com/redis/go-redis/v9. docs/store-redis.md describes Sentinel and
+// Cluster: their URLs, keys, failover behaviour and Config.WaitReplicas.
 //
 // # Keys
 //
@@ -93,8 +96,22 @@
 // process of an earlier version runs, RemoveOldLayout deletes the old
 // counters and index.
 //
-// This store is for a standalone Redis (not Cluster): List scans keys, and
-// the keys of one resource are not in one hash slot.
+// # Sentinel and Cluster
+//
+// On Sentinel the keys are those above. On a cluster, the lease key is
+// <prefix>lease:{R} (the resource is its hash tag) and grants use the
+// counter of that key's hash slot, <prefix>token:{T}, T a short tag that
+// hashes to the slot (slotTag): a lease and its counter share a slot, so
+// every script touches one slot, and tokens strictly increase per resource
+// without a cross-slot counter. Script calls go to the slot's master and
+// follow MOVED, ASK and TRYAGAIN; RenewBatch and List group keys by slot.
+// Releases PUBLISH, which a cluster forwards to every node.
+//
+// Replication is asynchronous on both: a failover can lose a grant that
+// the master acknowledged, and with it exclusion (two holders until the
+// first one's next renewal), while tokens keep increasing within the clock
+// condition above. Config.WaitReplicas makes each write wait for replicas
+// (WAIT) before it is confirmed.
 package redis
 
 import (
