@@ -35,8 +35,9 @@ type call struct {
 	acked   int64
 	waitErr error
 
-	eval bool   // send the source (EVAL): the node answered NOSCRIPT
-	ask  string // the node an ASK redirection named, for the next attempt
+	eval  bool   // send the source (EVAL): the node answered NOSCRIPT
+	ask   string // the node an ASK redirection named, for the next attempt
+	moved string // the node a MOVED redirection named, for the next attempt
 }
 
 // notSent marks an error that came before the call was sent (finding the
@@ -132,7 +133,12 @@ func again(c *call) bool {
 			c.ask = f[2]
 			return true
 		}
-	case strings.HasPrefix(msg, "MOVED "), strings.HasPrefix(msg, "TRYAGAIN"):
+	case strings.HasPrefix(msg, "MOVED "):
+		if f := strings.Fields(msg); len(f) == 3 {
+			c.moved = f[2]
+		}
+		return true
+	case strings.HasPrefix(msg, "TRYAGAIN"):
 		return true
 	}
 	return false
@@ -144,7 +150,8 @@ func again(c *call) bool {
 const tryAgainFor = 3 * time.Second
 
 // runOne runs one call until it is answered, following redirections: on a
-// cluster, MOVED reloads the slot map, ASK goes to the node it names (with
+// cluster, MOVED goes to the node it names (and reloads the slot map in
+// the background), ASK goes to the node it names (with
 // ASKING), TRYAGAIN (the keys of a multi-key call split by a migration)
 // waits a little; NOSCRIPT sends the source. On a cluster, a node that
 // cannot be dialled (nothing was sent) makes the store read the slot map
@@ -158,10 +165,16 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 		node, asking := s.single, false
 		if s.cluster != nil {
 			var err error
-			if c.ask != "" {
+			switch {
+			case c.ask != "":
 				node, asking = s.nodeClient(c.ask), true
-				c.ask = ""
-			} else if node, err = s.cluster.MasterForKey(ctx, c.keys[0]); err != nil {
+			case c.moved != "":
+				node = s.nodeClient(c.moved)
+			default:
+				node, err = s.cluster.MasterForKey(ctx, c.keys[0])
+			}
+			c.ask, c.moved = "", ""
+			if err != nil {
 				c.err = notSent{fmt.Errorf("find the master of %s: %w", c.keys[0], err)}
 				return
 			}
@@ -199,9 +212,9 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 			(*f)(c.err.Error())
 		}
 		if strings.HasPrefix(c.err.Error(), "MOVED ") {
-			s.cluster.ReloadState(ctx)
+			s.cluster.ReloadState(ctx) // in the background; this call goes where MOVED said
 		}
-		if strings.HasPrefix(c.err.Error(), "TRYAGAIN") || strings.HasPrefix(c.err.Error(), "MOVED ") {
+		if strings.HasPrefix(c.err.Error(), "TRYAGAIN") {
 			select {
 			case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
 			case <-ctx.Done():
@@ -244,8 +257,8 @@ func (s *Store) runOn(ctx context.Context, node *redis.Client, calls []*call, wa
 	}
 }
 
-// nodeClient returns a client of the cluster node at addr (one that an
-// ASK redirection named), made like the clients of the cluster's nodes.
+// nodeClient returns a client of the cluster node at addr (one that a
+// MOVED or ASK redirection named), made like the clients of the cluster's nodes.
 func (s *Store) nodeClient(addr string) *redis.Client {
 	s.nodesMu.Lock()
 	defer s.nodesMu.Unlock()
