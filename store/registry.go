@@ -21,6 +21,7 @@
 //	postgres://, postgresql://    store/postgres: a PostgreSQL database
 //	etcd://host:2379              store/etcd: an etcd cluster
 //	redis://, rediss://           store/redis: one Redis server
+//	redis+sentinel://, redis+cluster://  store/redis: Redis Sentinel's master, a Redis Cluster
 //	memory:                       store/memory: in this process only (tests, examples)
 //
 // Schemes lists those that are registered, with each URL's form and

@@ -19,29 +19,14 @@ import (
 
 func init() {
 	store.Register(store.Driver[Config, *Store]{
-		Schemes: []string{"redis", "rediss"},
-		Usage: "redis://[user:password@]host[:port][/db][?param=value&...]  a single Redis instance (rediss:// for TLS; " +
-			"parameters: prefix, ca, cert, key, allow_eviction, wait_replicas, wait_timeout and go-redis's such as dial_timeout, read_timeout, pool_size; " +
-			"see docs/stores.md for the durability fencing tokens need)",
-		Parse:    ParseURL,
-		Open:     Open,
-		CheckTTL: Config.CheckTTL,
-	})
-	store.Register(store.Driver[Config, *Store]{
-		Schemes: []string{"redis+sentinel", "rediss+sentinel"},
-		Usage: "redis+sentinel://[user:password@]host[:port][,host[:port]...]/master[/db][?param=value&...]  " +
-			"the Redis master that these sentinels (port 26379 by default) name (rediss+sentinel:// for TLS; user:password are the master's; " +
-			"parameters: sentinel_username, sentinel_password, wait_replicas, wait_timeout, and those of redis://; see docs/store-redis.md)",
+		Schemes: []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"},
+		Usage: "redis://[user:password@]host[:port][/db][?param=value&...]  a single Redis instance; " +
+			"redis+sentinel://[user:password@]sentinel[:26379][,sentinel...]/master[/db] the master that Redis Sentinel names; " +
+			"redis+cluster://[user:password@]node[:6379][,node...] a Redis Cluster (rediss... for TLS; " +
+			"parameters: prefix, ca, cert, key, allow_eviction, wait_replicas, wait_timeout, sentinel_username, sentinel_password " +
+			"and go-redis's such as dial_timeout, read_timeout, pool_size; " +
+			"see docs/stores.md for the durability fencing tokens need, docs/store-redis.md for Sentinel and Cluster)",
 		Secrets:  []string{"sentinel_password"},
-		Parse:    ParseURL,
-		Open:     Open,
-		CheckTTL: Config.CheckTTL,
-	})
-	store.Register(store.Driver[Config, *Store]{
-		Schemes: []string{"redis+cluster", "rediss+cluster"},
-		Usage: "redis+cluster://[user:password@]host[:port][,host[:port]...][?param=value&...]  " +
-			"a Redis Cluster, found through these nodes (rediss+cluster:// for TLS; " +
-			"parameters: wait_replicas, wait_timeout, and those of redis:// but db; see docs/store-redis.md)",
 		Parse:    ParseURL,
 		Open:     Open,
 		CheckTTL: Config.CheckTTL,
