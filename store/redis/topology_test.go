@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +168,49 @@ func TestTopologyURLs(t *testing.T) {
 	if got := store.Redact("redis+sentinel://u:pw@h1,h2/m?sentinel_password=sp"); strings.Contains(got, "pw") || strings.Contains(got, "=sp") {
 		t.Errorf("Redact: %s", got)
 	}
+}
+
+// BenchmarkWaitCost alternates grant cycles (acquire and release of a free
+// resource) without WAIT and with WAIT for one and for two replicas on the
+// Sentinel set's master, one cycle of each in turn, so that the load of a
+// shared machine falls on all three alike, and reports the median cycle of
+// each (µs) and the ratios to the cycle without WAIT.
+//
+//	go test -run '^$' -bench WaitCost -benchtime 3000x ./store/redis
+func BenchmarkWaitCost(b *testing.B) {
+	owner, _ := tenure.NewOwner("bench")
+	ctx := context.Background()
+	var stores [3]*tredis.Store
+	for n := range stores {
+		stores[n] = openSentinel(b, func(c *tredis.Config) { c.WaitReplicas = n })
+	}
+	r := testserver.Resource(b)
+	var took [3][]time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		n := i % 3
+		start := time.Now()
+		rec, err := stores[n].Acquire(ctx, r, owner, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := stores[n].Release(ctx, r, owner, rec.Token); err != nil {
+			b.Fatal(err)
+		}
+		took[n] = append(took[n], time.Since(start))
+	}
+	b.StopTimer()
+	var p50 [3]float64
+	for n := range took {
+		if len(took[n]) == 0 {
+			return
+		}
+		slices.Sort(took[n])
+		p50[n] = float64(took[n][len(took[n])/2].Microseconds())
+	}
+	b.ReportMetric(p50[0], "µs-p50-no-wait")
+	b.ReportMetric(p50[1], "µs-p50-wait1")
+	b.ReportMetric(p50[2], "µs-p50-wait2")
+	b.ReportMetric(p50[1]/p50[0], "ratio-wait1")
+	b.ReportMetric(p50[2]/p50[0], "ratio-wait2")
 }
