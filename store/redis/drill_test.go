@@ -95,8 +95,18 @@ func TestSentinelFailoverDrill(t *testing.T) {
 	at := grantAgain(t, b, func(i int) string { return base + "/after/" + strconv.Itoa(i) }, 60*time.Second)
 	t.Logf("master (node %s) killed: a lease was granted again after %v", killed, at.Sub(killedAt).Round(10*time.Millisecond))
 
-	if err := la.Renew(ctx); err != nil {
-		t.Fatalf("A's renewal after the failover: %v (its grant had reached the replicas)", err)
+	// The promoted master confirms writes once the sentinels have pointed
+	// the other replica at it (WaitReplicas=1): until then A's renewal is
+	// ErrNotReplicated.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		err := la.Renew(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, tredis.ErrNotReplicated) || time.Now().After(deadline) {
+			t.Fatalf("A's renewal after the failover: %v (its grant had reached the replicas)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if _, err := b.TryAcquire(ctx, base, time.Second); !errors.Is(err, tenure.ErrHeld) {
 		t.Fatalf("B after the failover: %v; want ErrHeld", err)

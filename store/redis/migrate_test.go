@@ -159,6 +159,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	b := testserver.Locker(t, openCluster(t))
 
 	move := func(from, to clusterNode) {
+		tryAgain0 := redirects.tryAgain.Load()
 		migrateSlot(ctx, t, slot, from, to, []string{key}, func() {
 			// The lease is on the new node, the counter and the other lease
 			// still on the old one.
@@ -176,7 +177,11 @@ func TestClusterSlotMigration(t *testing.T) {
 				}
 				granted <- err
 			}()
-			time.Sleep(300 * time.Millisecond) // the acquire meets TRYAGAIN meanwhile
+			// Go on once the acquire met TRYAGAIN (the lease key and the
+			// counter of its slot on two nodes).
+			for deadline := time.Now().Add(10 * time.Second); redirects.tryAgain.Load() == tryAgain0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			t.Cleanup(func() {
 				if err := <-granted; err != nil {
 					t.Errorf("acquire of a free resource during the migration: %v", err)
