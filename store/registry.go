@@ -22,6 +22,7 @@
 //	mysql://, mariadb://          store/mysql: a MySQL or MariaDB database (or a Galera node)
 //	etcd://host:2379              store/etcd: an etcd cluster
 //	redis://, rediss://           store/redis: one Redis server
+//	redis+sentinel://, redis+cluster://  store/redis: Redis Sentinel's master, a Redis Cluster
 //	memory:                       store/memory: in this process only (tests, examples)
 //
 // Schemes lists those that are registered, with each URL's form and

@@ -72,7 +72,7 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	var cfg Config
 	var faults, out string
 	var seed int64
-	fs.StringVar(&cfg.Store, "store", "", "store URL: sqlite:PATH, cassandra://HOST[,HOST...][:PORT]/KEYSPACE[?replication=3], postgres://..., mysql://..., etcd://HOST:PORT or redis://HOST:PORT/DB (default: sqlite:OUT/leases.db)")
+	fs.StringVar(&cfg.Store, "store", "", "store URL: sqlite:PATH, cassandra://HOST[,HOST...][:PORT]/KEYSPACE[?replication=3], postgres://..., mysql://..., etcd://HOST:PORT, redis://HOST:PORT/DB, redis+sentinel://... or redis+cluster://... (default: sqlite:OUT/leases.db)")
 	fs.IntVar(&cfg.Workers, "workers", 5, "contending worker processes")
 	fs.DurationVar(&cfg.Duration, "duration", 45*time.Second, "how long to inject faults (CI: the default; soaks: e.g. 30m)")
 	fs.DurationVar(&cfg.TTL, "ttl", 0, "lease TTL (default 2s for Cassandra and etcd, 1s for the others)")
@@ -94,7 +94,9 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.StringVar(&cfg.PostgresScript, "postgres-script", "scripts/postgres", "the script that crashes and restarts the PostgreSQL server (with -server-faults)")
 	fs.StringVar(&cfg.MySQLScript, "mysql-script", "scripts/mariadb", "the script that crashes and restarts the MySQL/MariaDB server (with -server-faults), and kills, restarts, pauses and resumes Galera nodes (with -galera)")
 	fs.StringVar(&cfg.Galera, "galera", "", "MySQL: the three nodes of a Galera cluster (HOST:PORT,HOST:PORT,HOST:PORT, scripts/mariadb start3) whose first node -store names: the workers are spread over the nodes, and node-kill and node-pause act on them through -mysql-script")
-	fs.BoolVar(&cfg.ServerFaults, "server-faults", false, "PostgreSQL and MySQL: add server-restart, which kills and restarts the server through -postgres-script or -mysql-script (its env must name the store's server: never point it at a server others use)")
+	fs.StringVar(&cfg.RedisSentinelScript, "redis-sentinel-script", "scripts/redis-sentinel", "the script that kills a Redis Sentinel set's master and restarts it (master-failover, with -server-faults)")
+	fs.StringVar(&cfg.RedisClusterScript, "redis-cluster-script", "scripts/redis-cluster", "the script that kills a Redis Cluster's master and restarts it (master-failover, with -server-faults)")
+	fs.BoolVar(&cfg.ServerFaults, "server-faults", false, "PostgreSQL and MySQL: add server-restart, which kills and restarts the server through -postgres-script or -mysql-script; Redis Sentinel and Cluster: add master-failover through -redis-sentinel-script or -redis-cluster-script (their env must name the store's servers: never point them at servers others use)")
 	fs.DurationVar(&cfg.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")
 	fs.Int64Var(&cfg.LinearizabilityMemory, "lin-memory", 0, "bound of the linearizability check's heap, in bytes (0: 8 GiB; -1: none); a check stopped by it answers Unknown")
 	if err := fs.Parse(args); err != nil {

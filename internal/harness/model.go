@@ -90,7 +90,7 @@ func ProfileFor(scheme string) (Profile, error) {
 		return MySQLProfile, nil
 	case "etcd":
 		return EtcdProfile, nil
-	case "redis":
+	case "redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster":
 		return RedisProfile, nil
 	}
 	return Profile{}, fmt.Errorf("harness: no timing profile for store %q", scheme)

@@ -147,6 +147,9 @@ func deleteKeys(ctx context.Context, raw string, resources []string, prefix stri
 		n, _ := res.RowsAffected()
 		return fmt.Sprintf("DELETE %d (rows of %s)", n, name), nil
 	case *redis.Config:
+		if cfg.Options == nil {
+			return "", fmt.Errorf("harness: key-delete applies to a single Redis server, not to %s", su.Scheme())
+		}
 		rdb := goredis.NewClient(cfg.Options)
 		defer rdb.Close()
 		kp := cfg.Prefix

@@ -81,6 +81,9 @@ type Config struct {
 	// Galera names the nodes of a Galera cluster ("host:port,..."): the
 	// workers are spread over them, each through a proxy of its own.
 	Galera string
+	// RedisSentinelScript and RedisClusterScript are scripts/redis-sentinel
+	// and scripts/redis-cluster, for master-failover.
+	RedisSentinelScript, RedisClusterScript string
 
 	// LinearizabilityTimeout bounds porcupine (0: no limit).
 	LinearizabilityTimeout time.Duration
@@ -661,6 +664,8 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		return o.nodeFault(ctx, f)
 	case FaultServerRestart:
 		return o.serverRestart(ctx, f)
+	case FaultMasterFailover:
+		return o.masterFailover(ctx, f)
 	case FaultStoreReset, FaultKeyDelete:
 		return o.operatorFault(ctx, f)
 	case FaultStaleRenewal:
@@ -942,4 +947,47 @@ func (o *orch) nodeFault(ctx context.Context, f Fault) (Fault, error) {
 		f.Detail = fmt.Sprintf("both stopped for %v", d.Round(time.Millisecond))
 		return f, errors.Join(err1, err2, err3, err4)
 	}
+}
+
+// masterFailover kills a master of a Redis Sentinel set or Redis Cluster
+// (SIGKILL), waits until a replica was promoted in its place, starts the
+// killed node again (it rejoins as a replica, empty until it has
+// synchronised) and waits until the topology is whole again.
+func (o *orch) masterFailover(ctx context.Context, f Fault) (Fault, error) {
+	bg := context.WithoutCancel(ctx)
+	var n string
+	f.Start = MonoNow()
+	if o.env.scheme == "redis+sentinel" || o.env.scheme == "rediss+sentinel" {
+		out, err := runScript(bg, o.env.nodeScript, "kill-master")
+		if err != nil {
+			return f, err
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		n = strings.TrimSpace(lines[len(lines)-1])
+	} else {
+		out, err := runScript(bg, o.env.nodeScript, "masters")
+		if err != nil {
+			return f, err
+		}
+		masters := strings.Fields(out)
+		if len(masters) == 0 {
+			return f, fmt.Errorf("harness: %s masters: none", o.env.nodeScript)
+		}
+		n = masters[o.rng.IntN(len(masters))]
+		if err := o.script(bg, "kill", n); err != nil {
+			return f, err
+		}
+	}
+	f.Target = "master (node " + n + ")"
+	if err := o.script(bg, "wait-failover", n); err != nil {
+		return f, err
+	}
+	promoted := MonoNow()
+	if err := o.script(bg, "restart", n); err != nil {
+		return f, err
+	}
+	err := o.script(bg, "start") // waits until the replicas are in sync
+	f.End = MonoNow()
+	f.Detail = fmt.Sprintf("a replica took over %v after the kill", time.Duration(promoted-f.Start).Round(time.Millisecond))
+	return f, err
 }

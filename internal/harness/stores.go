@@ -46,12 +46,13 @@ const (
 	FaultStoreReset     = "store-reset"     // SQLite: delete or replace the database file under running workers
 	FaultKeyDelete      = "key-delete"      // PostgreSQL, MySQL, etcd, Redis: an operator deletes lease rows or keys
 	FaultStaleRenewal   = "stale-renewal"   // Cassandra: a renewal its holder gave up is applied after a newer one, with the time its coordinator started it
+	FaultMasterFailover = "master-failover" // Redis Sentinel and Cluster: SIGKILL a master; a replica takes over; the node rejoins as a replica
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultProxyDelay, FaultProxyDrop,
 	FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange,
-	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal}
+	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal, FaultMasterFailover}
 
 // OutsideContract lists the fault kinds that break a premise of the lease
 // contract, with the reason: the checker reports the overlaps of trusted
@@ -215,51 +216,102 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			env.extra = []string{FaultLeaderPause}
 		}
 		return env, nil
-	case *postgres.Config, *mysql.Config, *redis.Config:
-		if _, ok := scfg.(*mysql.Config); ok && cfg.Galera != "" {
+	case *mysql.Config:
+		if cfg.Galera != "" {
 			return setupGalera(ctx, cfg, env, su)
 		}
-		// One server: one proxy in front of it, and the workers' URL
-		// points at the proxy.
-		u, err := url.Parse(raw)
-		if err != nil {
-			return nil, fmt.Errorf("harness: store URL: %w", err)
+		return setupOneServer(ctx, cfg, env, su, raw)
+	case *redis.Config:
+		if scfg.Failover == nil && scfg.Cluster == nil {
+			return setupOneServer(ctx, cfg, env, su, raw)
 		}
-		env.profile, _ = ProfileFor(u.Scheme)
-		if strings.Contains(u.Host, ",") {
-			return nil, fmt.Errorf("harness: %s: the harness drives one server (one host in the URL)", u.Scheme)
+		// A Sentinel set or a cluster: the workers reach the servers
+		// directly (the sentinels hand out the master's own address, and a
+		// cluster its nodes'), so no network faults. Without a proxy that
+		// holds requests back, and with faults that kill masters (a killed
+		// server applies nothing later), a call takes effect before it
+		// returns or never: no late effects. (A request applied after its
+		// caller gave up would make the checker report a violation, never
+		// hide one.)
+		env.profile = RedisProfile
+		env.profile.LateEffects = false
+		addrs, script, name := []string(nil), cfg.RedisClusterScript, "TENURE_REDIS_CLUSTER"
+		if scfg.Failover != nil {
+			addrs, script, name = scfg.Failover.SentinelAddrs, cfg.RedisSentinelScript, "TENURE_REDIS_SENTINEL"
+		} else {
+			addrs = scfg.Cluster.Addrs
 		}
-		if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
-			return nil, fmt.Errorf("harness: %s host %q: the harness drives servers on loopback addresses only", u.Scheme, u.Hostname())
+		for _, a := range addrs {
+			h, _, err := net.SplitHostPort(a)
+			if ip := net.ParseIP(h); err != nil || ip == nil || !ip.IsLoopback() {
+				return nil, fmt.Errorf("harness: %s address %q: the harness drives servers on loopback addresses only", env.scheme, a)
+			}
 		}
-		p, err := netfault.Start(u.Host)
-		if err != nil {
+		if err := su.Init(ctx); err != nil {
 			return nil, err
 		}
-		env.proxies = append(env.proxies, p)
-		wu := *u
-		wu.Host = p.Addr()
-		env.workerURL = wu.String()
-		if err := su.Init(ctx); err != nil { // PostgreSQL's table; a check that the others answer
+		env.faults = []string{FaultPause, FaultKill}
+		if cfg.ServerFaults {
+			v, err := scriptEnv(ctx, script, name)
+			if err != nil {
+				return nil, fmt.Errorf("harness: server faults: %w", err)
+			}
+			if vs, _, _ := strings.Cut(v, "?"); !strings.HasPrefix(raw, vs) {
+				return nil, fmt.Errorf("harness: server faults: %s manages %s, not the store's servers (set its TENURE_* variables, or leave out -server-faults)", script, store.Redact(v))
+			}
+			env.nodeScript = script
+			env.faults = append(env.faults, FaultMasterFailover)
+		}
+		return env, nil
+	case *postgres.Config:
+		return setupOneServer(ctx, cfg, env, su, raw)
+	}
+	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, mysql://, etcd:// and redis:// stores", su.Scheme())
+}
+
+// setupOneServer prepares a PostgreSQL or MySQL server or a single Redis server:
+// one proxy in front of it, and the workers' URL points at the proxy.
+func setupOneServer(ctx context.Context, cfg Config, env *storeEnv, su *store.URL, raw string) (*storeEnv, error) {
+	scfg := su.Config()
+	// One server: one proxy in front of it, and the workers' URL
+	// points at the proxy.
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("harness: store URL: %w", err)
+	}
+	env.profile, _ = ProfileFor(u.Scheme)
+	if strings.Contains(u.Host, ",") {
+		return nil, fmt.Errorf("harness: %s: the harness drives one server (one host in the URL)", u.Scheme)
+	}
+	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("harness: %s host %q: the harness drives servers on loopback addresses only", u.Scheme, u.Hostname())
+	}
+	p, err := netfault.Start(u.Host)
+	if err != nil {
+		return nil, err
+	}
+	env.proxies = append(env.proxies, p)
+	wu := *u
+	wu.Host = p.Addr()
+	env.workerURL = wu.String()
+	if err := su.Init(ctx); err != nil { // PostgreSQL's table; a check that the others answer
+		env.close()
+		return nil, err
+	}
+	env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
+	script, name := cfg.PostgresScript, "TENURE_POSTGRES"
+	if _, ok := scfg.(*mysql.Config); ok {
+		script, name = cfg.MySQLScript, "TENURE_MYSQL"
+	}
+	if _, ok := scfg.(*redis.Config); !ok && cfg.ServerFaults {
+		if err := checkScriptServer(ctx, script, name, u.Host); err != nil {
 			env.close()
 			return nil, err
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
-		script, name := cfg.PostgresScript, "TENURE_POSTGRES"
-		if _, ok := scfg.(*mysql.Config); ok {
-			script, name = cfg.MySQLScript, "TENURE_MYSQL"
-		}
-		if _, ok := scfg.(*redis.Config); !ok && cfg.ServerFaults {
-			if err := checkScriptServer(ctx, script, name, u.Host); err != nil {
-				env.close()
-				return nil, err
-			}
-			env.serverCmd = script
-			env.faults = append(env.faults, FaultServerRestart)
-		}
-		return env, nil
+		env.serverCmd = script
+		env.faults = append(env.faults, FaultServerRestart)
 	}
-	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, mysql://, etcd:// and redis:// stores", su.Scheme())
+	return env, nil
 }
 
 // setupGalera sets up a MySQL store on a three-node Galera cluster: a

@@ -40,7 +40,11 @@ const pingEvery = 15 * time.Second
 // session runs one PubSub until it is silent for too long or ctx ends.
 // Errors in between are retried by go-redis's reconnection.
 func (s *Store) session(ctx context.Context, listened *bool) error {
-	ps := s.rdb.Subscribe(ctx, s.channel, s.expired)
+	channels := []string{s.channel}
+	if s.expired != "" {
+		channels = append(channels, s.expired)
+	}
+	ps := s.rdb.Subscribe(ctx, channels...)
 	defer ps.Close()
 	// Closing the PubSub ends a receive that is blocked on the connection.
 	defer context.AfterFunc(ctx, func() { ps.Close() })()
@@ -73,7 +77,7 @@ func (s *Store) session(ctx context.Context, listened *bool) error {
 		silent = 0
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Count == 2 {
+			if m.Kind == "subscribe" && m.Count == len(channels) {
 				s.hub.SetListening(true, nil)
 				if *listened {
 					s.hub.WakeAll() // anything released while we were not listening
@@ -109,7 +113,7 @@ func (s *Store) session(ctx context.Context, listened *bool) error {
 // notification is only a hint. The returned function ends the
 // subscription; it is idempotent.
 func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	ch, stop, err := s.hub.Subscribe(ctx, resource, 2*s.rdb.Options().DialTimeout+time.Second)
+	ch, stop, err := s.hub.Subscribe(ctx, resource, 2*s.dial+time.Second)
 	if err != nil {
 		if !errors.Is(err, driver.ErrInvalidResource) {
 			err = fmt.Errorf("redis store: %w", err)
@@ -126,7 +130,7 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 // publishes: a holder that watches its own lease learns at once that
 // someone else freed it.
 func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	ch, stop, err := s.hub.Watch(ctx, resource, 2*s.rdb.Options().DialTimeout+time.Second)
+	ch, stop, err := s.hub.Watch(ctx, resource, 2*s.dial+time.Second)
 	if err != nil {
 		if !errors.Is(err, driver.ErrInvalidResource) {
 			err = fmt.Errorf("redis store: %w", err)
@@ -136,9 +140,9 @@ func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, fu
 	go func() {
 		// Best effort: a failure leaves the holder to learn it at its next
 		// renewal.
-		mctx, cancel := context.WithTimeout(context.Background(), s.rdb.Options().DialTimeout+5*time.Second)
+		mctx, cancel := context.WithTimeout(context.Background(), s.dial+5*time.Second)
 		defer cancel()
-		_ = markScript.Run(mctx, s.rdb, []string{s.leaseKey(resource)}).Err()
+		_, _ = s.eval(mctx, markScript, []string{s.leaseKey(resource)})
 	}()
 	return ch, stop, nil
 }

@@ -1,6 +1,9 @@
 // Package redis is a driver.Store on a single Redis server (5.0 or later;
-// tested with 7.0),
-// through github.com/redis/go-redis/v9.
+// tested with 7.0), on the master that Redis Sentinel names
+// (Config.Failover, redis+sentinel://), or on a Redis Cluster
+// (Config.Cluster, redis+cluster://), through
+// github.com/redis/go-redis/v9. docs/store-redis.md describes Sentinel and
+// Cluster: their URLs, keys, failover behaviour and Config.WaitReplicas.
 //
 // # Keys
 //
@@ -93,8 +96,22 @@
 // process of an earlier version runs, RemoveOldLayout deletes the old
 // counters and index.
 //
-// This store is for a standalone Redis (not Cluster): List scans keys, and
-// the keys of one resource are not in one hash slot.
+// # Sentinel and Cluster
+//
+// On Sentinel the keys are those above. On a cluster, the lease key is
+// <prefix>lease:{R} (the resource is its hash tag) and grants use the
+// counter of that key's hash slot, <prefix>token:{T}, T a short tag that
+// hashes to the slot (slotTag): a lease and its counter share a slot, so
+// every script touches one slot, and tokens strictly increase per resource
+// without a cross-slot counter. Script calls go to the slot's master and
+// follow MOVED, ASK and TRYAGAIN; RenewBatch and List group keys by slot.
+// Releases PUBLISH, which a cluster forwards to every node.
+//
+// Replication is asynchronous on both: a failover can lose a grant that
+// the master acknowledged, and with it exclusion (two holders until the
+// first one's next renewal), while tokens keep increasing within the clock
+// condition above. Config.WaitReplicas makes each write wait for replicas
+// (WAIT) before it is confirmed.
 package redis
 
 import (
@@ -137,17 +154,35 @@ const maxBatch = 1000
 // lease keys (anything but noeviction).
 var ErrEvictionPolicy = errors.New("redis store: the server's maxmemory-policy can evict leases; set maxmemory-policy noeviction (or Config.AllowEviction to accept the risk)")
 
-// Config configures a Store.
+// Config configures a Store. Exactly one of Options, Failover and Cluster
+// names the servers.
 type Config struct {
-	// Options are go-redis's connection options (address, TLS, auth, DB,
-	// timeouts, pool). Required. The store sets MaxRetries to -1 (it never
-	// lets the client resend a write whose answer was lost: that is an
-	// unknown outcome for tenure to resolve) and ContextTimeoutEnabled, and a
-	// DialTimeout of DefaultDialTimeout when none is set.
+	// Options are go-redis's connection options for one server (address,
+	// TLS, auth, DB, timeouts, pool). The store sets MaxRetries to -1 (it
+	// never lets the client resend a write whose answer was lost: that is
+	// an unknown outcome for tenure to resolve) and ContextTimeoutEnabled,
+	// and a DialTimeout of DefaultDialTimeout when none is set; so it does
+	// with Failover and Cluster.
 	Options *redis.Options
 
+	// Failover names a master that Redis Sentinel watches (MasterName,
+	// SentinelAddrs; SentinelUsername and SentinelPassword authenticate to
+	// the sentinels, Username and Password to the master): go-redis's
+	// failover client asks the sentinels for the master's address and
+	// follows a failover to the replica they promote. The keys are those
+	// of a single server. Replication is asynchronous: see WaitReplicas.
+	Failover *redis.FailoverOptions
+
+	// Cluster names some nodes of a Redis Cluster (Addrs); go-redis finds
+	// the others and follows MOVED and ASK redirections. The keys of a
+	// lease, and the token counter it uses, share one hash slot (see the
+	// package documentation). Replication is asynchronous: see
+	// WaitReplicas.
+	Cluster *redis.ClusterOptions
+
 	// Prefix starts every key and the channel. Default DefaultPrefix. Stores
-	// that share leases must share the prefix.
+	// that share leases must share the prefix. With Cluster, it must not
+	// hold '{' or '}' (hash tags are the store's).
 	Prefix string
 
 	// AllowEviction skips the check that the server's maxmemory-policy is
@@ -155,10 +190,42 @@ type Config struct {
 	// CONFIG GET, the check is skipped anyway.
 	AllowEviction bool
 
+	// WaitReplicas, when above zero, makes every grant, renewal, Keep and
+	// release wait, with Redis's WAIT on the connection that wrote it, until that
+	// many replicas of the master acknowledged the write (at most
+	// WaitTimeout) before it is confirmed. A write that fewer replicas
+	// acknowledged in time is not reported done: the error wraps
+	// ErrNotReplicated and driver.ErrUnknownOutcome (the master applied it;
+	// a failover may lose it), which a Locker resolves by retrying the same
+	// grant and frees when it stays unknown (a release not confirmed
+	// likewise: a failover could bring the lease back until its TTL ends).
+	// Default 0: no WAIT, a grant is
+	// confirmed when the master applied it. It costs one replication round
+	// trip per write (docs/store-redis.md gives the measured cost). WAIT
+	// narrows, but does not close, the window in which a failover loses an
+	// acknowledged grant (the Redis documentation of WAIT says so too):
+	// Sentinel or the cluster must promote a replica that acknowledged, and
+	// a replica restarted without persistence forgets.
+	WaitReplicas int
+
+	// WaitTimeout bounds each WAIT. Default DefaultWaitTimeout.
+	WaitTimeout time.Duration
+
 	// Hooks are added to the client (go-redis's AddHook) before it sends
-	// anything: to count or trace commands.
+	// anything: to count or trace commands. On a cluster they are added to
+	// the client of every node, which send every command.
 	Hooks []redis.Hook
 }
+
+// DefaultWaitTimeout is how long a WAIT for replicas lasts at most when
+// Config.WaitTimeout is zero.
+const DefaultWaitTimeout = time.Second
+
+// ErrNotReplicated means that a write was applied by the master but fewer
+// replicas than Config.WaitReplicas acknowledged it within
+// Config.WaitTimeout: a failover could lose it. Errors that wrap it wrap
+// driver.ErrUnknownOutcome too.
+var ErrNotReplicated = errors.New("redis store: the write did not reach the replicas WAIT asked for in time")
 
 // CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
 // store opened with c cannot keep (below 1 ms or above MaxTTL), without
@@ -170,30 +237,68 @@ func (c Config) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // Store is a driver.Store, driver.BatchRenewer and driver.Notifier on one
-// Redis server. It is safe for concurrent use.
+// Redis server, a master that Sentinel watches, or a Redis Cluster. It is
+// safe for concurrent use.
 type Store struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
+	single  *redis.Client        // one server or Sentinel's master; nil on a cluster
+	cluster *redis.ClusterClient // nil unless a cluster
+	where   string               // the servers, for messages
+	dial    time.Duration        // the dial timeout
 	prefix  string
-	counter string // the store's token counter
+	counter string // the store's token counter (not on a cluster: one per slot)
 	channel string
-	expired string // keyspace event channel of expired keys
+	expired string // keyspace event channel of expired keys; "" on a cluster
+
+	waitN       int           // WAIT for this many replicas; 0: no WAIT
+	waitTimeout time.Duration // WAIT's timeout
 
 	// compat: the old layout's index existed at Open (see RemoveOldLayout).
 	compat atomic.Bool
+
+	hooks       []redis.Hook
+	nodeOptions redis.Options // a cluster node client's, for nodeClient
+	nodesMu     sync.Mutex
+	nodes       map[string]*redis.Client // cluster nodes by address (ASK redirections)
 
 	hub    driver.Hub // release notifications; Listen is listen
 	waits  waits      // the resources subscribed to
 	closed atomic.Bool
 }
 
-// Open connects to the server and checks that it answers (PING, bounded by
-// the dial and read timeouts and ctx) and that its eviction policy cannot
-// delete leases (see ErrEvictionPolicy), and looks for keys of the layout
-// of earlier versions (see RemoveOldLayout). Bad configuration returns an
-// error before any I/O.
+// Open connects to the server (the master Sentinel names, or the cluster's
+// nodes) and checks that it answers (PING, bounded by the dial and read
+// timeouts and ctx) and that its eviction policy cannot delete leases (see
+// ErrEvictionPolicy; on a cluster, every master's), and looks for keys of
+// the layout of earlier versions (see RemoveOldLayout; not on a cluster).
+// Bad configuration returns an error before any I/O.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	if cfg.Options == nil {
+	n := 0
+	for _, set := range []bool{cfg.Options != nil, cfg.Failover != nil, cfg.Cluster != nil} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
 		return nil, errors.New("redis store: no options")
+	case n > 1:
+		return nil, errors.New("redis store: set only one of Options, Failover and Cluster")
+	case cfg.Failover != nil && (cfg.Failover.MasterName == "" || len(cfg.Failover.SentinelAddrs) == 0):
+		return nil, errors.New("redis store: Failover needs MasterName and SentinelAddrs")
+	case cfg.Failover != nil && (cfg.Failover.ReplicaOnly || cfg.Failover.UseDisconnectedReplicas ||
+		cfg.Failover.RouteByLatency || cfg.Failover.RouteRandomly):
+		// Leases are written and read on the master; go-redis's failover
+		// client panics on the two routing options.
+		return nil, errors.New("redis store: Failover: replica_only, use_disconnected_replicas, route_by_latency and route_randomly are not allowed (leases live on the master)")
+	case cfg.Cluster != nil && len(cfg.Cluster.Addrs) == 0:
+		return nil, errors.New("redis store: Cluster needs Addrs")
+	case cfg.Cluster != nil && (cfg.Cluster.ReadOnly || cfg.Cluster.RouteByLatency || cfg.Cluster.RouteRandomly):
+		return nil, errors.New("redis store: Cluster: read_only, route_by_latency and route_randomly are not allowed (leases are read on the masters)")
+	case cfg.WaitReplicas < 0:
+		return nil, fmt.Errorf("redis store: WaitReplicas %d is negative", cfg.WaitReplicas)
+	case cfg.WaitTimeout < 0:
+		return nil, fmt.Errorf("redis store: WaitTimeout %v is negative", cfg.WaitTimeout)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -201,52 +306,137 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if strings.ContainsAny(cfg.Prefix, "*?[]\\") {
 		return nil, fmt.Errorf("redis store: prefix %q: glob characters are not allowed", cfg.Prefix)
 	}
-	o := *cfg.Options
-	o.MaxRetries = -1
-	o.ContextTimeoutEnabled = true
-	if o.DialTimeout == 0 {
-		o.DialTimeout = DefaultDialTimeout
-	}
-	rdb := redis.NewClient(&o)
-	for _, h := range cfg.Hooks {
-		rdb.AddHook(h)
+	if cfg.Cluster != nil && strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("redis store: prefix %q: '{' and '}' are not allowed on a cluster", cfg.Prefix)
 	}
 	s := &Store{
-		rdb:     rdb,
-		prefix:  cfg.Prefix,
-		counter: cfg.Prefix + "token",
-		channel: cfg.Prefix + "released",
-		expired: fmt.Sprintf("__keyevent@%d__:expired", o.DB),
+		prefix:      cfg.Prefix,
+		counter:     cfg.Prefix + "token",
+		channel:     cfg.Prefix + "released",
+		waitN:       cfg.WaitReplicas,
+		waitTimeout: cfg.WaitTimeout,
+	}
+	if s.waitTimeout == 0 {
+		s.waitTimeout = DefaultWaitTimeout
+	}
+	var readTimeout time.Duration
+	switch {
+	case cfg.Options != nil:
+		o := *cfg.Options
+		o.MaxRetries = -1
+		o.ContextTimeoutEnabled = true
+		if o.DialTimeout == 0 {
+			o.DialTimeout = DefaultDialTimeout
+		}
+		s.single = redis.NewClient(&o)
+		s.rdb, s.where, s.dial, readTimeout = s.single, o.Addr, o.DialTimeout, o.ReadTimeout
+		s.expired = fmt.Sprintf("__keyevent@%d__:expired", o.DB)
+	case cfg.Failover != nil:
+		o := *cfg.Failover
+		o.MaxRetries = -1
+		o.ContextTimeoutEnabled = true
+		if o.DialTimeout == 0 {
+			o.DialTimeout = DefaultDialTimeout
+		}
+		s.single = redis.NewFailoverClient(&o)
+		s.rdb, s.dial, readTimeout = s.single, o.DialTimeout, o.ReadTimeout
+		s.where = fmt.Sprintf("master %q of sentinels %s", o.MasterName, strings.Join(o.SentinelAddrs, ","))
+		s.expired = fmt.Sprintf("__keyevent@%d__:expired", o.DB)
+	default:
+		o := *cfg.Cluster
+		o.MaxRetries = -1
+		o.ContextTimeoutEnabled = true
+		if o.DialTimeout == 0 {
+			o.DialTimeout = DefaultDialTimeout
+		}
+		// Every command goes to a node's client: the hooks are theirs.
+		newClient := o.NewClient
+		if newClient == nil {
+			newClient = redis.NewClient
+		}
+		o.NewClient = func(opt *redis.Options) *redis.Client {
+			c := newClient(opt)
+			for _, h := range cfg.Hooks {
+				c.AddHook(h)
+			}
+			return c
+		}
+		s.cluster = redis.NewClusterClient(&o)
+		s.rdb, s.dial, readTimeout = s.cluster, o.DialTimeout, o.ReadTimeout
+		s.where = "cluster " + strings.Join(o.Addrs, ",")
+	}
+	if rt := readTimeout; s.waitN > 0 && rt >= 0 {
+		if rt == 0 {
+			rt = 3 * time.Second // go-redis's default
+		}
+		if s.waitTimeout+time.Second > rt {
+			s.closeClients()
+			return nil, fmt.Errorf("redis store: WaitTimeout %v needs a read timeout at least a second longer (it is %v)", s.waitTimeout, rt)
+		}
+	}
+	s.hooks = cfg.Hooks
+	if s.cluster == nil {
+		for _, h := range cfg.Hooks {
+			s.rdb.AddHook(h)
+		}
 	}
 	s.hub.Listen = s.listen
-	bound := o.DialTimeout + 3*time.Second
-	if o.ReadTimeout > 0 {
-		bound = o.DialTimeout + o.ReadTimeout
+	bound := s.dial + 3*time.Second
+	if readTimeout > 0 {
+		bound = s.dial + readTimeout
 	}
 	pctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("redis store: connect %s: %w", o.Addr, err)
+	fail := func(err error) (*Store, error) {
+		s.closeClients()
+		return nil, fmt.Errorf("redis store: connect %s: %w", s.where, err)
+	}
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		return fail(err)
 	}
 	if !cfg.AllowEviction {
-		policy, err := rdb.ConfigGet(pctx, "maxmemory-policy").Result()
-		if err == nil && policy["maxmemory-policy"] != "" && policy["maxmemory-policy"] != "noeviction" {
-			rdb.Close()
-			return nil, fmt.Errorf("%w (it is %s)", ErrEvictionPolicy, policy["maxmemory-policy"])
+		check := func(ctx context.Context, c *redis.Client) error {
+			policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+			if err == nil && policy["maxmemory-policy"] != "" && policy["maxmemory-policy"] != "noeviction" {
+				return fmt.Errorf("%w (it is %s on %s)", ErrEvictionPolicy, policy["maxmemory-policy"], c.Options().Addr)
+			}
+			return nil
+		}
+		var err error
+		if s.cluster != nil {
+			err = s.cluster.ForEachMaster(pctx, check)
+		} else {
+			err = check(pctx, s.single)
+		}
+		if err != nil {
+			s.closeClients()
+			return nil, err
 		}
 	}
-	n, err := rdb.Exists(pctx, s.oldIndexKey()).Result()
-	if err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("redis store: connect %s: %w", o.Addr, err)
+	if s.cluster != nil {
+		node, err := s.cluster.MasterForKey(pctx, s.leaseKey("x"))
+		if err != nil {
+			return fail(err)
+		}
+		s.nodeOptions = *node.Options()
+	} else {
+		n, err := s.rdb.Exists(pctx, s.oldIndexKey()).Result()
+		if err != nil {
+			return fail(err)
+		}
+		s.compat.Store(n > 0)
 	}
-	s.compat.Store(n > 0)
 	return s, nil
 }
 
-// Client returns the store's go-redis client (for tests and diagnostics).
-func (s *Store) Client() *redis.Client { return s.rdb }
+// Client returns the store's go-redis client (for tests and diagnostics):
+// the client of the server or of Sentinel's master; nil on a cluster (see
+// ClusterClient).
+func (s *Store) Client() *redis.Client { return s.single }
+
+// ClusterClient returns the store's go-redis cluster client, or nil when
+// the store is not on a cluster.
+func (s *Store) ClusterClient() *redis.ClusterClient { return s.cluster }
 
 // Close stops the pub/sub connection and closes the client. It does not
 // release leases. It is safe to call more than once.
@@ -255,6 +445,16 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.hub.Close()
+	return s.closeClients()
+}
+
+func (s *Store) closeClients() error {
+	s.nodesMu.Lock()
+	for _, c := range s.nodes {
+		c.Close()
+	}
+	s.nodes = nil
+	s.nodesMu.Unlock()
 	return s.rdb.Close()
 }
 
@@ -262,7 +462,26 @@ func (s *Store) Close() error {
 // driver.ErrStoreUnusable, so that a Locker waiting on it stops.
 var errClosed = fmt.Errorf("redis store: closed (%w)", driver.ErrStoreUnusable)
 
-func (s *Store) leaseKey(resource string) string { return s.prefix + "lease:" + resource }
+// leaseKey is the key of the lease on resource: <prefix>lease:<resource>,
+// and on a cluster <prefix>lease:{<resource>}, the resource its hash tag.
+func (s *Store) leaseKey(resource string) string {
+	if s.cluster != nil {
+		return s.prefix + "lease:{" + resource + "}"
+	}
+	return s.prefix + "lease:" + resource
+}
+
+// counterKey is the token counter that grants on the lease key leaseKey
+// use: the store's one counter, and on a cluster the counter of the lease
+// key's hash slot, <prefix>token:{<tag>} with the tag of that slot (see
+// slotTag), so that a lease and its counter share a slot and move
+// together.
+func (s *Store) counterKey(leaseKey string) string {
+	if s.cluster != nil {
+		return s.prefix + "token:{" + slotTag(keySlot(leaseKey)) + "}"
+	}
+	return s.counter
+}
 
 // The keys of the layout of earlier versions.
 func (s *Store) oldCounterKey(resource string) string { return s.prefix + "token:" + resource }
@@ -346,20 +565,24 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		return driver.Record{}, errClosed
 	}
 	msTTL := driver.Milliseconds(ttl)
-	script, keys, args := acquireScript, []string{s.leaseKey(resource), s.counter}, []any{owner, msTTL}
+	key := s.leaseKey(resource)
+	script, keys, args := acquireScript, []string{key, s.counterKey(key)}, []any{owner, msTTL}
 	if s.waits.has(resource) {
 		args = append(args, "w")
 	}
 	if s.compat.Load() {
 		script, keys = acquireCompatScript, append(keys, s.oldCounterKey(resource))
 	}
-	v, err := script.Run(ctx, s.rdb, keys, args...).Result()
+	v, acked, waitErr, err := s.write(ctx, script, keys, args...)
 	if err != nil {
 		return driver.Record{}, writeErr("acquire", resource, err)
 	}
 	switch v := v.(type) {
 	case int64:
 		if v > 0 {
+			if err := s.replicated(acked, waitErr); err != nil {
+				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("redis store: acquire %q (token %d): %w", resource, v, err))
+			}
 			return driver.Record{Resource: resource, Owner: owner, Token: uint64(v), TTL: ttl,
 				Remaining: time.Duration(msTTL) * time.Millisecond}, nil
 		}
@@ -371,6 +594,21 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		return driver.Record{}, &driver.HeldError{Holder: holder}
 	}
 	return driver.Record{}, fmt.Errorf("redis store: acquire %q: unexpected reply %v", resource, v)
+}
+
+// replicated returns nil when the store does not wait for replicas, or
+// when WAIT counted enough of them; otherwise an error wrapping
+// ErrNotReplicated.
+func (s *Store) replicated(acked int64, waitErr error) error {
+	switch {
+	case s.waitN == 0:
+		return nil
+	case waitErr != nil:
+		return fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, waitErr)
+	case acked < int64(s.waitN):
+		return fmt.Errorf("%w (%d of %d replicas in %v)", ErrNotReplicated, acked, s.waitN, s.waitTimeout)
+	}
+	return nil
 }
 
 // leaseValue returns the lease value "<token>:<owner>:<ms>".
@@ -426,30 +664,75 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 		return err
 	}
 	ms := driver.Milliseconds(ttl)
-	v, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)}, leaseValue(token, owner, ms), ms).Result()
+	v, acked, waitErr, err := s.write(ctx, renewScript, []string{s.leaseKey(resource)}, leaseValue(token, owner, ms), ms)
 	if err != nil {
 		return writeErr("renew", resource, err)
 	}
-	return notHolder("renew", resource, v)
+	return s.confirm("renew", resource, v, acked, waitErr)
+}
+
+// confirm is notHolder, and an error wrapping ErrNotReplicated and
+// driver.ErrUnknownOutcome for a write done that did not reach the
+// replicas the store waits for.
+func (s *Store) confirm(op, resource string, v any, acked int64, waitErr error) error {
+	if err := notHolder(op, resource, v); err != nil {
+		return err
+	}
+	if err := s.replicated(acked, waitErr); err != nil {
+		return driver.UnknownOutcome(fmt.Errorf("redis store: %s %q: %w", op, resource, err))
+	}
+	return nil
 }
 
 // RenewBatch implements driver.BatchRenewer: the leases are renewed as
 // Renew would, by one script call per maxBatch leases (the core sends at
-// most 1,000). Each lease gets its own answer; an error of the call itself
+// most 1,000; with WaitReplicas, the calls and one WAIT in one pipeline);
+// on a cluster, one script call per
+// hash slot and maxBatch leases, in one pipeline per master, the masters
+// in parallel. Each lease gets its own answer; an error of a call itself
 // (UnknownOutcome when the answer was lost) is every lease's of that call.
 // Redis runs a call's renewals one after the other without serving other
 // clients, about a microsecond each.
 func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
 	errs := make([]error, len(leases))
-	idx := make([]int, 0, len(leases))
-	for i, r := range leases {
-		if errs[i] = ttls.ValidateAcquire(r.Resource, r.Owner, r.TTL); errs[i] == nil {
-			idx = append(idx, i)
+	var groups [][]int // indexes of leases, per call
+	if s.cluster == nil {
+		var idx []int
+		for i, r := range leases {
+			if errs[i] = ttls.ValidateAcquire(r.Resource, r.Owner, r.TTL); errs[i] == nil {
+				idx = append(idx, i)
+			}
+		}
+		for len(idx) > 0 {
+			chunk := idx[:min(len(idx), maxBatch)]
+			idx = idx[len(chunk):]
+			groups = append(groups, chunk)
+		}
+	} else {
+		bySlot := map[int][]int{}
+		var order []int
+		for i, r := range leases {
+			if errs[i] = ttls.ValidateAcquire(r.Resource, r.Owner, r.TTL); errs[i] == nil {
+				slot := keySlot(s.leaseKey(r.Resource))
+				if len(bySlot[slot]) == maxBatch {
+					groups = append(groups, bySlot[slot])
+					bySlot[slot] = nil
+				}
+				if bySlot[slot] == nil {
+					order = append(order, slot)
+				}
+				bySlot[slot] = append(bySlot[slot], i)
+			}
+		}
+		for _, slot := range order {
+			if len(bySlot[slot]) > 0 {
+				groups = append(groups, bySlot[slot])
+				bySlot[slot] = nil
+			}
 		}
 	}
-	for len(idx) > 0 {
-		chunk := idx[:min(len(idx), maxBatch)]
-		idx = idx[len(chunk):]
+	calls := make([]*call, len(groups))
+	for g, chunk := range groups {
 		keys := make([]string, len(chunk))
 		args := make([]any, len(chunk), 2*len(chunk))
 		same := true
@@ -469,16 +752,28 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 				args = append(args, driver.Milliseconds(leases[i].TTL))
 			}
 		}
-		v, err := renewBatchScript.Run(ctx, s.rdb, keys, args...).Result()
-		answers, ok := v.([]any)
+		calls[g] = &call{sc: renewBatchScript, keys: keys, args: args}
+	}
+	if s.cluster == nil && s.waitN == 0 || len(calls) == 1 {
+		// One call after the other (one server: a thousand leases a call).
+		for _, c := range calls {
+			c.res, c.acked, c.waitErr, c.err = s.write(ctx, c.sc, c.keys, c.args...)
+		}
+	} else {
+		s.runCalls(ctx, calls, s.waitN > 0)
+	}
+	for g, chunk := range groups {
+		c := calls[g]
+		answers, ok := c.res.([]any)
+		err := c.err
 		if err == nil && (!ok || len(answers) != len(chunk)) {
-			err = fmt.Errorf("unexpected reply %v", v)
+			err = fmt.Errorf("unexpected reply %v", c.res)
 		}
 		for j, i := range chunk {
 			if err != nil {
 				errs[i] = writeErr("renew", leases[i].Resource, err)
 			} else {
-				errs[i] = notHolder("renew", leases[i].Resource, answers[j])
+				errs[i] = s.confirm("renew", leases[i].Resource, answers[j], c.acked, c.waitErr)
 			}
 		}
 	}
@@ -493,12 +788,12 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 	if err := driver.ValidateRelease(resource, owner); err != nil {
 		return err
 	}
-	v, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
-		grantPrefix(token, owner), s.channel, resource).Result()
+	v, acked, waitErr, err := s.write(ctx, releaseScript, []string{s.leaseKey(resource)},
+		grantPrefix(token, owner), s.channel, resource)
 	if err != nil {
 		return writeErr("release", resource, err)
 	}
-	return notHolder("release", resource, v)
+	return s.confirm("release", resource, v, acked, waitErr)
 }
 
 // Keep implements driver.Keeper: one script gives the live lease of this
@@ -509,12 +804,12 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 		return err
 	}
 	ms := driver.Milliseconds(ttl)
-	v, err := keepScript.Run(ctx, s.rdb, []string{s.leaseKey(resource)},
-		grantPrefix(token, owner), leaseValue(token, keeper, ms), ms).Result()
+	v, acked, waitErr, err := s.write(ctx, keepScript, []string{s.leaseKey(resource)},
+		grantPrefix(token, owner), leaseValue(token, keeper, ms), ms)
 	if err != nil {
 		return writeErr("keep", resource, err)
 	}
-	return notHolder("keep", resource, v)
+	return s.confirm("keep", resource, v, acked, waitErr)
 }
 
 // Get implements driver.Store. Remaining is measured on the server's clock.
@@ -535,32 +830,70 @@ func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error)
 // read returns the live leases on resources (at most maxBatch), read
 // atomically by one script, in the order given.
 func (s *Store) read(ctx context.Context, resources []string) ([]driver.Record, error) {
-	keys := make([]string, len(resources))
-	for i, r := range resources {
-		keys[i] = s.leaseKey(r)
+	// One call on one server; on a cluster, one per hash slot (in one
+	// pipeline per master).
+	groups := [][]int{make([]int, len(resources))}
+	for i := range resources {
+		groups[0][i] = i
 	}
-	v, err := getScript.Run(ctx, s.rdb, keys).Result()
-	if err != nil {
-		return nil, err
+	if s.cluster != nil && len(resources) > 1 {
+		bySlot := map[int]int{}
+		groups = groups[:0]
+		for i, r := range resources {
+			slot := keySlot(s.leaseKey(r))
+			g, ok := bySlot[slot]
+			if !ok {
+				g = len(groups)
+				bySlot[slot] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], i)
+		}
 	}
-	answers, ok := v.([]any)
-	if !ok || len(answers) != len(resources) {
-		return nil, fmt.Errorf("unexpected reply %v", v)
+	calls := make([]*call, len(groups))
+	for g, idx := range groups {
+		keys := make([]string, len(idx))
+		for j, i := range idx {
+			keys[j] = s.leaseKey(resources[i])
+		}
+		calls[g] = &call{sc: getScript, keys: keys}
 	}
-	out := make([]driver.Record, 0, len(resources))
-	for i, a := range answers {
-		a, ok := a.([]any)
-		if !ok {
-			return nil, fmt.Errorf("unexpected reply %v", v)
+	if len(calls) == 1 {
+		calls[0].res, calls[0].err = s.eval(ctx, getScript, calls[0].keys)
+	} else {
+		s.runCalls(ctx, calls, false)
+	}
+	var found []int // indexes of resources held, in order
+	recs := map[int]driver.Record{}
+	for g, idx := range groups {
+		c := calls[g]
+		if c.err != nil {
+			return nil, c.err
 		}
-		if len(a) == 0 {
-			continue
+		answers, ok := c.res.([]any)
+		if !ok || len(answers) != len(idx) {
+			return nil, fmt.Errorf("unexpected reply %v", c.res)
 		}
-		rec, err := holderOf(resources[i], a)
-		if err != nil {
-			return nil, err
+		for j, a := range answers {
+			a, ok := a.([]any)
+			if !ok {
+				return nil, fmt.Errorf("unexpected reply %v", c.res)
+			}
+			if len(a) == 0 {
+				continue
+			}
+			rec, err := holderOf(resources[idx[j]], a)
+			if err != nil {
+				return nil, err
+			}
+			recs[idx[j]] = rec
+			found = append(found, idx[j])
 		}
-		out = append(out, rec)
+	}
+	slices.Sort(found)
+	out := make([]driver.Record, 0, len(found))
+	for _, i := range found {
+		out = append(out, recs[i])
 	}
 	return out, nil
 }
@@ -595,12 +928,16 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	keyPrefix := s.prefix + "lease:"
+	keyPrefix, suffix := s.prefix+"lease:", ""
+	if s.cluster != nil {
+		keyPrefix, suffix = s.prefix+"lease:{", "}"
+	}
 	match := globEscape(keyPrefix+prefix) + "*"
+	var mu sync.Mutex
 	seen := map[string]bool{}
 	var out []driver.Record
 	var pending []string
-	flush := func() error {
+	flush := func(ctx context.Context) error {
 		if len(pending) == 0 {
 			return nil
 		}
@@ -609,30 +946,46 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 		out = append(out, recs...)
 		return err
 	}
-	var cursor uint64
-	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, match, listCount).Result()
-		if err != nil {
-			return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
-		}
-		for _, k := range keys {
-			r := strings.TrimPrefix(k, keyPrefix)
-			if seen[r] || driver.ValidateResource(r) != nil {
-				continue
+	scan := func(ctx context.Context, c *redis.Client) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, match, listCount).Result()
+			if err != nil {
+				return err
 			}
-			seen[r] = true
-			pending = append(pending, r)
-			if len(pending) == maxBatch {
-				if err := flush(); err != nil {
-					return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
+			mu.Lock()
+			for _, k := range keys {
+				r, ok := strings.CutSuffix(strings.TrimPrefix(k, keyPrefix), suffix)
+				if !ok || seen[r] || driver.ValidateResource(r) != nil {
+					continue
+				}
+				seen[r] = true
+				pending = append(pending, r)
+				if len(pending) == maxBatch {
+					if err := flush(ctx); err != nil {
+						mu.Unlock()
+						return err
+					}
 				}
 			}
-		}
-		if cursor = next; cursor == 0 {
-			break
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
 		}
 	}
-	if err := flush(); err != nil {
+	var err error
+	if s.cluster != nil {
+		// Every master's keys; a key that a slot migration has on two
+		// nodes is read once.
+		err = s.cluster.ForEachMaster(ctx, scan)
+	} else {
+		err = scan(ctx, s.single)
+	}
+	if err == nil {
+		err = flush(ctx)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("redis store: list %q: %w", prefix, err)
 	}
 	slices.SortFunc(out, func(a, b driver.Record) int { return strings.Compare(a.Resource, b.Resource) })
@@ -650,6 +1003,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 // deleted. Stores opened before it keep the counters they meet in step
 // (harmless) until they are closed; this Store stops at once.
 func (s *Store) RemoveOldLayout(ctx context.Context) (int, error) {
+	if s.cluster != nil {
+		return 0, nil // no earlier version ran on a cluster
+	}
 	match := globEscape(s.prefix+"token:") + "*"
 	deleted := 0
 	var cursor uint64
@@ -672,7 +1028,7 @@ func (s *Store) RemoveOldLayout(ctx context.Context) (int, error) {
 				}
 			}
 			if top > 0 {
-				if err := raiseScript.Run(ctx, s.rdb, []string{s.counter}, strconv.FormatUint(top, 10)).Err(); err != nil {
+				if err := raiseScript.Run(ctx, s.single, []string{s.counter}, strconv.FormatUint(top, 10)).Err(); err != nil {
 					return deleted, fmt.Errorf("redis store: remove old layout: raise the counter to %d: %w", top, err)
 				}
 			}

@@ -2,8 +2,6 @@ package redis
 
 import (
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The Lua scripts. Each store operation is one script call (EVALSHA), which
@@ -265,14 +263,14 @@ func expand(src, key string, more ...string) string {
 }
 
 var (
-	acquireScript = redis.NewScript(expand(acquire, "KEYS[1]", "@COMPAT", "false"))
+	acquireScript = newScript(expand(acquire, "KEYS[1]", "@COMPAT", "false"))
 
 	// acquireCompatScript also keeps the old layout's per-resource counter
 	// (KEYS[3]) in step while processes of an earlier version may run.
-	acquireCompatScript = redis.NewScript(expand(acquire, "KEYS[1]", "@COMPAT", "true"))
+	acquireCompatScript = newScript(expand(acquire, "KEYS[1]", "@COMPAT", "true"))
 
 	// KEYS: lease. ARGV: "<token>:<owner>:<ttl>" (the new TTL), ttl ms.
-	renewScript = redis.NewScript(expand(`
+	renewScript = newScript(expand(`
 local r
 `+renewOne+`
 return r`, "KEYS[1]", "@E", "ARGV[1]", "@T", "ARGV[2]", "@R", "r"))
@@ -280,7 +278,7 @@ return r`, "KEYS[1]", "@E", "ARGV[1]", "@T", "ARGV[2]", "@R", "r"))
 	// KEYS: the leases. ARGV: for each, "<token>:<owner>:<ttl>", then the
 	// TTLs, or one TTL for all. Returns one answer per lease, as renew's
 	// (an error as {message}).
-	renewBatchScript = redis.NewScript(expand(`
+	renewBatchScript = newScript(expand(`
 local n = #KEYS
 local one = #ARGV == n + 1
 local out = {}
@@ -296,15 +294,15 @@ for i = 1, n do
 end
 return out`, "KEYS[i]", "@E", "ARGV[i]", "@T", "ttl", "@R", "r"))
 
-	releaseScript = redis.NewScript(expand(release, "KEYS[1]"))
+	releaseScript = newScript(expand(release, "KEYS[1]"))
 
-	keepScript = redis.NewScript(expand(keep, "KEYS[1]"))
+	keepScript = newScript(expand(keep, "KEYS[1]"))
 
-	markScript = redis.NewScript(expand(mark, "KEYS[1]"))
+	markScript = newScript(expand(mark, "KEYS[1]"))
 
 	// KEYS: leases. Returns, per key, {value, pttl}, or {} when no lease is
 	// live there. Reads only (an expiry missing is reported as -1).
-	getScript = redis.NewScript(`
+	getScript = newScript(`
 local out = {}
 for i, k in ipairs(KEYS) do
 	local v = redis.pcall('GET', k)
@@ -324,7 +322,7 @@ end
 return out`)
 
 	// KEYS: counter. ARGV: a token. Raises the counter to at least it.
-	raiseScript = redis.NewScript(`
+	raiseScript = newScript(`
 local c = tonumber(redis.call('GET', KEYS[1]))
 if not c or c < tonumber(ARGV[1]) then
 	redis.call('SET', KEYS[1], ARGV[1])

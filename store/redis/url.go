@@ -2,11 +2,14 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,10 +19,14 @@ import (
 
 func init() {
 	store.Register(store.Driver[Config, *Store]{
-		Schemes: []string{"redis", "rediss"},
-		Usage: "redis://[user:password@]host[:port][/db][?param=value&...]  a single Redis instance (rediss:// for TLS; " +
-			"parameters: prefix, ca, cert, key, allow_eviction and go-redis's such as dial_timeout, read_timeout, pool_size; " +
-			"see docs/stores.md for the durability fencing tokens need)",
+		Schemes: []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"},
+		Usage: "redis://[user:password@]host[:port][/db][?param=value&...]  a single Redis instance; " +
+			"redis+sentinel://[user:password@]sentinel[:26379][,sentinel...]/master[/db] the master that Redis Sentinel names; " +
+			"redis+cluster://[user:password@]node[:6379][,node...] a Redis Cluster (rediss... for TLS; " +
+			"parameters: prefix, ca, cert, key, allow_eviction, wait_replicas, wait_timeout, sentinel_username, sentinel_password " +
+			"and go-redis's such as dial_timeout, read_timeout, pool_size; " +
+			"see docs/stores.md for the durability fencing tokens need, docs/store-redis.md for Sentinel and Cluster)",
+		Secrets:  []string{"sentinel_password"},
 		Parse:    ParseURL,
 		Open:     Open,
 		CheckTTL: Config.CheckTTL,
@@ -29,35 +36,75 @@ func init() {
 // ParseURL turns a store URL into a Config, without connecting (it reads
 // the certificate files the URL names):
 //
-//	redis://[user:password@]host:port[/db][?option=value...]
+//	redis://[user:password@]host:port[/db][?option=value...]    one server
 //	rediss://...      TLS
+//	redis+sentinel://[user:password@]host[:port][,host[:port]...]/master[/db][?option=value...]
+//	rediss+sentinel://...
+//	redis+cluster://[user:password@]host[:port][,host[:port]...][?option=value...]
+//	rediss+cluster://...
 //
-// The port must be 1 to 65535 (default 6379). Options are go-redis's
-// (dial_timeout, read_timeout, write_timeout, pool_size, skip_verify, ...)
-// plus tenure's own: prefix (the key prefix), ca (a PEM file of CAs to
-// verify the server with), cert and key (a client certificate for mutual
-// TLS), allow_eviction=true. Any other option is an error. The error
-// describes a malformed URL and never contains the password.
+// redis+sentinel:// names the sentinels (port 26379 by default) and the
+// name of the master they watch (Config.Failover); the user information
+// is the master's and its replicas' (as redis-py's Sentinel, Redisson and
+// dapr take it), and sentinel_username and sentinel_password
+// authenticate to the sentinels when they need it. redis+cluster://
+// names some of a cluster's nodes (port 6379 by default; Config.Cluster).
+// Ports must be 1 to 65535. Options are go-redis's (dial_timeout,
+// read_timeout, write_timeout, pool_size, skip_verify, ...) plus tenure's
+// own: prefix (the key prefix), ca (a PEM file of CAs to verify the server
+// with), cert and key (a client certificate for mutual TLS),
+// allow_eviction=true, wait_replicas=N and wait_timeout=DURATION
+// (Config.WaitReplicas and WaitTimeout). Any other option is an error. The
+// error describes a malformed URL and never contains a password.
 func ParseURL(raw string) (Config, error) {
 	if !strings.Contains(raw, "://") {
 		// "redis:/u:pw@host" would parse with an empty host and the user
 		// information in its path: a server of the defaults, and a
 		// password in the messages.
-		return Config{}, errors.New("redis store: bad URL: want redis:// or rediss://")
+		return Config{}, errors.New("redis store: bad URL: want redis://, rediss://, redis+sentinel:// or redis+cluster://")
 	}
 	if err := driver.CheckUserinfo(raw); err != nil {
 		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
 	}
-	u, err := url.Parse(raw)
+	scheme, rest, _ := strings.Cut(raw, "://")
+	scheme = strings.ToLower(scheme)
+	base, topology, _ := strings.Cut(scheme, "+")
+	if base != "redis" && base != "rediss" || topology != "" && topology != "sentinel" && topology != "cluster" {
+		return Config{}, fmt.Errorf("redis store: URL scheme %q, want redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://", scheme)
+	}
+	var hosts []string
+	if topology != "" {
+		// Several hosts: the authority is cut out and the first host given
+		// to net/url, which takes one.
+		info, hasInfo := driver.Userinfo(rest)
+		after := rest
+		if hasInfo {
+			after = rest[len(info)+1:]
+		}
+		end := strings.IndexAny(after, "/?#")
+		if end < 0 {
+			end = len(after)
+		}
+		var err error
+		def := "6379"
+		if topology == "sentinel" {
+			def = "26379"
+		}
+		if hosts, err = hostList(after[:end], def); err != nil {
+			return Config{}, fmt.Errorf("redis store: %w", err)
+		}
+		if hasInfo {
+			info += "@"
+		}
+		rest = info + hosts[0] + after[end:]
+	}
+	u, err := url.Parse(base + "://" + rest)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
 		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
-	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return Config{}, fmt.Errorf("redis store: URL scheme %q, want redis:// or rediss://", u.Scheme)
 	}
 	if p := u.Port(); p != "" {
 		if _, err := driver.ParsePort(p); err != nil {
@@ -78,13 +125,80 @@ func ParseURL(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("redis store: allow_eviction=%q is not a boolean", v)
 		}
 	}
-	u.RawQuery = q.Encode()
-	opts, err := redis.ParseURL(u.String())
-	if err != nil {
-		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
+	if v := take("wait_replicas"); v != "" {
+		if cfg.WaitReplicas, err = strconv.Atoi(v); err != nil || cfg.WaitReplicas < 0 {
+			return Config{}, fmt.Errorf("redis store: wait_replicas=%q is not a number of replicas", v)
+		}
+	}
+	if v := take("wait_timeout"); v != "" {
+		if cfg.WaitTimeout, err = time.ParseDuration(v); err != nil || cfg.WaitTimeout <= 0 {
+			return Config{}, fmt.Errorf("redis store: wait_timeout=%q is not a positive duration (such as 500ms)", v)
+		}
+	}
+	sentinelUser, sentinelPassword := take("sentinel_username"), take("sentinel_password")
+	if topology != "sentinel" && (sentinelUser != "" || sentinelPassword != "") {
+		return Config{}, errors.New("redis store: sentinel_username and sentinel_password need a redis+sentinel:// URL")
+	}
+	for _, k := range []string{"addr", "master_name", "username", "password", "sentinel_addr"} {
+		if q.Has(k) {
+			return Config{}, fmt.Errorf("redis store: unknown parameter %q (the URL's hosts, path and user information say it)", k)
+		}
+	}
+	var tlsConfig **tls.Config
+	switch topology {
+	case "":
+		u.RawQuery = q.Encode()
+		opts, err := redis.ParseURL(u.String())
+		if err != nil {
+			return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
+		}
+		cfg.Options, tlsConfig = opts, &opts.TLSConfig
+	case "sentinel":
+		// The path: /master[/db].
+		master, db, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+		if master == "" {
+			return Config{}, errors.New("redis store: a redis+sentinel:// URL needs the master's name as its path (/mymaster)")
+		}
+		// go-redis's form: the user information authenticates to the
+		// sentinels, username and password parameters to the master.
+		if u.User != nil {
+			q.Set("username", u.User.Username())
+			if pw, ok := u.User.Password(); ok {
+				q.Set("password", pw)
+			}
+		}
+		q.Set("master_name", master)
+		for _, h := range hosts[1:] {
+			q.Add("addr", h)
+		}
+		u.User = nil
+		if sentinelUser != "" || sentinelPassword != "" {
+			u.User = url.UserPassword(sentinelUser, sentinelPassword)
+		}
+		u.Path = "/" + db
+		u.RawQuery = q.Encode()
+		opts, err := redis.ParseFailoverURL(u.String())
+		if err != nil {
+			return Config{}, fmt.Errorf("redis store: bad URL: %w", redactErr(err, u))
+		}
+		cfg.Failover, tlsConfig = opts, &opts.TLSConfig
+	case "cluster":
+		if p := strings.TrimPrefix(u.Path, "/"); p != "" && p != "0" {
+			return Config{}, errors.New("redis store: a cluster has only database 0: the redis+cluster:// URL takes no other path")
+		}
+		u.Path = ""
+		for _, h := range hosts[1:] {
+			q.Add("addr", h)
+		}
+		u.RawQuery = q.Encode()
+		opts, err := redis.ParseClusterURL(u.String())
+		if err != nil {
+			return Config{}, fmt.Errorf("redis store: bad URL: %w", redactErr(err, u))
+		}
+		cfg.Cluster, tlsConfig = opts, &opts.TLSConfig
 	}
 	if ca != "" || cert != "" || key != "" {
-		if opts.TLSConfig == nil {
+		if *tlsConfig == nil {
 			return Config{}, errors.New("redis store: ca, cert and key need a rediss:// URL")
 		}
 		tc, err := driver.LoadTLS(ca, cert, key)
@@ -92,14 +206,62 @@ func ParseURL(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("redis store: %w", err)
 		}
 		// go-redis set the server name from the URL's host; keep it.
-		opts.TLSConfig.RootCAs, opts.TLSConfig.Certificates = tc.RootCAs, tc.Certificates
+		(*tlsConfig).RootCAs, (*tlsConfig).Certificates = tc.RootCAs, tc.Certificates
 	}
-	cfg.Options = opts
 	return cfg, nil
 }
 
-// OpenURL opens a Store from a redis:// or rediss:// URL (see ParseURL and
-// Open).
+// hostList splits "host[:port],host[:port]..." (IPv6 addresses in
+// brackets), with the default port def where none is given.
+func hostList(s, def string) ([]string, error) {
+	if s == "" {
+		return nil, errors.New("bad URL: no host")
+	}
+	var out []string
+	for _, h := range strings.Split(s, ",") {
+		host, port := h, def
+		if i := strings.LastIndexByte(h, ':'); i >= 0 && (!strings.HasPrefix(h, "[") || strings.HasSuffix(h[:i], "]")) {
+			host, port = h[:i], h[i+1:]
+		}
+		if _, err := driver.ParsePort(port); err != nil {
+			return nil, err
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if host == "" || strings.ContainsAny(host, "[]/?#@ ") {
+			return nil, fmt.Errorf("bad URL: host %q", host)
+		}
+		out = append(out, net.JoinHostPort(host, port))
+	}
+	return out, nil
+}
+
+// redactErr removes the passwords of u from err's message (go-redis's
+// parsers may quote a parameter's value).
+func redactErr(err error, u *url.URL) error {
+	msg := err.Error()
+	var secrets []string
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			secrets = append(secrets, pw)
+		}
+	}
+	if pw := u.Query().Get("password"); pw != "" {
+		secrets = append(secrets, pw)
+	}
+	changed := false
+	for _, pw := range secrets {
+		if strings.Contains(msg, pw) {
+			msg, changed = strings.ReplaceAll(msg, pw, "xxxxx"), true
+		}
+	}
+	if changed {
+		return errors.New(msg)
+	}
+	return err
+}
+
+// OpenURL opens a Store from a redis://, rediss://, redis+sentinel:// or
+// redis+cluster:// URL (see ParseURL and Open).
 func OpenURL(ctx context.Context, raw string) (*Store, error) {
 	return driver.OpenURL(ctx, raw, ParseURL, Open)
 }

@@ -53,7 +53,7 @@ var PeerVersions = map[string]string{
 // or PEXPIRE by the same token), Lock.Refresh (a script: GET, PEXPIRE),
 // Lock.Release (a script: GET, DEL). No fencing token. Obtain is given no
 // retry strategy, so a held lock fails at once with ErrNotObtained.
-type redislockSystem struct{ cli *goredis.Client }
+type redislockSystem struct{ cli redislock.RedisClient }
 
 func (s *redislockSystem) Name() string  { return PeerRedislock }
 func (s *redislockSystem) Ops() []string { return []string{OpAcquire, OpRenew, OpRelease} }
@@ -179,6 +179,21 @@ func redisPeers(opts *goredis.Options, m *Meter) ([]System, func() error) {
 		&redislockSystem{cli: cli},
 		&redsyncSystem{rs: redsync.New(redsyncgoredis.NewPool(cli))},
 	}, cli.Close
+}
+
+// redisClusterPeers returns the peer on a Redis Cluster: redislock on a
+// go-redis cluster client of its own (a copy of the store's options, with
+// the counting hook). redislock's lock is one key, so the cluster client
+// routes each call to the key's master. redsync is left out: on a cluster
+// it would be one Redlock instance on one client, not a peer a user would
+// pick.
+func redisClusterPeers(opts *goredis.ClusterOptions, m *Meter) ([]System, func() error) {
+	o := *opts
+	o.MaxRetries = 0 // go-redis's default: what a user of the peer gets
+	o.NewClient = nil
+	cli := goredis.NewClusterClient(&o)
+	cli.AddHook(redisHook{m})
+	return []System{&redislockSystem{cli: cli}}, cli.Close
 }
 
 // ---- etcd: client/v3/concurrency ----

@@ -91,6 +91,10 @@ func Scheme(raw string) string {
 		return "redis"
 	case "mariadb":
 		return "mysql"
+	case "rediss+cluster":
+		return "redis+cluster"
+	case "rediss+sentinel":
+		return "redis+sentinel"
 	}
 	return s
 }
@@ -163,7 +167,16 @@ func (t *Target) open(ctx context.Context, raw string) error {
 	case *redis.Config:
 		t.Meter = NewMeter(KindCommand)
 		c.Hooks = append(c.Hooks, redisHook{t.Meter})
-		peers, closePeers := redisPeers(c.Options, t.Meter)
+		var peers []System
+		var closePeers func() error
+		switch {
+		case c.Cluster != nil:
+			peers, closePeers = redisClusterPeers(c.Cluster, t.Meter)
+		case c.Options != nil:
+			peers, closePeers = redisPeers(c.Options, t.Meter)
+		default: // Sentinel: no peer
+			closePeers = func() error { return nil }
+		}
 		t.Peers = peers
 		t.closers = append(t.closers, closePeers)
 	}

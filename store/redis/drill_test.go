@@ -1,0 +1,201 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/internal/testserver"
+	tredis "github.com/tenure-go/tenure/store/redis"
+)
+
+// grantAgain tries to acquire a new resource (named by next) every 50 ms,
+// each attempt bounded by 500 ms, until one is granted; it returns when,
+// and fails the test after limit.
+func grantAgain(t *testing.T, lk *tenure.Locker, next func(i int) string, limit time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		l, err := lk.TryAcquire(ctx, next(i), 5*time.Second)
+		cancel()
+		if err == nil {
+			at := time.Now()
+			_ = l.Release(testserver.Ctx(t))
+			return at
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease granted within %v: %v", limit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// scriptOutput runs script with args and returns its standard output.
+func scriptOutput(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(script, args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("%s %v: %v\n%s", script, args, err, ee.Stderr)
+		}
+		t.Fatalf("%s %v: %v", script, args, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestSentinelFailoverDrill (TENURE_SERVER_FAULTS=1, with the set of
+// scripts/redis-sentinel): the master is killed (SIGKILL) while A holds a
+// lease that its replicas have (WaitReplicas) and C waits for it. It
+// measures the time from the kill until a lease is granted again (the
+// sentinels' down-after-milliseconds, their vote, the promotion, and
+// go-redis asking them for the new master). After the failover A's lease
+// is there (A renews it, B is refused), and its release wakes C through
+// the pub/sub connection that followed the failover: C's clock never
+// moves, so only a notification can wake it. The killed node is started
+// again as a replica.
+func TestSentinelFailoverDrill(t *testing.T) {
+	sentinelURL(t)
+	script := testserver.ServerScript(t, "redis-sentinel")
+	ctx := testserver.Ctx(t)
+	s := openSentinel(t, func(c *tredis.Config) { c.WaitReplicas = 1 })
+	base := testserver.Resource(t)
+	a := testserver.Locker(t, s)
+	b := testserver.Locker(t, openSentinel(t))
+	c := testserver.Locker(t, openSentinel(t), tenure.WithClock(clock.NewFake()))
+	la, err := a.TryAcquire(ctx, base, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan *tenure.Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, base, 30*time.Second)
+		if err != nil {
+			t.Errorf("C: %v", err)
+		}
+		waiting <- l
+	}()
+	time.Sleep(300 * time.Millisecond) // C subscribed and refused once
+
+	killed := scriptOutput(t, script, "kill-master")
+	defer func() {
+		testserver.Run(t, script, "restart", killed)
+		testserver.Run(t, script, "start") // waits until the set is whole
+	}()
+	killedAt := time.Now()
+	at := grantAgain(t, b, func(i int) string { return base + "/after/" + strconv.Itoa(i) }, 60*time.Second)
+	t.Logf("master (node %s) killed: a lease was granted again after %v", killed, at.Sub(killedAt).Round(10*time.Millisecond))
+
+	// The promoted master confirms writes once the sentinels have pointed
+	// the other replica at it (WaitReplicas=1): until then A's renewal is
+	// ErrNotReplicated.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		err := la.Renew(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, tredis.ErrNotReplicated) || time.Now().After(deadline) {
+			t.Fatalf("A's renewal after the failover: %v (its grant had reached the replicas)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := b.TryAcquire(ctx, base, time.Second); !errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("B after the failover: %v; want ErrHeld", err)
+	}
+	released := time.Now()
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lc := <-waiting:
+		if lc == nil {
+			t.Fatal("C was not granted")
+		}
+		t.Logf("C (a waiter since before the failover) granted %v after A's release", time.Since(released).Round(time.Millisecond))
+		if lc.Token() <= la.Token() {
+			t.Fatalf("C's token %d <= A's %d", lc.Token(), la.Token())
+		}
+		_ = lc.Release(ctx)
+	case <-time.After(15 * time.Second):
+		t.Fatal("C was not woken by A's release after the failover")
+	}
+}
+
+// TestClusterFailoverDrill (TENURE_SERVER_FAULTS=1, with the cluster of
+// scripts/redis-cluster): the master of a held lease's slot is killed
+// (SIGKILL). It measures the time until a lease of that slot is granted
+// again (cluster-node-timeout, the replica's election, the client's new
+// slot map). A's lease, which its master's replica had (WaitReplicas=1),
+// survives: B is refused it. A's renewals are not confirmed while the
+// promoted master has no replica (ErrNotReplicated), and are again once
+// the killed node is started again and rejoins as its replica.
+func TestClusterFailoverDrill(t *testing.T) {
+	raw := clusterURL(t)
+	script := testserver.ServerScript(t, "redis-cluster")
+	ctx := testserver.Ctx(t)
+	s := openCluster(t, func(c *tredis.Config) { c.WaitReplicas = 1 })
+	rs := sameSlot(testserver.Resource(t), 40)
+	a := testserver.Locker(t, s)
+	b := testserver.Locker(t, openCluster(t))
+	la, err := a.TryAcquire(ctx, rs[0], 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node number: its port less the first node's (the URL's first host).
+	node, err := s.ClusterClient().MasterForKey(ctx, "tenure:lease:{"+rs[0]+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := tredis.ParseURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p0, _ := net.SplitHostPort(first.Cluster.Addrs[0])
+	_, pm, _ := net.SplitHostPort(node.Options().Addr)
+	n0, _ := strconv.Atoi(p0)
+	nm, _ := strconv.Atoi(pm)
+	killed := strconv.Itoa(nm - n0)
+	if os.Getenv("TENURE_REDIS_CLUSTER_PORT") != "" && os.Getenv("TENURE_REDIS_CLUSTER_PORT") != p0 {
+		t.Skipf("the URL's first node (%s) is not scripts/redis-cluster's node 0", p0)
+	}
+	testserver.Run(t, script, "kill", killed)
+	restarted := false
+	defer func() {
+		if !restarted {
+			testserver.Run(t, script, "restart", killed)
+			testserver.Run(t, script, "start")
+		}
+	}()
+	killedAt := time.Now()
+	at := grantAgain(t, b, func(i int) string { return rs[1+i%(len(rs)-1)] }, 60*time.Second)
+	t.Logf("master of slot %d (node %s) killed: a lease of the slot was granted again after %v",
+		tredis.KeySlot("tenure:lease:{"+rs[0]+"}"), killed, at.Sub(killedAt).Round(10*time.Millisecond))
+	if _, err := b.TryAcquire(ctx, rs[0], time.Second); !errors.Is(err, tenure.ErrHeld) {
+		t.Fatalf("B after the failover: %v; want ErrHeld (A's grant had reached the replica)", err)
+	}
+	// The promoted replica has no replica of its own: WAIT cannot be
+	// satisfied, so A's renewal is not confirmed (the cost of WaitReplicas).
+	if err := la.Renew(ctx); !errors.Is(err, tredis.ErrNotReplicated) || !errors.Is(err, tenure.ErrUnknownOutcome) {
+		t.Fatalf("A's renewal on a master without a replica: %v; want ErrNotReplicated", err)
+	}
+	// The killed node rejoins as the new master's replica: renewals are
+	// confirmed again.
+	testserver.Run(t, script, "restart", killed)
+	testserver.Run(t, script, "start") // waits until the cluster is whole
+	restarted = true
+	if err := la.Renew(ctx); err != nil {
+		t.Fatalf("A's renewal once the killed node is a replica again: %v", err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,11 @@
+package redis
+
+// KeySlot is keySlot, for the tests of package redis_test.
+var KeySlot = keySlot
+
+// SetOnRedirect makes runOne call f with each answer it follows (ASK,
+// MOVED, TRYAGAIN, NOSCRIPT), and returns the function that stops it.
+func SetOnRedirect(f func(msg string)) func() {
+	onRedirect.Store(&f)
+	return func() { onRedirect.Store(nil) }
+}
