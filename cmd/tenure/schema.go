@@ -13,17 +13,13 @@ import (
 func (a *app) newSchemaCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "schema cassandra [STORE-URL]",
-		Short: "Print the CQL that creates tenure's Cassandra keyspace and table",
-		Long: `Schema prints the CQL statements that "tenure init" runs for a Cassandra
-store, for operators who create schemas by hand (cqlsh -f). Without a URL it
-prints the default: keyspace "tenure" with replication factor 1 (for
-development), native mode. With a cassandra:// URL it uses the URL's
-keyspace and its table, mode and replication parameters, for example
-replication=3 (SimpleStrategy) or replication=dc1:3,dc2:3
-(NetworkTopologyStrategy). See docs/cassandra.md.
-
-Exit codes: 0 printed; 64 bad arguments or URL; 74 the output cannot be
-written.`,
+		Short: "Print the CQL that creates the Cassandra keyspace and table",
+		Long: `Print the CQL statements that "tenure init" runs for a Cassandra store,
+for operators who create schemas by hand (cqlsh -f). Without a URL: the
+keyspace "tenure" with replication factor 1 (for development), native
+mode. With a cassandra:// URL: its keyspace and its table, mode and
+replication parameters, such as replication=3 (SimpleStrategy) or
+replication=dc1:3,dc2:3 (NetworkTopologyStrategy). Exit codes: 0, 64.`,
 		Example: `  tenure schema cassandra
   tenure schema cassandra 'cassandra://c1/tenure?replication=dc1:3,dc2:3'
   tenure schema cassandra 'cassandra://c1/jaeger_v1_dc1?mode=jaeger&table=leases' | cqlsh c1`,

@@ -13,7 +13,7 @@ import (
 func (a *app) newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print tenure's release, the commit it was built from, and the Go version",
+		Short: "Print tenure's release, commit and Go version",
 		Long: `Print one line: tenure's release, the commit it was built from (with
 ", modified" when the work tree had changes) and the Go toolchain that
 built it. The release is the module version when tenure was installed with
