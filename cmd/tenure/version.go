@@ -20,7 +20,7 @@ built it. The release is the module version when tenure was installed with
 "go install github.com/tenure-go/tenure/cmd/tenure@VERSION", and otherwise
 the release of the source tree it was built from. No store is opened.`,
 		Example: `  tenure version
-  # tenure 0.1.0 (commit 2611742…, modified) go1.26.8`,
+  # prints, for example: tenure 0.1.0 go1.26.8`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			bi, ok := debug.ReadBuildInfo()
