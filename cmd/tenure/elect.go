@@ -23,86 +23,21 @@ type electFlags struct {
 	owner string
 }
 
-const electLong = `Elect runs COMMAND as a singleton across hosts: every "tenure elect" with
-the same RESOURCE and store is a candidate in one leader election, and only
-the leader runs COMMAND. Start it on every host that may run the command;
-whichever candidate leads starts it, and when the leader goes away another
-candidate takes over and starts it there.
+const electLong = `Run COMMAND on one host at a time: every "tenure elect" with the same
+RESOURCE and store is a candidate, and only the leader, the candidate that
+holds the lease on RESOURCE, runs COMMAND. Followers try to take the lease
+every --retry. A leader that dies is replaced within the TTL plus --retry;
+one that is stopped or whose command exits, within one --retry.
 
-A candidate leads while it holds the lease on RESOURCE. Followers try to
-take the lease every --retry (±10%). The leader renews it every TTL/3 and
-leads only while the lease can be trusted: until TTL·0.99 after its last
-confirmed renewal was sent. While following on a terminal, a status line
-shows the current leader.
+COMMAND runs as with "tenure run", with TENURE_TOKEN the fencing token of
+the term. When leadership is lost (renewals fail, an operator frees the
+lease), tenure stops the command before the lease's deadline and campaigns
+again. When COMMAND exits by itself, tenure releases the lease and exits
+with its status, and another candidate starts it; run tenure elect under a
+service manager that restarts it to keep the host a candidate. A resource
+name that starts with "-": tenure elect -- -name -- COMMAND.
 
-COMMAND is looked up before tenure campaigns (127 or 126 at once when it
-cannot run). It is executed directly, not through a shell, in its own
-process group, exactly as "tenure run" does (stdin, stdout and stderr passed
-through, the terminal's foreground on a terminal), with these variables
-added to its environment for the current term:
-
-  TENURE_RESOURCE  the resource name
-  TENURE_OWNER     the grant's owner string: the --owner id, "#", a random nonce, ".", and the grant's number
-  TENURE_TOKEN     the fencing token of the term; it grows with every term
-
-A resource name that starts with "-" goes after "--", with a second "--"
-before the command: tenure elect -- -name -- COMMAND. The TTL must be at
-least 1s, and the command starts only while the term's lease has at least
-half its TTL left (tenure renews it first if needed; a term whose lease
-cannot be renewed in time is given up, and the candidate campaigns again).
-
-When leadership is lost (the lease could not be renewed within its TTL: the
-store was unreachable, tenure was paused, an operator freed the lease with
-"tenure release --force"), tenure says why, stops the command and campaigns
-again. Another candidate may start the command as soon as this one's lease
-has expired, so nothing of the command runs past the lease's deadline: when
-renewals are not getting through and the time left falls below --grace (or
-a third of the TTL, if that is less), the command's process group gets
-SIGTERM, and SIGKILL when the lease is lost at its deadline; a lease freed
-by an operator gets SIGTERM, then SIGKILL after --grace or at the deadline,
-whichever comes first. A reaper process kills the group at the deadline if
-tenure is stopped or frozen (Linux). Pass TENURE_TOKEN to what the command
-writes to so that a late write of an old term can be rejected.
-
-When COMMAND exits by itself while this candidate leads, tenure stops what
-it left in its process group (SIGTERM, then SIGKILL after --grace), checks
-that the store still has the term's lease (if not, the term was lost while
-the command ran, and tenure campaigns again), releases the lease and exits
-with the command's status. It does not start it again: one of the other
-candidates takes over within one retry period and starts it there. (To
-restart it on the same host as well, run tenure elect under a service
-manager that restarts it, such as systemd with Restart=always.)
-
-SIGINT, SIGTERM and SIGHUP sent to tenure while the command runs are passed
-on to the command's process group, and if it has not exited --grace later,
-the group gets SIGKILL; tenure then releases the lease (another candidate
-takes over within one retry period, instead of waiting out the TTL) and
-exits with the command's status. SIGQUIT, SIGUSR1 and SIGUSR2 are passed on
-too, and nothing else happens. While following, SIGINT, SIGTERM, SIGHUP and
-SIGQUIT make tenure exit at once with 128+N (if a campaign attempt was in
-flight, what it may have taken is freed first, within 5s); SIGUSR1 and
-SIGUSR2 are ignored.
-
-Exit codes:
-  0-125  the command's own exit status, after it exited by itself (or after a
-         signal passed on to it) while this candidate led; the lease was
-         released
-  64     bad arguments or input, or a TTL below 1s or that the store does
-         not accept; nothing was written to the store
-  69     the store cannot be opened or reached at start (later outages are
-         ridden out: a leader stops leading at its deadline, followers keep
-         trying)
-  70     internal error
-  71     the reaper that stops the command if tenure dies or stalls could
-         not be started (a limit on processes or open files): the command
-         did not run
-  74     tenure could not write to its standard output (--help)
-  79     the lease was lost while the command was stopping after a signal
-  126    the command was found but cannot be executed
-  127    the command was not found
-  128+N  the command was killed by signal N while this candidate led, or
-         tenure received signal N while following (130 for SIGINT, 143 for
-         SIGTERM, 129 for SIGHUP)`
+More: tenure help signals, exit-codes, environment; docs/election.md.`
 
 const electExample = `  # On every host: run the sampling-rate calculator on exactly one of them.
   tenure --store 'cassandra://db1,db2,db3/tenure' elect sampling-calculator -- /usr/local/bin/calc-rates
@@ -117,7 +52,7 @@ func (a *app) newElectCmd() *cobra.Command {
 	var f electFlags
 	c := &cobra.Command{
 		Use:     "elect [flags] RESOURCE -- COMMAND [ARGS...]",
-		Short:   "Run a command only on the elected leader among candidates for RESOURCE",
+		Short:   "Run a command on the elected leader only",
 		Long:    electLong,
 		Example: electExample,
 		Args:    cobra.ArbitraryArgs,
@@ -126,10 +61,10 @@ func (a *app) newElectCmd() *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.DurationVar(&f.ttl, "ttl", election.DefaultTTL, "lease TTL, at least 1s: a leader that dies is replaced within TTL plus one retry period")
-	fl.DurationVar(&f.retry, "retry", election.DefaultRetryPeriod, "how often a follower tries to take the lease")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM (or the signal passed on) and SIGKILL to the command's process group, after leadership is lost, after tenure is told to stop, and for processes the command left behind")
-	fl.StringVar(&f.owner, "owner", "", `readable candidate id, such as "calc@web-3" (default HOST:PID)`)
+	fl.DurationVar(&f.ttl, "ttl", election.DefaultTTL, "lease TTL, at least 1s")
+	fl.DurationVar(&f.retry, "retry", election.DefaultRetryPeriod, "how often a follower tries to lead")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time from SIGTERM to SIGKILL")
+	fl.StringVar(&f.owner, "owner", "", "readable candidate id (default HOST:PID)")
 	return c
 }
 

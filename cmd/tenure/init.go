@@ -10,18 +10,16 @@ import (
 func (a *app) newInitCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "init",
-		Short: "Prepare the store for use: create its tables or keyspace if they do not exist",
-		Long: `Init prepares the store named by --store (or $TENURE_STORE) for use: it
-creates the PostgreSQL leases table, or the Cassandra keyspace (with the
-URL's replication parameter) and table, if they do not exist yet. It leaves
-existing leases alone and can be run again. A SQLite file needs no init
-("tenure run" and "tenure elect" create it on first use); init creates it
-and its table, or checks an existing one. status, list and release never
-create a store.
+		Short: "Create the store's tables or keyspace where they are missing",
+		Long: `Prepare the store named by --store (or $TENURE_STORE) for use: create
+PostgreSQL's table and sequence, Cassandra's keyspace (with the URL's
+replication parameter) and table, or the SQLite file and its tables, where
+they are missing. Existing leases are left alone; init can run again, and
+an upgrade of tenure may ask for it (docs/operations.md). etcd and Redis
+need no init; run and elect create a SQLite file on first use.
 
-Exit codes: 0 done; 64 bad store URL; 69 the store cannot be reached or the
-schema cannot be created (for instance for lack of privileges); 74 the
-output cannot be written (the store was prepared).`,
+Exit codes: 0 done, 64 bad store URL, 69 the store cannot be reached or the
+schema cannot be created, for instance for lack of privileges.`,
 		Example: `  tenure --store 'postgres://tenure@db.internal/locks?sslmode=verify-full' init
   tenure --store 'cassandra://c1,c2,c3/tenure?replication=dc1:3' init`,
 		Args: func(c *cobra.Command, args []string) error {

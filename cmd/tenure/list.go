@@ -15,26 +15,20 @@ func (a *app) newListCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "list [flags] [PREFIX]",
-		Short: "List the leases that are held, optionally only those whose name starts with PREFIX",
-		Long: `List prints the live leases, sorted by resource: a table with the columns
-RESOURCE, OWNER, TOKEN, TTL and LEFT (the time before the store expires the
-lease unless it is renewed), or with --json an array of objects with the
-fields resource, held, owner, owner_id, token, ttl_ms and remaining_ms.
-With PREFIX, only resources whose name starts with it. Names read from the
-store are quoted when they contain spaces or characters that do not print.
+		Short: "List the leases held (whose names start with PREFIX)",
+		Long: `List the live leases, sorted by resource, with PREFIX only those whose
+name starts with it: a table of RESOURCE, OWNER, TOKEN, TTL and LEFT (the
+time before the store expires the lease unless it is renewed). The slots
+of a semaphore ("tenure run --slots N R", leases named R/slot-I-of-N) are
+grouped under a line such as "R  (2 of 3 slots held)". List changes
+nothing and creates no store.
 
-The slots of a semaphore ("tenure run --slots N R") are leases named
-R/slot-I-of-N; the table shows them under a line such as
-"R  (2 of 3 slots held)", and in JSON they have the fields semaphore, slot
-and slots.
+--json prints an array of objects with the fields resource, held, owner,
+owner_id, token, ttl_ms and remaining_ms (and semaphore, slot and slots for
+a semaphore's slots).
 
-List never changes the store: it creates no file, table or keyspace, and
-opens a file it may only read read-only.
-
-Exit codes: 0, also when no lease is held; 64 for bad arguments; 66 when
-there is no tenure store at the URL (nothing was created); 69 when the
-store cannot be opened or reached, or is not a tenure store; 74 when the
-output cannot be written.`,
+Exit codes: 0 (also when no lease is held), 66 no store at the URL, 69 the
+store cannot be used (tenure help exit-codes).`,
 		Example: `  tenure list
   tenure list jobs/
   tenure list --json | jq -r '.[] | select(.remaining_ms < 5000) | .resource'`,

@@ -9,7 +9,7 @@
 //
 // Leases live in a store named by a URL (--store, or $TENURE_STORE); the
 // default is a SQLite file under $XDG_STATE_HOME, shared by every process on
-// the host. Run "tenure help run" and "tenure help elect" for the exit codes.
+// the host. Run "tenure help exit-codes" for the exit codes.
 package main
 
 import (
@@ -250,30 +250,14 @@ func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "tenure",
 		Short: "Run commands under distributed leases, and inspect and free leases",
-		Long: `tenure holds a named lease while it runs a command, so that at most one
+		Long: `tenure runs a command while it holds a named lease, so that at most one
 command per name runs at a time, on one host or across many: flock(1) with
-timeouts, automatic renewal and fencing tokens.
+a TTL, automatic renewal and fencing tokens. Leases live in a store named
+by a URL: --store, else $TENURE_STORE, else the SQLite file
+$XDG_STATE_HOME/tenure/leases.db (tenure help stores).
 
-A lease has a TTL. tenure renews it in the background while the command
-runs; if tenure cannot renew it (the store is unreachable, tenure was paused,
-an operator freed it), the lease is lost, and tenure stops the command. Each
-grant carries a fencing token, a number that grows with every new grant of
-the name; the command finds it in $TENURE_TOKEN and can pass it to whatever
-it writes to, so that a writer that lost its lease is turned away.
-
-Leases live in a store named by a URL: --store, else $TENURE_STORE, else the
-SQLite file ` + defaultSQLitePathDoc + `.
-
-Exit codes shared by every command: 64 bad arguments or input (nothing was
-written to the store); 66 no tenure store at the URL (status, list and
-release, which never create one); 69 the store cannot be opened or reached,
-or is not a tenure store; 74 tenure's own output could not be written (a
-pipe whose reader is gone, a full disk). Each command's help gives the
-others.
-
-Store URLs:
-` + schemeHelp(),
-		Example: `  # Run the backup unless another one is running; wait for it to finish first.
+The reference: docs/cli/ and the man pages in docs/man/ of the repository.`,
+		Example: `  # Run the backup unless another one runs; wait for it to finish first.
   tenure run nightly-backup -- /usr/local/bin/backup --full
 
   # Give up at once if the lease is held (exit code 75).
@@ -294,25 +278,30 @@ Store URLs:
 		return usage("%s%s (see %s --help)", err, flagHint(c, err), c.CommandPath())
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.storeURL, "store", "", "store URL; default $"+envStore+", else the SQLite file $XDG_STATE_HOME/tenure/leases.db")
-	pf.StringVar(&a.logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
+	pf.StringVar(&a.storeURL, "store", "", "store URL (default $"+envStore+" or SQLite)")
+	pf.StringVar(&a.logLevel, "log-level", "warn", "debug, info, warn or error")
 
 	// "tenure help TOPIC" for a topic that is no command is a usage error
 	// (64), as "tenure TOPIC" is; cobra's own help command exits 0.
 	root.SetHelpCommand(&cobra.Command{
-		Use:               "help [command]",
-		Short:             "Help about any command",
+		Use:               "help [COMMAND | TOPIC]",
+		Short:             "Help about a command or a topic",
 		Args:              cobra.ArbitraryArgs,
 		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
 		RunE: func(c *cobra.Command, args []string) error {
 			cmd, rest, err := root.Find(args)
 			if err != nil || len(rest) > 0 {
-				return usage("help: no command %s (see tenure --help)", quoteName(strings.Join(args, " ")))
+				return usage("help: no command or topic %s (see tenure --help)", quoteName(strings.Join(args, " ")))
 			}
 			return cmd.Help()
 		},
 	})
 	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newVersionCmd())
+	root.AddCommand(helpTopics()...)
+	root.SetHelpTemplate(helpTemplate)
+	root.SetHelpFunc(quietHelp(root.HelpFunc()))
+	cobra.EnableCommandSorting = false // commands in the order added: run first
+	root.SetUsageTemplate(usageTemplate)
 	a.root = root
 	return root
 }

@@ -16,37 +16,24 @@ func (a *app) newReleaseCmd() *cobra.Command {
 	var force bool
 	c := &cobra.Command{
 		Use:   "release [flags] RESOURCE (--owner ID | --force)",
-		Short: "Free the lease on RESOURCE if ID holds it (or, with --force, whoever does)",
-		Long: `Release frees the lease on RESOURCE, on behalf of its holder, for operators
-and scripts: for instance to free a lease that a crashed holder's host keeps
-for its TTL.
+		Short: "Free the lease on RESOURCE if ID holds it, or whoever does",
+		Long: `Free the lease on RESOURCE on behalf of its holder, for operators and
+scripts: for instance a lease that a crashed holder keeps for its TTL.
 
-With --owner ID, release reads the current holder and frees the lease only if
-its owner is ID: either the full owner string as "tenure status" shows it
-(ID#NONCE, the value of TENURE_OWNER) or just its readable id (ID, as given
-to "tenure run --owner", by default HOST:PID). The release is conditioned on
-that owner and its fencing token, so a lease that changed hands in between is
-left alone.
+--owner ID frees it only if its holder is ID: the full owner string, as
+"tenure status" and TENURE_OWNER show it (ID#NONCE.N), or the readable id
+alone (the --owner of "tenure run", by default HOST:PID). The release is
+conditioned on that holder and its fencing token, so a lease that changed
+hands in between is left alone.
 
---force frees the lease whoever holds it. It is meant for operators, and it
-is dangerous: the holder is not told directly. A "tenure run" holding it
-stops its command within about a second on PostgreSQL, Redis and etcd, which
-announce releases, and otherwise when its next renewal fails (within a third
-of its TTL); until then its command runs on while another process may take
-the lease. Either way that tenure run exits 79. Prefer stopping the holder.
+--force frees it whoever holds it, and is dangerous: the holder learns of
+it within about a second on PostgreSQL, Redis and etcd, and at its next
+renewal (within TTL/3) on SQLite and Cassandra; until then its command runs
+on while another process may take the lease. Prefer stopping the holder.
+A semaphore's slots are freed by their names (R/slot-2-of-3).
 
-The slots of a semaphore ("tenure run --slots N R") are leases of their own:
-release them by the names "tenure status R" and "tenure list" show, such as
-R/slot-2-of-3.
-
-Release changes nothing but the lease it frees: it creates no file, table
-or keyspace.
-
-Exit codes: 0 released; 1 nothing released (the resource is not held, or it
-is held by another owner than ID); 64 bad arguments, or neither --owner nor
---force; 66 no tenure store at the URL (nothing was created); 69 the store
-cannot be opened or reached, or is not a tenure store; 74 the output cannot
-be written (the lease was released).`,
+Exit codes: 0 released, 1 nothing released, 66 no store at the URL, 69 the
+store cannot be used (tenure help exit-codes).`,
 		Example: `  # Free the lease that web-3:4711 holds on the backup lease.
   tenure release nightly-backup --owner web-3:4711
 
@@ -100,7 +87,7 @@ be written (the lease was released).`,
 			})
 		},
 	}
-	c.Flags().StringVar(&owner, "owner", "", "free the lease only if this owner holds it (ID#NONCE, or just ID)")
-	c.Flags().BoolVar(&force, "force", false, "free the lease whoever holds it (for operators: the holder is not told)")
+	c.Flags().StringVar(&owner, "owner", "", "free it only if this owner holds it (ID#NONCE.N or ID)")
+	c.Flags().BoolVar(&force, "force", false, "free it whoever holds it (operators only)")
 	return c
 }

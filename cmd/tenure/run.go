@@ -27,116 +27,22 @@ type runFlags struct {
 	holdAtLeast time.Duration
 }
 
-const runLong = `Run acquires the lease on RESOURCE, runs COMMAND while holding it, and
-releases it when COMMAND exits. At most one "tenure run" per resource runs
-its command at a time, across every process that uses the same store; with
---slots N, at most N.
+const runLong = `Acquire the lease on RESOURCE, run COMMAND while holding it, and release
+it when COMMAND exits: at most one "tenure run" per resource runs its
+command at a time, across every process that uses the store (with --slots
+N, at most N). run waits for the lease as long as it takes, unless --wait
+or --no-wait says otherwise.
 
-By default run waits for the lease as long as it takes, like flock(1);
---wait bounds the wait and --no-wait makes a single attempt. While it waits
-on a terminal, a status line shows who holds the lease. SIGINT, SIGTERM,
-SIGHUP or SIGQUIT while waiting stop the wait; if tenure had asked the store
-for the lease at that moment, it finds out whether it got it and frees it
-before it exits (within 5s), so a stopped tenure never keeps the lease.
+COMMAND runs directly (no shell) in a process group of its own, with
+TENURE_RESOURCE, TENURE_OWNER and TENURE_TOKEN (the fencing token: pass it
+to what the command writes to) in its environment, and TENURE_SLOT with
+--slots. It starts only while the lease has at least half its TTL left. If
+renewals fail or the lease is lost, the command is stopped (SIGTERM, then
+SIGKILL after --grace) before the lease's deadline, and tenure exits 79;
+otherwise it exits with the command's status. A resource name that starts
+with "-" goes after --: tenure run -- -name -- COMMAND.
 
-COMMAND is looked up (in $PATH unless it contains a slash) before the lease
-is acquired: a command that does not exist or cannot be executed is exit
-code 127 or 126 at once. It is executed directly, not through a shell, in
-its own process group, with stdin, stdout and stderr passed through, and
-with these variables added to its environment:
-
-  TENURE_RESOURCE  the resource name
-  TENURE_OWNER     the grant's owner string: the --owner id, "#", a random nonce, ".", and the grant's number
-  TENURE_TOKEN     the fencing token, a number that grows with every grant
-  TENURE_SLOT      with --slots N: the slot held, 1 to N
-
-Pass TENURE_TOKEN to what the command writes to when it can, so that a late
-write from a holder that lost its lease can be rejected.
-
-A resource name that starts with "-" goes after "--", with a second "--"
-before the command: tenure run -- -name -- COMMAND.
-
-The command starts only while the lease is live with at least half its TTL
-left; tenure renews it first if needed. The TTL must be at least 1s: the
-lease is renewed every TTL/3, each renewal a round trip to the store.
-
-On a terminal, the command's process group gets the terminal's foreground,
-so an interactive command can read from it and Ctrl-C reaches it directly.
-Ctrl-Z stops the command and tenure together, as one job; the lease is not
-renewed while tenure is stopped, so a stop longer than the TTL loses it.
-
-While the command runs, SIGINT, SIGTERM and SIGHUP sent to tenure are passed
-on to the command's process group, and if the command has not exited
---grace later, its group gets SIGKILL. SIGQUIT, SIGUSR1 and SIGUSR2 are
-passed on too, and nothing else happens.
-
-When the command exits, tenure makes sure nothing of its process group runs
-on: processes the command left in its group (background jobs of a shell
-script, which ignore SIGINT) get SIGTERM, then SIGKILL after --grace. Only
-then does tenure release the lease, and it exits with the command's exit
-status. If the release cannot be confirmed, tenure warns that the lease will
-expire by its TTL, and still exits with the command's status. Processes
-that left the group (setsid, daemons) are not found: run tenure under a
-service manager that stops the whole cgroup (systemd) to cover those. If
-tenure itself is killed (SIGKILL, a crash), a small reaper process kills the
-command's group at once (Linux); if tenure is stopped (SIGSTOP), frozen or
-starved of CPU, the reaper kills the group just before the lease's deadline
-(a twentieth of the TTL before it), and the command starts only once the
-reaper is armed: if the reaper cannot be started, the command does not
-run (exit 71), and if it exits while the command runs, the command is
-stopped with SIGKILL (exit 79).
-
-Nothing of the command runs past the lease's deadline, after which another
-host may be granted the lease. When renewals are not getting through and
-the time left falls below --grace (or a third of the TTL, if that is less),
-the command's process group gets SIGTERM; if the lease is then lost at its
-deadline, the group gets SIGKILL at once. If the lease is lost otherwise
-(an operator freed it with "tenure release --force", or another owner took
-it), tenure says why, sends SIGTERM to the command's process group, then
-SIGKILL after --grace or at the lease's deadline, whichever comes first.
-Either way tenure exits with 79 whatever the command returned: the command
-can no longer rely on holding the lease. A lease found
-gone when tenure releases it after the command finished is lost as well
-(79). With PostgreSQL, Redis and etcd, which tell tenure when a lease is
-freed, the command is stopped within about a second of such a release; with
-SQLite and Cassandra, at the next renewal (within TTL/3).
-
---slots N makes RESOURCE a semaphore of N slots: the command runs when one
-of the N slots is free. Each slot is a lease of its own, named
-RESOURCE/slot-I-of-N in "tenure list", with its own fencing tokens; every
-holder of RESOURCE must use the same N.
-
---hold-at-least D keeps the lease for at least D after it was granted, even
-when the command finishes sooner (however it ended): tenure then stops
-renewing it and has the store keep it for the rest of D, and exits with the
-command's status at once. A job started by cron on several hosts whose
-clocks differ by a few seconds then runs once per tick (see the example):
-a host that starts it a little later finds the lease held (exit 75). D must
-be a TTL the store accepts.
-
-Exit codes:
-  0-125  the command's own exit status (it may itself exit with a code below)
-  64     bad arguments or input (a TTL below 1s or beyond what the store can
-         keep, holders of RESOURCE started with another --slots); nothing
-         was written to the store
-  69     the store cannot be opened or reached, or does not renew the lease
-         fast enough for --ttl (then the command did not run)
-  70     internal error
-  71     the reaper that stops the command if tenure dies or stalls could
-         not be started (a limit on processes or open files): the command
-         did not run
-  74     tenure could not write to its standard output (--help)
-  75     the lease is held by another owner (--no-wait, or --wait ran out);
-         the holder is printed (with --slots: every slot is held; the
-         holders are printed)
-  79     the lease was lost while the command ran (or was found gone when
-         tenure released it), or before the command could start (then the
-         command did not run), or the reaper guarding the command exited
-         while it ran (the command was stopped)
-  126    the command was found but cannot be executed
-  127    the command was not found
-  128+N  the command was killed by signal N, or tenure was stopped by signal
-         N while it waited for the lease (130 for SIGINT, 143 for SIGTERM)`
+More: tenure help signals, exit-codes, cron, environment, stores.`
 
 const runExample = `  # Run the nightly backup; wait while another backup holds the lease.
   tenure run nightly-backup -- /usr/local/bin/backup --full
@@ -150,18 +56,14 @@ const runExample = `  # Run the nightly backup; wait while another backup holds 
   # At most 3 backups at once across the fleet; $TENURE_SLOT is 1, 2 or 3.
   tenure run --slots 3 backups -- /usr/local/bin/backup --part "$HOSTNAME"
 
-  # In the crontab of every host: once per minute across all of them, even
-  # if their clocks differ by a few seconds (75: another host ran it).
+  # Once a minute across every host whose crontab has it (tenure help cron).
   * * * * *  tenure run --no-wait --hold-at-least 50s minutely-report -- /usr/local/bin/report
 
-  # Use a shell for pipes and redirections; the token fences the writes.
+  # A shell for pipes and redirections; the token fences the writes.
   tenure run report -- sh -c 'make-report --token "$TENURE_TOKEN" > /srv/report.html'
 
   # A resource name that starts with "-".
-  tenure run -- -odd-name -- ./job
-
-  # Keep the leases in another file (see tenure --help for store URLs).
-  TENURE_STORE=sqlite:/var/lib/myapp/leases.db tenure run cron-cleanup -- ./cleanup`
+  tenure run -- -odd-name -- ./job`
 
 func (a *app) newRunCmd() *cobra.Command {
 	var f runFlags
@@ -176,13 +78,13 @@ func (a *app) newRunCmd() *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL, at least 1s: how long the lease outlives a holder that stops renewing it")
-	fl.DurationVar(&f.wait, "wait", 0, "wait at most this long for the lease, then exit 75; 0 makes one attempt (default: wait as long as it takes)")
-	fl.BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 at once if the lease is held")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM (or the signal passed on) and SIGKILL to the command's process group, after the lease is lost, after tenure is told to stop, and for processes the command left behind")
-	fl.StringVar(&f.owner, "owner", "", `readable owner id, such as "backup@web-3" (default HOST:PID)`)
-	fl.IntVar(&f.slots, "slots", 0, fmt.Sprintf("run when one of this many slots of RESOURCE is free (a semaphore, 1 to %d); every holder must use the same number", tenure.MaxSlots))
-	fl.DurationVar(&f.holdAtLeast, "hold-at-least", 0, "keep the lease at least this long after it was granted, even if the command finishes sooner (cron jobs on several hosts)")
+	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL, at least 1s")
+	fl.DurationVar(&f.wait, "wait", 0, "wait at most this long (default: no limit)")
+	fl.BoolVar(&f.noWait, "no-wait", false, "exit 75 at once if the lease is held")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time from SIGTERM to SIGKILL")
+	fl.StringVar(&f.owner, "owner", "", "readable owner id (default HOST:PID)")
+	fl.IntVar(&f.slots, "slots", 0, fmt.Sprintf("a semaphore of N slots (1 to %d)", tenure.MaxSlots))
+	fl.DurationVar(&f.holdAtLeast, "hold-at-least", 0, "keep the lease this long (tenure help cron)")
 	return c
 }
 

@@ -14,19 +14,15 @@ import (
 func (a *app) newSchemaCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "schema cassandra|mysql [STORE-URL]",
-		Short: "Print the statements that create tenure's Cassandra or MySQL schema",
-		Long: `Schema prints the statements that "tenure init" runs for a Cassandra or a
+		Short: "Print the statements that create a Cassandra or MySQL schema",
+		Long: `Print the statements that "tenure init" runs for a Cassandra or a
 MySQL/MariaDB store, for operators who create schemas by hand (cqlsh -f,
-mysql <). Without a URL it prints the default: for Cassandra, keyspace
-"tenure" with replication factor 1 (for development), native mode; for MySQL,
-the tables tenure_leases and tenure_leases_tokens. With a cassandra:// URL it
-uses the URL's keyspace and its table, mode and replication parameters, for
-example replication=3 (SimpleStrategy) or replication=dc1:3,dc2:3
-(NetworkTopologyStrategy); with a mysql:// URL, its table parameter. See
-docs/cassandra.md and docs/store-mysql.md.
-
-Exit codes: 0 printed; 64 bad arguments or URL; 74 the output cannot be
-written.`,
+mysql <). Without a URL: for Cassandra, the keyspace "tenure" with
+replication factor 1 (for development), native mode; for MySQL, the tables
+tenure_leases and tenure_leases_tokens. With a URL: its keyspace or
+database and its table, mode and replication parameters, such as
+replication=3 (SimpleStrategy) or replication=dc1:3,dc2:3
+(NetworkTopologyStrategy). Exit codes: 0, 64.`,
 		Example: `  tenure schema cassandra
   tenure schema cassandra 'cassandra://c1/tenure?replication=dc1:3,dc2:3'
   tenure schema cassandra 'cassandra://c1/jaeger_v1_dc1?mode=jaeger&table=leases' | cqlsh c1

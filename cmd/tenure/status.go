@@ -17,25 +17,17 @@ func (a *app) newStatusCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status [flags] RESOURCE",
 		Short: "Show who holds the lease on RESOURCE",
-		Long: `Status shows the holder of the lease on RESOURCE: its owner, fencing token,
-TTL and the time left before the store expires it unless it is renewed.
-When RESOURCE is a semaphore ("tenure run --slots N"), it shows how many of
-its slots are held ("2 of 3 slots held") and who holds each. Names read from
-the store are quoted when they contain spaces or characters that do not
-print.
+		Long: `Show the holder of the lease on RESOURCE: its owner, fencing token, TTL and
+the time left before the store expires it unless it is renewed. For a
+semaphore ("tenure run --slots N"), how many of its slots are held and who
+holds each. Status changes nothing and creates no store.
 
-With --json it prints an object with the fields resource, held, owner,
-owner_id, token, ttl_ms and remaining_ms; for a semaphore, slots,
-slots_held and holders (one such object per slot held, with semaphore,
-slot and slots).
+--json prints an object with the fields resource, held, owner, owner_id,
+token, ttl_ms and remaining_ms; for a semaphore also slots, slots_held and
+holders (one such object per slot held, with semaphore, slot and slots).
 
-Status never changes the store: it creates no file, table or keyspace, and
-opens a file it may only read read-only.
-
-Exit codes: 0 when the resource is held (a semaphore: at least one slot);
-1 when it is free; 64 for bad arguments; 66 when there is no tenure store
-at the URL (nothing was created); 69 when the store cannot be opened or
-reached, or is not a tenure store; 74 when the output cannot be written.`,
+Exit codes: 0 held (a semaphore: at least one slot), 1 free, 66 no store
+at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 		Example: `  tenure status nightly-backup
   tenure status nightly-backup --json | jq .owner_id
 
@@ -106,6 +98,6 @@ reached, or is not a tenure store; 74 when the output cannot be written.`,
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: resource, held, owner, owner_id, token, ttl_ms, remaining_ms")
+	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON object instead of a line")
 	return c
 }

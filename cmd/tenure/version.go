@@ -3,34 +3,50 @@ package main
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tenure-go/tenure"
 )
 
 func (a *app) newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print tenure's version, the commit it was built from, and the Go version",
-		Long: `Version prints the tenure module's version ("(devel)" for a build from a
-checkout), the VCS commit and whether the work tree had changes, and the Go
-toolchain that built the binary, from the build information Go embeds
-(runtime/debug.ReadBuildInfo). It touches no store. Exit codes: 0; 74 when
-the line could not be written.`,
+		Short: "Print tenure's release, commit and Go version",
+		Long: `Print one line: tenure's release, the commit it was built from (with
+", modified" when the work tree had changes) and the Go toolchain that
+built it. The release is the module version when tenure was installed with
+"go install github.com/tenure-go/tenure/cmd/tenure@VERSION", and otherwise
+the release of the source tree it was built from. No store is opened.`,
+		Example: `  tenure version
+  # prints, for example: tenure 0.1.0 go1.26.8`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			fmt.Fprintln(c.OutOrStdout(), versionLine())
+			bi, ok := debug.ReadBuildInfo()
+			if !ok {
+				bi = nil
+			}
+			fmt.Fprintln(c.OutOrStdout(), versionLine(bi))
 			return nil
 		},
 	}
 }
 
-// versionLine is "tenure VERSION (commit REV[, modified]) GOVERSION".
-func versionLine() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "tenure (no build information)"
+// versionLine is "tenure RELEASE (commit REV[, modified]) GOVERSION" for
+// the build information bi (nil when the binary has none). RELEASE is the
+// main module's version without its "v" when Go recorded one (go install
+// of a tagged module, or a build in a clone that Go stamped with a
+// pseudo-version), and tenure.Version otherwise ("(devel)", or none).
+func versionLine(bi *debug.BuildInfo) string {
+	release := tenure.Version
+	if bi == nil {
+		return "tenure " + release
 	}
-	line := "tenure " + bi.Main.Version
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		release = strings.TrimPrefix(v, "v")
+	}
+	line := "tenure " + release
 	var rev, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -47,5 +63,8 @@ func versionLine() string {
 		}
 		line += ")"
 	}
-	return line + " " + bi.GoVersion
+	if bi.GoVersion != "" {
+		line += " " + bi.GoVersion
+	}
+	return line
 }

@@ -27,8 +27,7 @@ import (
 // 1,379 ns, 13 allocations against 12: the child's registration with its
 // parent, a map entry, is most of the cost and both pay it) and saved about
 // 200 ns of 585 under context.Background (3 allocations against 5): under
-// 1 µs of a Redis cycle's 113 µs of CPU, so it was not built
-// (docs/benchmarks.md, "Seventh stop").
+// 1 µs of a Redis cycle's 113 µs of CPU, so it was not built.
 func BenchmarkCallBound(b *testing.B) {
 	errBound := errors.New("bound")
 	var sh sharedTimer

@@ -118,7 +118,7 @@ func (r *Report) computeRatios() {
 	}
 }
 
-// peerChecks checks the targets set against the peers (docs/benchmarks.md).
+// peerChecks checks the targets set against the peers.
 func (r *Report) peerChecks(add func(pass bool, target, format string, args ...any)) {
 	for _, x := range r.Ratios {
 		if x.Mode != ModeDistinct || x.Tenure != "tenure" {

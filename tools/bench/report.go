@@ -74,7 +74,7 @@ func LoadAvg() [3]float64 {
 	return l
 }
 
-// Check is one performance target (docs/benchmarks.md), checked on this
+// Check is one performance target, checked on this
 // run's figures.
 type Check struct {
 	Target string `json:"target"`
@@ -333,7 +333,7 @@ func (r *Report) WriteText(w io.Writer) {
 		t.Flush()
 	}
 	if len(r.Checks) > 0 {
-		fmt.Fprintln(w, "\nPerformance targets (docs/benchmarks.md, and design.md's liveness bound)")
+		fmt.Fprintln(w, "\nPerformance targets (ratios against the peers, and design.md's liveness bound)")
 		for _, c := range r.Checks {
 			verdict := "PASS"
 			if !c.Pass {

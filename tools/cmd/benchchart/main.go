@@ -4,8 +4,8 @@
 // concurrent clients on distinct resources, on a log scale. With -phase
 // peers it draws the peers phase: one row per store, tenure and its peers.
 //
-//	cd tools && go run ./cmd/benchchart -in ../docs/benchmarks.json -out ../docs/benchmarks.png
-//	cd tools && go run ./cmd/benchchart -phase peers -in ../docs/benchmarks-peers.json -out ../docs/benchmarks-peers.png
+//	cd tools && go run ./cmd/benchchart -in ops.json -out ops.png
+//	cd tools && go run ./cmd/benchchart -phase peers -in ../docs/benchmarks/peers-1.json -out ../docs/benchmarks/peers.png
 package main
 
 import (
@@ -28,9 +28,9 @@ import (
 )
 
 func main() {
-	in := flag.String("in", "docs/benchmarks.json", "JSON written by tenure-bench --json")
-	out := flag.String("out", "docs/benchmarks.png", "PNG to write")
-	phase := flag.String("phase", "", `results to draw: "" (the ops phase: every store in one row) or "peers" (the peers phase: one row per store, tenure and its peers)`)
+	in := flag.String("in", "docs/benchmarks/peers-1.json", "JSON written by tenure-bench --json")
+	out := flag.String("out", "docs/benchmarks/peers.png", "PNG to write")
+	phase := flag.String("phase", "peers", `results to draw: "peers" (the peers phase: one row per store, tenure and its peers) or "" (the ops phase: every store in one row)`)
 	flag.Parse()
 	if err := run(*in, *out, *phase); err != nil {
 		fmt.Fprintln(os.Stderr, "benchchart:", err)

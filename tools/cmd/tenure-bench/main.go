@@ -181,12 +181,12 @@ Phases (--phases):
              same server in the same run, the systems taking turns round by
              round: on Redis bsm/redislock and go-redsync/redsync, on etcd
              client/v3/concurrency's Mutex (a Session per lock, and one
-             Session shared by a client's locks), on PostgreSQL plain
-             advisory locks (session locks: no TTL, no fencing token), on
-             MySQL GET_LOCK and a row locked by SELECT ... FOR UPDATE
-             NOWAIT in an open transaction (both tied to a connection: no
-             TTL, no fencing token), on
-             Cassandra the Jaeger protocol and a raw LWT; the cycle is
+             Session shared by a client's locks), on PostgreSQL
+             cirello.io/pglock and plain advisory locks (session locks: no
+             TTL, no fencing token), on MySQL GET_LOCK and a row locked by
+             SELECT ... FOR UPDATE NOWAIT in an open transaction (both tied
+             to a connection: no TTL, no fencing token), on Cassandra the
+             Jaeger protocol and a raw LWT; the cycle is
              acquire a free lock (TTL --peer-ttl), renew it once, release it,
              at --peer-clients clients on distinct names, and
              --peer-contended clients on one name (wins/s, overlapping
@@ -216,8 +216,8 @@ The default phases are cost, ops, contended, scale and failover; peers,
 waiters and semaphore run when --phases names them.
 
 The output is a table per phase, the ratios against the baselines, and a
-PASS or FAIL line for each performance target that the run covers (the
-targets of docs/benchmarks.md). --json writes every figure. Exit codes: 0 the run finished (whatever the targets
+PASS or FAIL line for each performance target that the run covers (its
+ratios against the peers, and design.md's liveness bounds). --json writes every figure. Exit codes: 0 the run finished (whatever the targets
 say); 64 bad flags; 69 a store could not be opened or a phase failed.`
 
 func (a *app) newBenchCmd() *cobra.Command {
