@@ -118,8 +118,8 @@ func helperMain(args []string) int {
 		OnStartedLeading: func(term context.Context) {
 			terms.Add(1)
 			defer terms.Done()
-			l := c.Lease()
-			if l == nil || l.Context() != term {
+			l := tenure.LeaseFromContext(term)
+			if term.Err() != nil {
 				return // the term is over already
 			}
 			record("begin %d %d", mono(), l.Token())
