@@ -21,6 +21,7 @@ type electFlags struct {
 	retry time.Duration
 	grace time.Duration
 	owner string
+	value string
 }
 
 const electLong = `Elect runs COMMAND as a singleton across hosts: every "tenure elect" with
@@ -130,6 +131,7 @@ func (a *app) newElectCmd() *cobra.Command {
 	fl.DurationVar(&f.retry, "retry", election.DefaultRetryPeriod, "how often a follower tries to take the lease")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM (or the signal passed on) and SIGKILL to the command's process group, after leadership is lost, after tenure is told to stop, and for processes the command left behind")
 	fl.StringVar(&f.owner, "owner", "", `readable candidate id, such as "calc@web-3" (default HOST:PID)`)
+	fl.StringVar(&f.value, "value", "", `value published while leading, such as "10.0.0.5:8080" (at most 128 bytes, printable): shown by tenure leader and tenure status`)
 	return c
 }
 
@@ -140,6 +142,9 @@ func validateElect(c *cobra.Command, f *electFlags, args []string) (resource str
 	}
 	if f.retry <= 0 {
 		return "", nil, "", usage("elect: --retry %v: the retry period must be positive, such as 2s", f.retry)
+	}
+	if err := election.ValidateIdentity(ownerID, f.value); err != nil {
+		return "", nil, "", usage("elect: --owner %s --value %s: %s", quoteName(ownerID), quoteName(f.value), errText(err))
 	}
 	return resource, argv, ownerID, nil
 }
@@ -193,6 +198,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	cand, err := election.New(store, election.Config{
 		Resource:    resource,
 		Identity:    ownerID,
+		Value:       f.value,
 		TTL:         f.ttl,
 		RetryPeriod: f.retry,
 		Logger:      a.libraryLog(),
@@ -226,7 +232,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	}
 	switch {
 	case err == nil:
-		st.leader = tenure.OwnerID(current.Owner)
+		st.leader, _ = election.ParseOwner(current.Owner)
 	case !errors.Is(err, tenure.ErrNotHeld):
 		return storeErr(err, "elect: read the leader of %s", quoteName(resource))
 	}

@@ -19,7 +19,8 @@ func (a *app) newListCmd() *cobra.Command {
 		Long: `List prints the live leases, sorted by resource: a table with the columns
 RESOURCE, OWNER, TOKEN, TTL and LEFT (the time before the store expires the
 lease unless it is renewed), or with --json an array of objects with the
-fields resource, held, owner, owner_id, token, ttl_ms and remaining_ms.
+fields resource, held, owner, owner_id, value, token, ttl_ms and
+remaining_ms.
 With PREFIX, only resources whose name starts with it. Names read from the
 store are quoted when they contain spaces or characters that do not print.
 

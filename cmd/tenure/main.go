@@ -312,7 +312,7 @@ Store URLs:
 			return cmd.Help()
 		},
 	})
-	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newVersionCmd())
+	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newLeaderCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newVersionCmd())
 	a.root = root
 	return root
 }

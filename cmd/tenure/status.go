@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/election"
 )
 
 func (a *app) newStatusCmd() *cobra.Command {
@@ -24,8 +25,10 @@ its slots are held ("2 of 3 slots held") and who holds each. Names read from
 the store are quoted when they contain spaces or characters that do not
 print.
 
+The value a "tenure elect --value" leader publishes is shown as value.
+
 With --json it prints an object with the fields resource, held, owner,
-owner_id, token, ttl_ms and remaining_ms; for a semaphore, slots,
+owner_id, value, token, ttl_ms and remaining_ms; for a semaphore, slots,
 slots_held and holders (one such object per slot held, with semaphore,
 slot and slots).
 
@@ -90,6 +93,9 @@ reached, or is not a tenure store; 74 when the output cannot be written.`,
 				fmt.Fprintf(tw, "resource:\t%s\n", display(resource))
 				if held {
 					fmt.Fprintf(tw, "owner:\t%s\n", display(rec.Owner))
+					if _, value := election.ParseOwner(rec.Owner); value != "" {
+						fmt.Fprintf(tw, "value:\t%s\n", display(value))
+					}
 					fmt.Fprintf(tw, "token:\t%s\n", tokenCell(rec.Token))
 					fmt.Fprintf(tw, "ttl:\t%s\n", durCell(rec.TTL))
 					fmt.Fprintf(tw, "left:\t%s\n", durCell(rec.Remaining))
@@ -106,6 +112,6 @@ reached, or is not a tenure store; 74 when the output cannot be written.`,
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: resource, held, owner, owner_id, token, ttl_ms, remaining_ms")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: resource, held, owner, owner_id, value, token, ttl_ms, remaining_ms")
 	return c
 }
