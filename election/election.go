@@ -732,7 +732,7 @@ func (c *Candidate) Resign(ctx context.Context) error {
 func (c *Candidate) HealthHandler(tolerance time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
-		l := c.lease
+		l, t := c.lease, c.term
 		c.mu.Unlock()
 		if l == nil {
 			fmt.Fprintln(w, "ok: follower")
@@ -742,7 +742,8 @@ func (c *Candidate) HealthHandler(tolerance time.Duration) http.Handler {
 			http.Error(w, fmt.Sprintf("unhealthy: leader of %q is %v past its lease deadline without a confirmed renewal", c.cfg.Resource, over.Round(time.Millisecond)), http.StatusServiceUnavailable)
 			return
 		}
-		if l.Err() != nil {
+		if l.Err() != nil || t != nil && t.ctx.Err() != nil {
+			// The term ended: lost, or handing over.
 			fmt.Fprintln(w, "ok: stepping down")
 			return
 		}

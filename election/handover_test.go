@@ -3,6 +3,8 @@ package election_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,6 +120,11 @@ func TestHandOverWaitsForOnStartedLeading(t *testing.T) {
 			}
 			if a.Lease() != lease {
 				t.Fatal("Lease() is not the term's lease during the hand-over")
+			}
+			rec := httptest.NewRecorder()
+			a.HealthHandler(time.Second).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			if rec.Code != http.StatusOK || rec.Body.String() != "ok: stepping down\n" {
+				t.Fatalf("health during the hand-over: %d %q", rec.Code, rec.Body.String())
 			}
 			// Several TTLs pass while the callback winds down: the lease is
 			// renewed, and b, which tries every retry period, never leads.

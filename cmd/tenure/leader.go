@@ -34,7 +34,8 @@ where the store notifies releases, at the expiry of the leader's lease,
 and otherwise within --interval. With --json each line is a JSON object:
 resource, held, owner, owner_id, value, token, ttl_ms, remaining_ms (and
 time, with --watch). Names from the store are quoted when they contain
-spaces or characters that do not print. It never changes the store.
+spaces or characters that do not print. It creates nothing and changes no
+lease.
 
 Exit codes: 0 a leader (with --watch: stopped by SIGINT, SIGTERM or
 SIGHUP); 1 no leader; 64 bad arguments; 66 no tenure store at the URL; 69
