@@ -43,7 +43,7 @@ through, the terminal's foreground on a terminal), with these variables
 added to its environment for the current term:
 
   TENURE_RESOURCE  the resource name
-  TENURE_OWNER     the grant's owner string: the --owner id, "#", a random nonce, ".", and the grant's number
+  TENURE_OWNER     the grant's owner string: the --owner id ("|" and the --value, if any), "#", a random nonce, ".", and the grant's number
   TENURE_TOKEN     the fencing token of the term; it grows with every term
 
 A resource name that starts with "-" goes after "--", with a second "--"
