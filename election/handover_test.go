@@ -65,7 +65,14 @@ func renewedThrough(t *testing.T, fc *clock.Fake, mem *memory.Store, resource, o
 			if rec.Owner != owner || rec.Token != token {
 				t.Fatalf("the lease changed hands during the hand-over: %+v", rec)
 			}
-			return rec.Remaining > ttl*2/3
+			if rec.Remaining > ttl*2/3 {
+				return true
+			}
+			// The Locker may have armed the renewal's timer only after the
+			// advance (it does once the previous renewal's answer is in):
+			// a timer due now fires at the next advance.
+			fc.Advance(time.Millisecond)
+			return false
 		}, "a renewal during the hand-over")
 	}
 }
@@ -172,7 +179,9 @@ func TestHandOverTimeoutLeavesTheLeaseToExpire(t *testing.T) {
 			fc := clock.NewFake()
 			mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
 			f := storetest.NewFaulty(mem)
-			const ttl, bound = 3 * time.Second, 5 * time.Second
+			// The bound is not a multiple of the renew interval (1 s), so
+			// that no renewal is due when it passes.
+			const ttl, bound = 3 * time.Second, 5500 * time.Millisecond
 			stuck := make(chan struct{})
 			defer close(stuck)
 			a, _ := election.New(f, election.Config{Resource: "e", Identity: "a", TTL: ttl, Clock: fc, HandOverTimeout: bound,
@@ -184,13 +193,28 @@ func TestHandOverTimeoutLeavesTheLeaseToExpire(t *testing.T) {
 			go func() { runA <- a.Run(ctx) }()
 			waitFor(t, a.IsLeader, "a leads")
 			lease := a.Lease()
+			from := fc.Now()
 			left := leave(a, cancel)
 			waitFor(t, func() bool { return !a.IsLeader() }, "the term ends")
-			// Renewed until the bound (5 s = 5 renew intervals of 1 s).
 			renewedThrough(t, fc, mem, "e", lease.Owner(), lease.Token(), ttl, 4)
-			fc.Advance(time.Second) // the bound
-			if err := recv(t, runA, "a's Run after the bound"); !wantRunErr(way, err) {
-				t.Fatalf("a's Run returned %v after %s", err, way)
+			// Past the bound, Run returns.
+			var runErr error
+			for done := false; !done; {
+				select {
+				case runErr = <-runA:
+					done = true
+				case <-time.After(5 * time.Millisecond):
+					if fc.Now().Sub(from) > 2*bound {
+						t.Fatalf("a's Run has not returned %v after the term ended", fc.Now().Sub(from))
+					}
+					fc.Advance(100 * time.Millisecond)
+				}
+			}
+			if took := fc.Now().Sub(from); took < bound {
+				t.Fatalf("a's Run returned %v after the term ended, before the bound %v", took, bound)
+			}
+			if !wantRunErr(way, runErr) {
+				t.Fatalf("a's Run returned %v after %s", runErr, way)
 			}
 			if err := recv(t, left, way); err != nil {
 				t.Fatalf("%s: %v", way, err)
@@ -204,6 +228,7 @@ func TestHandOverTimeoutLeavesTheLeaseToExpire(t *testing.T) {
 			if lease.Err() == nil {
 				t.Fatal("the lease is still live locally after the bound")
 			}
+			time.Sleep(10 * time.Millisecond) // a renewal sent before the bound passed lands
 			renews := f.Calls(storetest.OpRenew)
 			fc.Advance(ttl)
 			time.Sleep(10 * time.Millisecond) // let a renewal, if one were scheduled, run
