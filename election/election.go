@@ -9,10 +9,19 @@
 //     is lost (renewals refused, or no renewal confirmed before the deadline:
 //     store unreachable, a long pause).
 //   - OnStoppedLeading runs exactly once per term, after the term's context
-//     was cancelled.
-//   - Leaving (Run's context cancelled, or Resign) releases the lease, so
-//     another candidate takes over within one retry period instead of
-//     waiting out the TTL.
+//     was cancelled and OnStartedLeading returned (or HandOverTimeout
+//     passed).
+//   - Leaving (Run's context cancelled, Resign, or Close) hands over: the
+//     term's context is cancelled, the lease is kept and renewed until
+//     OnStartedLeading has returned, and then released, so another
+//     candidate takes over within one retry period instead of waiting out
+//     the TTL, and never while the callback may still run. A callback that
+//     has not returned within Config.HandOverTimeout is given up on: the
+//     lease is no longer renewed and expires by its TTL.
+//   - A candidate may publish a value with its lease (Config.Value, such
+//     as its address), which Leader, an Observer and "tenure status"
+//     return; an Observer follows who leads, and every change, without
+//     campaigning.
 //
 // Jaeger elects the host that computes adaptive sampling rates with a lease;
 // Participant offers Jaeger's participant method set on top of Candidate,
@@ -68,20 +77,47 @@ type Config struct {
 	// RenewInterval is how often the leader renews (default TTL/3).
 	RenewInterval time.Duration
 
+	// Value is published with the candidate's lease while it leads, such as
+	// the address and port where it serves: Leader, an Observer and "tenure
+	// status" return it. At most MaxValueLen (128) bytes of printable UTF-8
+	// (ValidateValue); the identity and the encoded value together must fit
+	// in tenure.MaxOwnerIDLen (200) bytes. Empty means none. It is kept in
+	// the owner string of each grant (see ParseOwner), so it works on every
+	// store, and it cannot change while the candidate lives: to publish
+	// another value, resign and campaign with a new Candidate.
+	Value string
+
 	// OnStartedLeading is called in its own goroutine when the candidate
-	// starts leading, with the lease's context: it is cancelled when the
-	// term ends. It should return promptly after that.
+	// starts leading, with the term's context: it derives from the term's
+	// lease's context (tenure.LeaseFromContext returns the lease) and is
+	// cancelled when the term ends, by loss, Resign, Run's context or Close.
+	// It should return promptly after that: a term that ends by Resign,
+	// Run's context or Close keeps its lease, renewed, until it has
+	// returned, up to HandOverTimeout (see Run).
 	OnStartedLeading func(ctx context.Context)
 	// OnStoppedLeading is called once at the end of each term, after the
-	// term's context was cancelled, in Run's goroutine. It must not block;
-	// it may call Resign, which then returns ErrResignInCallback without
-	// waiting.
+	// term's context was cancelled and OnStartedLeading returned (or
+	// HandOverTimeout passed), and after a leaving candidate released its
+	// lease, in Run's goroutine. It must not block; it may call Resign,
+	// which then returns ErrResignInCallback without waiting.
 	OnStoppedLeading func()
 	// OnNewLeader is called in Run's goroutine when the candidate observes a
 	// different leader (including itself), with the leader's identity. It
 	// must not block; it may call Resign, which then returns
 	// ErrResignInCallback without waiting.
 	OnNewLeader func(identity string)
+
+	// HandOverTimeout bounds how long a term that ends by Resign, Run's
+	// context or Close keeps its lease, renewed, waiting for
+	// OnStartedLeading to return before releasing it (default: TTL, the
+	// bound client-go's leader election puts on the same wait, kubernetes
+	// PR 139504). A callback that has not returned by then is given up on:
+	// the lease is no longer renewed, and it expires by its TTL, so another
+	// candidate leads at most HandOverTimeout plus TTL after the term ended;
+	// it is never released while the callback may still run. After a loss
+	// the candidate waits as long before campaigning again, so that its
+	// terms' callbacks never overlap. Negative values are refused.
+	HandOverTimeout time.Duration
 
 	// ReleaseWatch makes the leader's lease watch its resource's release
 	// notifications (tenure.WithReleaseWatch), on stores that send them: a
@@ -108,13 +144,87 @@ type Candidate struct {
 
 	mu      sync.Mutex
 	lease   *tenure.Lease // the current term's lease, nil when following
+	term    *term         // the current term, nil when following
 	running bool
 	exited  chan struct{} // closed when the running Run returns
-	resign  chan struct{} // closed by Resign
-	leader  string        // last observed leader's identity
+	leave   chan struct{} // closed by Resign or Close
+	closing bool          // Close was called: Run returns tenure.ErrClosed
+	// abandon is set by a Close whose context ended before Run returned:
+	// no term may start a callback any more, and a term's lease whose
+	// callback may still run is abandoned rather than released.
+	abandon   bool
+	abandoned chan struct{} // closed when abandon is set
+	leader    string        // last observed leader's identity
 	// inCallback is set while Run's goroutine runs OnStoppedLeading or
 	// OnNewLeader: Resign must not wait for Run then.
 	inCallback bool
+}
+
+// ErrResigned is the cause (context.Cause) of a term's context cancelled
+// by Resign.
+var ErrResigned = errors.New("election: the candidate resigned")
+
+// term is one term of a candidate: its lease, the context its
+// OnStartedLeading receives, and whether that has returned.
+type term struct {
+	c      *Candidate
+	lease  *tenure.Lease
+	ctx    *termContext
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when OnStartedLeading returned (at once without one)
+}
+
+func (t *term) returned() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// termContext is the context of a term: a child of its lease's context,
+// cancelled when the term ends. Err, Done and Value read the lease's
+// deadline on every call, as the lease's own context does, so that a
+// process resumed after a pause past the deadline sees the loss at its
+// first check, before any timer fires.
+type termContext struct {
+	context.Context
+	t *term
+}
+
+type termKey struct{}
+
+func (c *termContext) Done() <-chan struct{} {
+	_ = c.t.lease.Err()
+	return c.Context.Done()
+}
+
+func (c *termContext) Err() error {
+	_ = c.t.lease.Err()
+	return c.Context.Err()
+}
+
+func (c *termContext) Value(key any) any {
+	if key == (termKey{}) {
+		return c.t
+	}
+	_ = c.t.lease.Err()
+	return c.Context.Value(key)
+}
+
+func (c *termContext) String() string {
+	return fmt.Sprintf("election term (%q, token %d)", c.t.lease.Resource(), c.t.lease.Token())
+}
+
+// callingTerm returns the term of c whose OnStartedLeading is running and
+// whose context ctx is or derives from, or nil.
+func (c *Candidate) callingTerm(ctx context.Context) *term {
+	t, _ := ctx.Value(termKey{}).(*term)
+	if t == nil || t.c != c || t.returned() {
+		return nil
+	}
+	return t
 }
 
 // ErrResignInCallback is returned by Resign when Run's goroutine is running
@@ -123,7 +233,12 @@ type Candidate struct {
 // to return, since Run waits for the callback: once the callback returns,
 // Run ends a term in progress (cancelling its context, releasing its lease,
 // calling OnStoppedLeading) and returns nil.
-var ErrResignInCallback = errors.New("election: Resign called while Run runs OnStoppedLeading or OnNewLeader: the candidate resigns once the callback returns; Resign does not wait for Run")
+//
+// It is also returned by Resign called with the context of a term whose
+// OnStartedLeading has not returned (or one derived from it), as from
+// OnStartedLeading itself: Run releases the term's lease only once
+// OnStartedLeading has returned, so Resign cannot wait for Run there.
+var ErrResignInCallback = errors.New("election: Resign called from a callback that Run waits for: the candidate resigns once the callback returns; Resign does not wait for Run")
 
 // New returns a candidate whose lease lives in store. It validates the
 // configuration without any I/O and returns an error wrapping
@@ -131,7 +246,10 @@ var ErrResignInCallback = errors.New("election: Resign called while Run runs OnS
 // with the reason, for every configuration that the Locker underneath would
 // reject once Run starts: among them a TTL the store cannot keep (below 1 s
 // on Cassandra, see driver.TTLChecker) and a RenewInterval (default TTL/3)
-// that is not shorter than TTL·(1−ρ), ρ = tenure.DefaultDriftBound.
+// that is not shorter than TTL·(1−ρ), ρ = tenure.DefaultDriftBound; and an
+// identity or published value that ValidateIdentity refuses (an identity
+// that contains ValueSeparator, a value too long or with characters that
+// do not print).
 func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if err := driver.ValidateResource(cfg.Resource); err != nil {
 		return nil, err
@@ -145,8 +263,15 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if err := driver.ValidateTTL(cfg.TTL); err != nil {
 		return nil, err
 	}
-	if cfg.RetryPeriod < 0 || cfg.RenewInterval < 0 {
-		return nil, errors.New("election: negative retry period or renew interval")
+	if cfg.RetryPeriod < 0 || cfg.RenewInterval < 0 || cfg.HandOverTimeout < 0 {
+		return nil, errors.New("election: negative retry period, renew interval or hand-over timeout")
+	}
+	if cfg.HandOverTimeout == 0 {
+		cfg.HandOverTimeout = cfg.TTL
+	}
+	id, err := lockerID(cfg.Identity, cfg.Value)
+	if err != nil {
+		return nil, fmt.Errorf("election: %w", err)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
@@ -158,9 +283,7 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 		tenure.WithClock(cfg.Clock),
 		tenure.WithLogger(cfg.Logger),
 		tenure.WithRenewInterval(cfg.RenewInterval),
-	}
-	if cfg.Identity != "" {
-		opts = append(opts, tenure.WithOwnerID(cfg.Identity))
+		tenure.WithOwnerID(id),
 	}
 	if cfg.ReleaseWatch {
 		opts = append(opts, tenure.WithReleaseWatch())
@@ -182,12 +305,13 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 		return nil, ttlError(cfg, err)
 	}
 	return &Candidate{
-		cfg:    cfg,
-		lk:     lk,
-		clock:  cfg.Clock,
-		log:    cfg.Logger.With("election", cfg.Resource),
-		tel:    newElectionTelemetry(cfg.MeterProvider, cfg.Resource),
-		resign: make(chan struct{}),
+		cfg:       cfg,
+		lk:        lk,
+		clock:     cfg.Clock,
+		log:       cfg.Logger.With("election", cfg.Resource),
+		tel:       newElectionTelemetry(cfg.MeterProvider, cfg.Resource),
+		leave:     make(chan struct{}),
+		abandoned: make(chan struct{}),
 	}, nil
 }
 
@@ -209,33 +333,102 @@ func ttlError(cfg Config, err error) error {
 	return fmt.Errorf("election: TTL %v: %w", cfg.TTL, err)
 }
 
-// Close ends the candidate for good, for a program that is about to exit:
-// it closes the candidate's Locker (tenure.Locker.Close), which releases a
-// term's lease that is still held and waits, bounded by ctx, for the
-// acquires and clean-ups in flight. Among them is a campaign attempt that
-// ctx's end or Resign interrupted after it was sent: its outcome is
+// Close ends the candidate for good, for a program that is about to exit.
+// When Run is running, Close makes it leave as Resign does (a term in
+// progress ends and hands over: see Run) and waits for it to return; Run
+// then returns tenure.ErrClosed. It then closes the candidate's Locker
+// (tenure.Locker.Close), which releases what is still held and waits for
+// the acquires and clean-ups in flight. Among them is a campaign attempt
+// that ctx's end or Resign interrupted after it was sent: its outcome is
 // resolved and what it may have taken is freed, so a candidate that exits
-// does not hold the lease for a whole TTL. Call it after Run has returned;
-// Run returns tenure.ErrClosed afterwards. It is safe to call more than
-// once.
-func (c *Candidate) Close(ctx context.Context) error { return c.lk.Close(ctx) }
+// does not hold the lease for a whole TTL. Everything is bounded by ctx:
+// when ctx ends while a term's OnStartedLeading has not returned, that
+// term's lease is abandoned (no longer renewed; it expires by its TTL),
+// never released. Call it from outside the callbacks, typically after Run
+// has returned; Run returns tenure.ErrClosed afterwards. It is safe to call
+// more than once and from several goroutines.
+func (c *Candidate) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closing = true
+	c.closeLeaveLocked()
+	running, exited := c.running, c.exited
+	c.mu.Unlock()
+	if running {
+		select {
+		case <-exited:
+		case <-ctx.Done():
+			// Run is still handing over, or campaigning: whatever it does
+			// next, a term whose callback may still run must not have its
+			// lease released by the Locker's Close below.
+			c.mu.Lock()
+			if !c.abandon {
+				c.abandon = true
+				close(c.abandoned)
+			}
+			t := c.term
+			c.mu.Unlock()
+			if t != nil && !t.returned() {
+				if err := t.lease.Abandon(); err == nil {
+					c.log.Warn("closing: OnStartedLeading has not returned; the lease is abandoned and expires by its TTL", "token", t.lease.Token())
+				}
+			}
+		}
+	}
+	return c.lk.Close(ctx)
+}
 
-// Identity returns the candidate's readable id.
-func (c *Candidate) Identity() string { return tenure.OwnerID(c.lk.Owner()) }
+// closeLeaveLocked closes c.leave once; c.mu is held.
+func (c *Candidate) closeLeaveLocked() {
+	select {
+	case <-c.leave:
+	default:
+		close(c.leave)
+	}
+}
 
-// Owner returns the full owner string the candidate writes to the store.
+// Identity returns the candidate's readable id (Config.Identity, or
+// tenure.DefaultOwnerID()).
+func (c *Candidate) Identity() string {
+	id, _ := ParseOwner(c.lk.Owner())
+	return id
+}
+
+// Value returns the value the candidate publishes (Config.Value).
+func (c *Candidate) Value() string { return c.cfg.Value }
+
+// Owner returns the Locker owner string of the candidate: its identity,
+// its encoded published value, "#" and a nonce. Each grant's owner string,
+// as the store keeps it, adds "." and the grant's number.
 func (c *Candidate) Owner() string { return c.lk.Owner() }
 
-// Run campaigns until ctx ends or Resign is called: it tries to acquire the
+// Run campaigns until ctx ends, Resign or Close: it tries to acquire the
 // lease every RetryPeriod while another candidate leads, leads while it
 // holds the lease, and campaigns again one RetryPeriod (±10%) after a term
-// ends by loss, so that the followers go first. It returns
-// nil after Resign, and ctx's cause after ctx ends; in both cases a term in
-// progress ends first and its lease is released. Invalid configuration
-// errors (such as a TTL the store rejects), a closed Locker and a store that
-// must be opened again (tenure.ErrStoreUnusable: the SQLite store's file
-// was replaced) are returned at once; other store errors are logged and
-// retried every RetryPeriod.
+// ends by loss, so that the followers go first. It returns nil after
+// Resign, tenure.ErrClosed after Close, and ctx's cause after ctx ends.
+// Invalid configuration errors (such as a TTL the store rejects), a closed
+// Locker and a store that must be opened again (tenure.ErrStoreUnusable:
+// the SQLite store's file was replaced) are returned at once; other store
+// errors are logged and retried every RetryPeriod.
+//
+// Hand-over: when the candidate leaves while it leads (ctx ends, Resign,
+// Close), the term's context is cancelled first (cause: ctx's cause,
+// ErrResigned or tenure.ErrClosed), and the lease is kept, and renewed,
+// until OnStartedLeading has returned; then it is released, so another
+// candidate leads within one RetryPeriod, and Run returns. The work of the
+// term therefore never overlaps the next leader's, as long as it stops
+// when OnStartedLeading returns (and the lease is not lost meanwhile: a
+// lease that cannot be renewed ends at its deadline, whatever the
+// callback does). If OnStartedLeading has not returned within
+// HandOverTimeout (default TTL), the lease is no longer renewed and is
+// left to expire by its TTL, never released while the callback may still
+// run, and Run returns without waiting longer: another candidate may then
+// lead while the callback still runs, after the TTL. This is the
+// guarantee that client-go's ReleaseOnCancel leaves to its users ("you
+// must ensure all code guarded by this lease has successfully completed
+// prior to cancelling the context"). A term that ends by loss waits for
+// OnStartedLeading in the same way, without the lease, before the
+// candidate campaigns again or returns.
 func (c *Candidate) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running {
@@ -244,7 +437,7 @@ func (c *Candidate) Run(ctx context.Context) error {
 	}
 	c.running = true
 	c.exited = make(chan struct{})
-	exited, resign := c.exited, c.resign
+	exited, leave := c.exited, c.leave
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -257,19 +450,19 @@ func (c *Candidate) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
-		case <-resign:
-			return nil
+		case <-leave:
+			return c.leftErr()
 		default:
 		}
 		lease, err := c.lk.TryAcquire(ctx, c.cfg.Resource, c.cfg.TTL)
 		var held *tenure.HeldError
 		switch {
 		case err == nil:
-			if done := c.lead(ctx, lease, resign); done {
+			if done := c.lead(ctx, lease, leave); done {
 				if ctx.Err() != nil {
 					return context.Cause(ctx)
 				}
-				return nil
+				return c.leftErr()
 			}
 			// Lost: let the followers go first. A loss says something was
 			// wrong with this term (renewals that failed, a forced
@@ -280,7 +473,8 @@ func (c *Candidate) Run(ctx context.Context) error {
 			// over.
 		case errors.As(err, &held):
 			if !c.lk.Owns(held.Holder.Owner) { // not our own earlier grant still being freed
-				c.observe(tenure.OwnerID(held.Holder.Owner))
+				id, _ := ParseOwner(held.Holder.Owner)
+				c.observe(id)
 			}
 		case errors.Is(err, tenure.ErrInvalidTTL), errors.Is(err, tenure.ErrInvalidResource), errors.Is(err, tenure.ErrClosed),
 			errors.Is(err, tenure.ErrStoreUnusable):
@@ -290,13 +484,23 @@ func (c *Candidate) Run(ctx context.Context) error {
 		default:
 			c.log.Warn("campaign attempt failed", "err", err)
 		}
-		if !c.sleep(ctx, resign, c.jitter()) {
+		if !c.sleep(ctx, leave, c.jitter()) {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return nil
+			return c.leftErr()
 		}
 	}
+}
+
+// leftErr is what Run returns after Resign (nil) or Close (ErrClosed).
+func (c *Candidate) leftErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return tenure.ErrClosed
+	}
+	return nil
 }
 
 // jitter spreads follower attempts over RetryPeriod ±10%.
@@ -305,7 +509,7 @@ func (c *Candidate) jitter() time.Duration {
 	return p - p/10 + time.Duration(rand.Int64N(int64(p/5)+1))
 }
 
-func (c *Candidate) sleep(ctx context.Context, resign <-chan struct{}, d time.Duration) bool {
+func (c *Candidate) sleep(ctx context.Context, leave <-chan struct{}, d time.Duration) bool {
 	t := c.clock.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -313,48 +517,114 @@ func (c *Candidate) sleep(ctx context.Context, resign <-chan struct{}, d time.Du
 		return true
 	case <-ctx.Done():
 		return false
-	case <-resign:
+	case <-leave:
 		return false
 	}
 }
 
 // lead runs one term. It reports whether the candidate is leaving (ctx
-// ended or Resign), in which case it released the lease.
-func (c *Candidate) lead(ctx context.Context, lease *tenure.Lease, resign <-chan struct{}) (leaving bool) {
+// ended, Resign or Close), in which case it handed the lease over (see
+// Run).
+func (c *Candidate) lead(ctx context.Context, lease *tenure.Lease, leave <-chan struct{}) (leaving bool) {
+	t := &term{c: c, lease: lease, done: make(chan struct{})}
+	inner, cancel := context.WithCancelCause(lease.Context())
+	t.ctx, t.cancel = &termContext{Context: inner, t: t}, cancel
 	c.mu.Lock()
-	c.lease = lease
+	if c.abandon {
+		// Close gave up waiting for Run: start nothing, and leave the lease
+		// to the Locker's Close.
+		c.mu.Unlock()
+		cancel(tenure.ErrClosed)
+		return true
+	}
+	c.lease, c.term = lease, t
 	c.mu.Unlock()
 	c.log.Info("started leading", "token", lease.Token())
 	c.tel.transition(true)
 	c.observe(c.Identity())
-	if f := c.cfg.OnStartedLeading; f != nil {
-		go f(lease.Context())
+	c.mu.Lock()
+	if f := c.cfg.OnStartedLeading; f != nil && !c.abandon {
+		go func() {
+			defer close(t.done)
+			f(t.ctx)
+		}()
+	} else {
+		close(t.done)
 	}
+	c.mu.Unlock()
+
+	var cause error
 	select {
 	case <-lease.Done():
-		c.log.Warn("stopped leading: lease lost", "cause", context.Cause(lease.Context()))
+		cause = context.Cause(lease.Context())
+		c.log.Warn("stopped leading: lease lost", "cause", cause)
 	case <-ctx.Done():
-		leaving = true
-	case <-resign:
-		leaving = true
-	}
-	if leaving {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tenure.DefaultReleaseTimeout)
-		if err := lease.Release(rctx); err != nil {
-			c.log.Warn("leaving: release failed", "err", err)
-		} else {
-			c.log.Info("stopped leading: released the lease")
+		leaving, cause = true, context.Cause(ctx)
+	case <-leave:
+		leaving, cause = true, ErrResigned
+		if c.leftErr() != nil {
+			cause = tenure.ErrClosed
 		}
-		cancel()
+	}
+	t.cancel(cause)
+	returned := c.awaitCallback(t, leaving)
+	if leaving {
+		c.mu.Lock()
+		abandoned := c.abandon && !returned
+		c.mu.Unlock()
+		switch {
+		case abandoned:
+			// Close abandoned the lease.
+		case !returned:
+			if err := lease.Abandon(); err == nil {
+				c.log.Warn("leaving: OnStartedLeading has not returned within the hand-over timeout; the lease is no longer renewed and expires by its TTL",
+					"token", lease.Token(), "hand_over_timeout", c.cfg.HandOverTimeout, "ttl", c.cfg.TTL)
+			}
+		default:
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tenure.DefaultReleaseTimeout)
+			if err := lease.Release(rctx); err != nil {
+				c.log.Warn("leaving: release failed", "err", err)
+			} else {
+				c.log.Info("stopped leading: released the lease")
+			}
+			cancel()
+		}
 	}
 	c.mu.Lock()
-	c.lease = nil
+	c.lease, c.term = nil, nil
 	c.mu.Unlock()
 	c.tel.transition(false)
 	if f := c.cfg.OnStoppedLeading; f != nil {
 		c.callback(f)
 	}
 	return leaving
+}
+
+// awaitCallback waits until the term's OnStartedLeading has returned, at
+// most HandOverTimeout, and reports whether it has. The term's lease, if
+// it is still held, is renewed meanwhile by the Locker.
+func (c *Candidate) awaitCallback(t *term, leaving bool) bool {
+	if t.returned() {
+		return true
+	}
+	if leaving {
+		c.log.Info("leaving: waiting for OnStartedLeading to return before releasing the lease, which is renewed meanwhile",
+			"token", t.lease.Token(), "hand_over_timeout", c.cfg.HandOverTimeout)
+	}
+	timer := c.clock.NewTimer(c.cfg.HandOverTimeout)
+	defer timer.Stop()
+	select {
+	case <-t.done:
+		return true
+	case <-c.abandoned:
+		return false // Close gave up waiting, and abandoned the lease
+	case <-timer.C():
+		if !leaving {
+			c.log.Warn("OnStartedLeading has not returned within the hand-over timeout after the term was lost; campaigning again",
+				"token", t.lease.Token(), "hand_over_timeout", c.cfg.HandOverTimeout)
+		}
+		return false
+	}
 }
 
 func (c *Candidate) observe(identity string) {
@@ -384,62 +654,65 @@ func (c *Candidate) callback(f func()) {
 	f()
 }
 
-// IsLeader reports whether the candidate leads now: it holds the lease and
-// the lease's deadline has not passed (checked against the clock on every
-// call, so it is false at once after a pause past the deadline).
+// IsLeader reports whether the candidate leads now: it is in a term that
+// has not ended (by loss, or by leaving: false during the hand-over) and
+// whose lease's deadline has not passed (checked against the clock on
+// every call, so it is false at once after a pause past the deadline).
 func (c *Candidate) IsLeader() bool {
 	c.mu.Lock()
-	l := c.lease
+	t := c.term
 	c.mu.Unlock()
-	return l != nil && l.Err() == nil
+	return t != nil && t.ctx.Err() == nil
 }
 
-// Lease returns the current term's lease, or nil when not leading.
+// Lease returns the current term's lease, from the start of the term until
+// its hand-over ends, or nil when not leading.
 func (c *Candidate) Lease() *tenure.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lease
 }
 
-// Leader returns the identity of the current leader as the store sees it,
-// or an error wrapping ErrNoLeader when nobody leads.
-func (c *Candidate) Leader(ctx context.Context) (string, error) {
+// Leader returns the current leader as the store sees it (its identity,
+// published value and fencing token), or an error wrapping ErrNoLeader
+// when nobody leads. Its strings come from another process.
+func (c *Candidate) Leader(ctx context.Context) (Leader, error) {
 	rec, err := c.lk.Get(ctx, c.cfg.Resource)
 	if errors.Is(err, tenure.ErrNotHeld) {
-		return "", ErrNoLeader
+		return Leader{}, ErrNoLeader
 	}
 	if err != nil {
-		return "", fmt.Errorf("election: leader of %q: %w", c.cfg.Resource, err)
+		return Leader{}, fmt.Errorf("election: leader of %q: %w", c.cfg.Resource, err)
 	}
-	return tenure.OwnerID(rec.Owner), nil
+	return LeaderOf(rec), nil
 }
 
-// Resign leaves the election: the current term, if any, ends (its context is
-// cancelled, then the lease is released so another candidate takes over
-// within one retry period) and Run returns nil. It waits until Run returned,
-// and returns nil then, or ctx's cause if ctx ends first. Resign is
-// idempotent and safe for concurrent use; to campaign again, make a new
-// Candidate.
+// Resign leaves the election: the current term, if any, ends and hands
+// over (its context is cancelled with cause ErrResigned, and the lease is
+// released once OnStartedLeading has returned, so that another candidate
+// takes over within one retry period: see Run), and Run returns nil. It
+// waits until Run returned, and returns nil then, or ctx's cause if ctx
+// ends first. Resign is idempotent and safe for concurrent use; to
+// campaign again, make a new Candidate.
 //
-// Resign may be called from any callback. OnStartedLeading runs in a
-// goroutine of its own, so Resign waits there as anywhere else. Called
-// while Run's goroutine runs OnStoppedLeading or OnNewLeader (from inside
-// them, typically), Resign does not wait, since Run cannot return before the
-// callback does: it returns ErrResignInCallback at once, and Run returns
-// nil once the callback has returned.
+// Resign may be called from any callback, where it cannot wait for Run,
+// since Run waits for the callback: it returns ErrResignInCallback at
+// once, and Run returns nil once the callback has returned, after handing
+// the term over. So it does when it is called while Run's goroutine runs
+// OnStoppedLeading or OnNewLeader, and when ctx is (or derives from) the
+// context of a term whose OnStartedLeading has not returned: call it as
+// c.Resign(term) from OnStartedLeading. Called from OnStartedLeading with
+// another context, Resign waits until ctx ends or HandOverTimeout passes,
+// and the lease is then left to expire by its TTL.
 func (c *Candidate) Resign(ctx context.Context) error {
 	c.mu.Lock()
-	select {
-	case <-c.resign:
-	default:
-		close(c.resign)
-	}
+	c.closeLeaveLocked()
 	running, exited, inCallback := c.running, c.exited, c.inCallback
 	c.mu.Unlock()
 	if !running {
 		return nil
 	}
-	if inCallback {
+	if inCallback || c.callingTerm(ctx) != nil {
 		return ErrResignInCallback
 	}
 	select {
@@ -459,7 +732,7 @@ func (c *Candidate) Resign(ctx context.Context) error {
 func (c *Candidate) HealthHandler(tolerance time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
-		l := c.lease
+		l, t := c.lease, c.term
 		c.mu.Unlock()
 		if l == nil {
 			fmt.Fprintln(w, "ok: follower")
@@ -469,7 +742,8 @@ func (c *Candidate) HealthHandler(tolerance time.Duration) http.Handler {
 			http.Error(w, fmt.Sprintf("unhealthy: leader of %q is %v past its lease deadline without a confirmed renewal", c.cfg.Resource, over.Round(time.Millisecond)), http.StatusServiceUnavailable)
 			return
 		}
-		if l.Err() != nil {
+		if l.Err() != nil || t != nil && t.ctx.Err() != nil {
+			// The term ended: lost, or handing over.
 			fmt.Fprintln(w, "ok: stepping down")
 			return
 		}

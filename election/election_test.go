@@ -99,8 +99,8 @@ func TestLeadAndLeave(t *testing.T) {
 	if !c.IsLeader() || term.Err() != nil {
 		t.Fatal("not leading after OnStartedLeading")
 	}
-	if id, err := c.Leader(ctx); err != nil || id != "a" {
-		t.Fatalf("Leader = %q, %v", id, err)
+	if l, err := c.Leader(ctx); err != nil || l.Identity != "a" || l.Value != "" || l.Owner == "" || l.Token == 0 {
+		t.Fatalf("Leader = %+v, %v", l, err)
 	}
 	cancel()
 	recv(t, ev.stopped, "stopped leading")

@@ -23,7 +23,7 @@ import (
 
 // openStore opens a SQLite store in a new temporary directory and returns
 // it with a function that closes it and removes the directory.
-func openStore() (*sqlite.Store, func()) {
+func openExampleStore() (*sqlite.Store, func()) {
 	dir, err := os.MkdirTemp("", "tenure-example")
 	if err != nil {
 		log.Fatal(err)
@@ -39,7 +39,7 @@ func openStore() (*sqlite.Store, func()) {
 // context ends), it releases the lease and the second takes over within
 // one retry period, with a larger fencing token.
 func ExampleCandidate() {
-	st, done := openStore()
+	st, done := openExampleStore()
 	defer done()
 	type term struct {
 		who   string
@@ -94,7 +94,7 @@ func ExampleCandidate() {
 // and 503 when a term outlived its lease's deadline by more than the
 // tolerance (something is stuck): a liveness probe restarts the process.
 func ExampleCandidate_HealthHandler() {
-	st, done := openStore()
+	st, done := openExampleStore()
 	defer done()
 	leading := make(chan struct{})
 	c, err := election.New(st, election.Config{
@@ -126,7 +126,7 @@ func ExampleCandidate_HealthHandler() {
 // Jaeger's, IsLeader turns false at the lease's deadline when renewals
 // fail.
 func ExampleParticipant() {
-	st, done := openStore()
+	st, done := openExampleStore()
 	defer done()
 	p, err := election.NewParticipant(st, "sampling-lock", election.ParticipantOptions{
 		LeaderLeaseRefreshInterval:   5 * time.Second,  // how often the leader renews

@@ -336,22 +336,36 @@ func TestResignFromCallbacks(t *testing.T) {
 		none(t, started, "a new term after resigning")
 	})
 
-	t.Run("OnStartedLeading waits", func(t *testing.T) {
-		// OnStartedLeading runs in a goroutine of its own: Resign there
-		// waits for Run to return, as anywhere else.
+	t.Run("OnStartedLeading with the term's context", func(t *testing.T) {
+		// Run releases the lease only once OnStartedLeading has returned,
+		// so Resign called there with the term's context does not wait for
+		// Run; the callback goes on, and the lease is released after it
+		// returned.
 		mem := memory.New()
 		var c *election.Candidate
 		errs := make(chan error, 4)
+		heldAfterResign := make(chan bool, 1)
 		c, _ = election.New(mem, election.Config{Resource: "e", TTL: time.Minute,
-			OnStartedLeading: func(context.Context) { resignIn(&c, errs) },
+			OnStartedLeading: func(term context.Context) {
+				errs <- c.Resign(term)
+				<-term.Done()
+				_, err := mem.Get(context.Background(), "e")
+				heldAfterResign <- err == nil
+			},
 		})
 		runErr := make(chan error, 1)
 		go func() { runErr <- c.Run(ctxT(t)) }()
-		if err := recv(t, errs, "Resign's result"); err != nil {
-			t.Fatalf("Resign in OnStartedLeading: %v", err)
+		if err := recv(t, errs, "Resign's result"); !errors.Is(err, election.ErrResignInCallback) {
+			t.Fatalf("Resign(term) in OnStartedLeading: %v; want ErrResignInCallback", err)
+		}
+		if !recv(t, heldAfterResign, "the callback's check") {
+			t.Fatal("the lease was released while OnStartedLeading still ran")
 		}
 		if err := recv(t, runErr, "Run's return"); err != nil {
 			t.Fatalf("Run: %v", err)
+		}
+		if _, err := mem.Get(context.Background(), "e"); !errors.Is(err, tenure.ErrNotHeld) {
+			t.Fatalf("lease after Run returned: %v; want released", err)
 		}
 	})
 }

@@ -71,6 +71,8 @@ func mono() int64 {
 //	exit MONO        Run returned after SIGTERM, every callback has returned
 //
 // SIGTERM cancels Run's context: the candidate leaves, releasing the lease.
+// SIGUSR1 calls Resign, with the same effect. -value is the value the
+// candidate publishes.
 func helperMain(args []string) int {
 	fs := flag.NewFlagSet("helper", flag.ContinueOnError)
 	storeURL := fs.String("store", "", "")
@@ -79,6 +81,7 @@ func helperMain(args []string) int {
 	ttl := fs.Duration("ttl", time.Second, "")
 	retry := fs.Duration("retry", 200*time.Millisecond, "")
 	out := fs.String("out", "", "")
+	value := fs.String("value", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -112,14 +115,15 @@ func helperMain(args []string) int {
 	c, err = election.New(store, election.Config{
 		Resource:    *resource,
 		Identity:    *id,
+		Value:       *value,
 		TTL:         *ttl,
 		RetryPeriod: *retry,
 		OnNewLeader: func(leader string) { record("leader %d %s", mono(), leader) },
 		OnStartedLeading: func(term context.Context) {
 			terms.Add(1)
 			defer terms.Done()
-			l := c.Lease()
-			if l == nil || l.Context() != term {
+			l := tenure.LeaseFromContext(term)
+			if term.Err() != nil {
 				return // the term is over already
 			}
 			record("begin %d %d", mono(), l.Token())
@@ -143,10 +147,18 @@ func helperMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 3
 	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		<-usr1
+		if err := c.Resign(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "helper: Resign:", err)
+		}
+	}()
 	err = c.Run(ctx)
 	terms.Wait()
 	record("exit %d", mono())
-	if !errors.Is(err, context.Canceled) {
+	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "helper: Run:", err)
 		return 4
 	}
@@ -247,6 +259,11 @@ func newCluster(t *testing.T, storeURL string, ttl, retry time.Duration) *cluste
 		ttl: ttl, retry: retry, spawnedByName: map[string]*candidate{}}
 }
 
+// valueOf is the value that the candidate named name publishes: an
+// address, with the characters that the owner string encodes ('%', '#')
+// and the one that separates it from the identity ('|').
+func valueOf(name string) string { return "http://" + name + ".example:8080/#%|" }
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -268,7 +285,7 @@ func (cl *cluster) spawn() *candidate {
 		t.Fatal(err)
 	}
 	defer errFile.Close()
-	c.cmd = exec.Command(exe, "-store", cl.storeURL, "-resource", cl.resource, "-id", name,
+	c.cmd = exec.Command(exe, "-store", cl.storeURL, "-resource", cl.resource, "-id", name, "-value", valueOf(name),
 		"-ttl", cl.ttl.String(), "-retry", cl.retry.String(), "-out", c.out)
 	c.cmd.Env = append(os.Environ(), helperEnv+"=1", "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
 	c.cmd.Stderr = errFile
@@ -320,7 +337,7 @@ func (cl *cluster) leader(live []*candidate) (*candidate, uint64) {
 		if err != nil {
 			return false
 		}
-		lead, token = cl.spawnedByName[tenure.OwnerID(rec.Owner)], rec.Token
+		lead, token = cl.spawnedByName[election.LeaderOf(rec).Identity], rec.Token
 		if lead == nil || !slices.Contains(live, lead) {
 			return false
 		}

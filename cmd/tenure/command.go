@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/election"
 )
 
 // minTTL is the smallest --ttl of run and elect. A lease is renewed every
@@ -106,6 +107,12 @@ func validateCommand(name string, c *cobra.Command, args []string, ttl, grace ti
 	}
 	if _, err := tenure.NewOwner(ownerID); err != nil {
 		return "", nil, "", usage("%s: --owner %s: %s", name, quoteName(ownerID), errText(err))
+	}
+	if strings.Contains(ownerID, election.ValueSeparator) {
+		// Owner strings read as ID|VALUE (status, leader): a plain id with
+		// the separator would be taken for an id and a published value.
+		return "", nil, "", usage("%s: --owner %s: contains %q, which separates a candidate's id from the value it publishes (tenure elect --value)",
+			name, quoteName(ownerID), election.ValueSeparator)
 	}
 	return resource, argv, ownerID, nil
 }

@@ -21,6 +21,7 @@ type electFlags struct {
 	retry time.Duration
 	grace time.Duration
 	owner string
+	value string
 }
 
 const electLong = `Run COMMAND on one host at a time: every "tenure elect" with the same
@@ -65,6 +66,7 @@ func (a *app) newElectCmd() *cobra.Command {
 	fl.DurationVar(&f.retry, "retry", election.DefaultRetryPeriod, "how often a follower tries to lead")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time from SIGTERM to SIGKILL")
 	fl.StringVar(&f.owner, "owner", "", "readable candidate id (default HOST:PID)")
+	fl.StringVar(&f.value, "value", "", `value published while leading, such as "10.0.0.5:8080" (at most 128 printable bytes)`)
 	return c
 }
 
@@ -75,6 +77,9 @@ func validateElect(c *cobra.Command, f *electFlags, args []string) (resource str
 	}
 	if f.retry <= 0 {
 		return "", nil, "", usage("elect: --retry %v: the retry period must be positive, such as 2s", f.retry)
+	}
+	if err := election.ValidateIdentity(ownerID, f.value); err != nil {
+		return "", nil, "", usage("elect: --owner %s --value %s: %s", quoteName(ownerID), quoteName(f.value), errText(err))
 	}
 	return resource, argv, ownerID, nil
 }
@@ -128,6 +133,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	cand, err := election.New(store, election.Config{
 		Resource:    resource,
 		Identity:    ownerID,
+		Value:       f.value,
 		TTL:         f.ttl,
 		RetryPeriod: f.retry,
 		Logger:      a.libraryLog(),
@@ -161,7 +167,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	}
 	switch {
 	case err == nil:
-		st.leader = tenure.OwnerID(current.Owner)
+		st.leader, _ = election.ParseOwner(current.Owner)
 	case !errors.Is(err, tenure.ErrNotHeld):
 		return storeErr(err, "elect: read the leader of %s", quoteName(resource))
 	}

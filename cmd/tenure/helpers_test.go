@@ -109,7 +109,9 @@ func appendLine(path, format string, args ...any) {
 //	-signals M   on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2:
 //	             "default" (the default action), "ignore" (record it and go
 //	             on), "exit42" (record it and exit 42), "exit0" (record it
-//	             and exit 0, as a job that traps SIGTERM), "background" (as a
+//	             and exit 0, as a job that traps SIGTERM), "linger" (record
+//	             SIGINT, SIGTERM or SIGHUP, go on working, with beats, for
+//	             500ms, then end as after -hold), "background" (as a
 //	             background job of a shell: record and ignore SIGINT and
 //	             SIGQUIT; record SIGTERM and SIGHUP and exit 43)
 //	-tag T       a word recorded with every line
@@ -146,6 +148,9 @@ func helperMain(args []string) int {
 		}
 		appendLine(*out, "%s %d %s %s %s", kind, mono(), token, slot, *tag)
 	}
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopNow := func() { stopOnce.Do(func() { close(stop) }) }
 	if *sigMode != "default" {
 		ch := make(chan os.Signal, 8)
 		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
@@ -157,6 +162,8 @@ func helperMain(args []string) int {
 					os.Exit(42)
 				case *sigMode == "exit0":
 					os.Exit(0)
+				case *sigMode == "linger" && (s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP):
+					time.AfterFunc(500*time.Millisecond, stopNow)
 				case *sigMode == "background" && (s == syscall.SIGTERM || s == syscall.SIGHUP):
 					os.Exit(43)
 				}
@@ -185,18 +192,17 @@ func helperMain(args []string) int {
 			panic(err)
 		}
 	}
-	stop := make(chan struct{})
 	if *hold == "stdin" {
 		go func() {
 			io.Copy(io.Discard, os.Stdin)
-			close(stop)
+			stopNow()
 		}()
 	} else {
 		d, err := time.ParseDuration(*hold)
 		if err != nil {
 			return 2
 		}
-		time.AfterFunc(d, func() { close(stop) })
+		time.AfterFunc(d, stopNow)
 	}
 	if *beat {
 		t := time.NewTicker(20 * time.Millisecond)

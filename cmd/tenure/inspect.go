@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/election"
 )
 
 // leaseJSON is a lease as status and list print it with --json. A slot
@@ -23,6 +24,7 @@ type leaseJSON struct {
 	Held        bool   `json:"held"`
 	Owner       string `json:"owner,omitempty"`
 	OwnerID     string `json:"owner_id,omitempty"`
+	Value       string `json:"value,omitempty"`
 	Token       uint64 `json:"token,omitempty"`
 	TTLMs       int64  `json:"ttl_ms,omitempty"`
 	RemainingMs int64  `json:"remaining_ms,omitempty"`
@@ -35,11 +37,13 @@ type leaseJSON struct {
 }
 
 func toJSON(rec tenure.Record) leaseJSON {
+	id, value := election.ParseOwner(rec.Owner)
 	j := leaseJSON{
 		Resource:    rec.Resource,
 		Held:        true,
 		Owner:       rec.Owner,
-		OwnerID:     tenure.OwnerID(rec.Owner),
+		OwnerID:     id,
+		Value:       value,
 		Token:       rec.Token,
 		TTLMs:       rec.TTL.Milliseconds(),
 		RemainingMs: rec.Remaining.Milliseconds(),

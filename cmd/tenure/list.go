@@ -24,8 +24,8 @@ grouped under a line such as "R  (2 of 3 slots held)". List changes
 nothing and creates no store.
 
 --json prints an array of objects with the fields resource, held, owner,
-owner_id, token, ttl_ms and remaining_ms (and semaphore, slot and slots for
-a semaphore's slots).
+owner_id, value, token, ttl_ms and remaining_ms (and semaphore, slot and
+slots for a semaphore's slots).
 
 Exit codes: 0 (also when no lease is held), 66 no store at the URL, 69 the
 store cannot be used (tenure help exit-codes).`,

@@ -296,7 +296,7 @@ The reference: docs/cli/ and the man pages in docs/man/ of the repository.`,
 			return cmd.Help()
 		},
 	})
-	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newVersionCmd())
+	root.AddCommand(a.newRunCmd(), a.newElectCmd(), a.newLeaderCmd(), a.newStatusCmd(), a.newListCmd(), a.newReleaseCmd(), a.newInitCmd(), a.newSchemaCmd(), a.newVersionCmd())
 	root.AddCommand(helpTopics()...)
 	root.SetHelpTemplate(helpTemplate)
 	root.SetHelpFunc(quietHelp(root.HelpFunc()))

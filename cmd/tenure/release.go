@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/election"
 )
 
 func (a *app) newReleaseCmd() *cobra.Command {
@@ -71,7 +72,7 @@ store cannot be used (tenure help exit-codes).`,
 				if err != nil {
 					return storeErr(err, "release %s", quoteName(resource))
 				}
-				if !force && rec.Owner != owner && tenure.OwnerID(rec.Owner) != owner {
+				if id, _ := election.ParseOwner(rec.Owner); !force && rec.Owner != owner && tenure.OwnerID(rec.Owner) != owner && id != owner {
 					return fail(exitFree, "release: %s; not by %s: nothing released (use --force to free it anyway)", describeHolder(rec), quoteName(owner))
 				}
 				err = s.Release(ctx, resource, rec.Owner, rec.Token)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/election"
 )
 
 func (a *app) newStatusCmd() *cobra.Command {
@@ -23,8 +24,9 @@ semaphore ("tenure run --slots N"), how many of its slots are held and who
 holds each. Status changes nothing and creates no store.
 
 --json prints an object with the fields resource, held, owner, owner_id,
-token, ttl_ms and remaining_ms; for a semaphore also slots, slots_held and
-holders (one such object per slot held, with semaphore, slot and slots).
+value (what a "tenure elect --value" leader publishes), token, ttl_ms and
+remaining_ms; for a semaphore also slots, slots_held and holders (one such
+object per slot held, with semaphore, slot and slots).
 
 Exit codes: 0 held (a semaphore: at least one slot), 1 free, 66 no store
 at the URL, 69 the store cannot be used (tenure help exit-codes).`,
@@ -82,6 +84,9 @@ at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 				fmt.Fprintf(tw, "resource:\t%s\n", display(resource))
 				if held {
 					fmt.Fprintf(tw, "owner:\t%s\n", display(rec.Owner))
+					if _, value := election.ParseOwner(rec.Owner); value != "" {
+						fmt.Fprintf(tw, "value:\t%s\n", display(value))
+					}
 					fmt.Fprintf(tw, "token:\t%s\n", tokenCell(rec.Token))
 					fmt.Fprintf(tw, "ttl:\t%s\n", durCell(rec.TTL))
 					fmt.Fprintf(tw, "left:\t%s\n", durCell(rec.Remaining))

@@ -234,7 +234,8 @@ tenure reads:
 
   TENURE_RESOURCE  the resource name
   TENURE_OWNER     the grant's owner string: the --owner id (default
-                   HOST:PID), "#", a random nonce, ".", and the grant's number
+                   HOST:PID; elect: "|" and the --value, if any), "#", a
+                   random nonce, ".", and the grant's number
   TENURE_TOKEN     the fencing token: it grows with every grant of the
                    resource (elect: with every term); pass it to what the
                    command writes to, so that a late write from a holder
