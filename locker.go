@@ -489,44 +489,27 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	// held (an uncontended acquire costs no subscription), then try again at
 	// once, so that a release between the attempt and the subscription is
 	// not missed.
-	var notify <-chan struct{}
-	var unsubscribe func()
-	defer func() {
-		if unsubscribe != nil {
-			unsubscribe()
-		}
-	}()
-	subscribed := false
-	subscribe := func() bool {
-		subscribed = true
-		n, ok := lk.store.(driver.Notifier)
-		if !ok {
-			return false
-		}
-		ch, stop, err := n.Subscribe(ctx, resource)
-		if err != nil {
-			lk.log.Warn("release notifications unavailable; polling", "resource", resource, "err", err)
-			return false
-		}
-		notify, unsubscribe = ch, stop
-		return true
-	}
+	var w waker
+	defer w.end()
 	start := lk.clock.Now()
 	var held *HeldError
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		lease, err := lk.TryAcquire(ctx, resource, ttl)
 		if err == nil {
+			w.settled()
 			return lease, nil
 		}
-		if !subscribed && errors.As(err, &held) && subscribe() {
+		if !w.subscribed && errors.As(err, &held) && w.subscribe(ctx, lk, resource) {
 			if lease, err = lk.TryAcquire(ctx, resource, ttl); err == nil {
+				w.settled()
 				return lease, nil
 			}
 		}
 		var remaining time.Duration // the holder's, when the store said
 		switch {
 		case errors.As(err, &held):
+			w.settled()
 			lastErr = err
 			remaining = held.Holder.Remaining
 			if ac.onWait != nil {
@@ -546,13 +529,68 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			lastErr = err
 			lk.log.Warn("acquire attempt failed; retrying", "resource", resource, "err", err)
 		}
-		if err := lk.wait(ctx, lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
+		if err := w.wait(ctx, lk, lk.waitDelay(attempt, w.notify != nil, remaining)); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		}
 	}
+}
+
+// waker is a blocking Acquire's subscription to release notifications. A
+// wake-up it took is owed to the other waiters until an attempt settles it
+// (the resource was granted, or found held); a waiter that ends its
+// subscription still owing one passes it on (see driver.Notifier).
+type waker struct {
+	subscribed bool
+	notify     <-chan struct{}
+	stop       func()
+	giveUp     context.CancelFunc // ends the subscription's context: passes the wake-up on
+	owed       bool
+}
+
+// subscribe subscribes to resource's release notifications, where the store
+// sends them, and reports whether it did. It is tried once.
+func (w *waker) subscribe(ctx context.Context, lk *Locker, resource string) bool {
+	w.subscribed = true
+	n, ok := lk.store.(driver.Notifier)
+	if !ok {
+		return false
+	}
+	sctx, giveUp := context.WithCancel(ctx)
+	ch, stop, err := n.Subscribe(sctx, resource)
+	if err != nil {
+		giveUp()
+		lk.log.Warn("release notifications unavailable; polling", "resource", resource, "err", err)
+		return false
+	}
+	w.notify, w.stop, w.giveUp = ch, stop, giveUp
+	return true
+}
+
+// wait waits as Locker.wait does; a wake-up it takes is owed until settled.
+func (w *waker) wait(ctx context.Context, lk *Locker, d time.Duration) error {
+	woken, err := lk.wait(ctx, d, w.notify)
+	if woken {
+		w.owed = true
+	}
+	return err
+}
+
+// settled records that an attempt acted on the wake-ups taken so far.
+func (w *waker) settled() { w.owed = false }
+
+// end ends the subscription, passing on a wake-up still owed.
+func (w *waker) end() {
+	if w.stop == nil {
+		return
+	}
+	if w.owed {
+		w.giveUp()
+	}
+	w.stop()
+	w.giveUp()
 }
 
 // notifiedPollEvery bounds, in retry intervals, how long a waiter that gets
@@ -591,23 +629,24 @@ func transient(err error) bool {
 		!errors.Is(err, ErrInvalidOwner) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrStoreUnusable)
 }
 
-// wait sleeps for d on the Locker's clock, or until notify fires, or until
-// ctx ends (then it returns ctx's cause), or until Close (ErrClosed).
-func (lk *Locker) wait(ctx context.Context, d time.Duration, notify <-chan struct{}) error {
+// wait sleeps for d on the Locker's clock, or until notify fires (then
+// woken is true), or until ctx ends (then it returns ctx's cause), or until
+// Close (ErrClosed).
+func (lk *Locker) wait(ctx context.Context, d time.Duration, notify <-chan struct{}) (woken bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	}
 	t := lk.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C():
-		return nil
+		return false, nil
 	case <-notify:
-		return nil
+		return true, nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	case <-lk.closeCh:
-		return ErrClosed
+		return false, ErrClosed
 	}
 }
 

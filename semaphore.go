@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-go/tenure/driver"
@@ -347,23 +349,23 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 	}
 	// Subscribe once every slot was found held (see Locker.Acquire), then
 	// try again at once.
-	var notify <-chan struct{}
-	stop := func() {}
-	defer func() { stop() }()
-	subscribed := false
+	w := &slotWaker{}
+	granted := 0
+	defer func() { w.end(granted) }()
 	start := s.lk.clock.Now()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
+		w.attempt()
 		l, err := s.TryAcquire(ctx, ttl)
 		if err == nil {
+			granted = l.Slot
 			return l, nil
 		}
-		if !subscribed && errors.Is(err, ErrHeld) {
-			subscribed = true
-			if notify, stop = s.subscribe(ctx); notify != nil {
-				if l, err = s.TryAcquire(ctx, ttl); err == nil {
-					return l, nil
-				}
+		if !w.subscribed && errors.Is(err, ErrHeld) && w.subscribe(ctx, s) {
+			w.attempt()
+			if l, err = s.TryAcquire(ctx, ttl); err == nil {
+				granted = l.Slot
+				return l, nil
 			}
 		}
 		var held *SlotsHeldError
@@ -371,6 +373,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 		var remaining time.Duration // until the first slot's lease would expire, when the store said
 		switch {
 		case errors.As(err, &held):
+			w.settled()
 			lastErr = err
 			for i, h := range held.Holders {
 				if i == 0 || h.Remaining < remaining {
@@ -391,7 +394,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 			lastErr = err
 			s.lk.log.Warn("semaphore acquire attempt failed; retrying", "resource", s.resource, "err", err)
 		}
-		if err := s.lk.wait(ctx, s.lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
+		if _, err := s.lk.wait(ctx, s.lk.waitDelay(attempt, w.notify != nil, remaining), w.notify); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
 			}
@@ -404,48 +407,108 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 // more slots it polls.
 const maxSubscribedSlots = 16
 
-// subscribe returns a channel that fires when any slot may have been
-// released, where the store notifies releases, and a function that ends the
-// subscriptions.
-func (s *Semaphore) subscribe(ctx context.Context) (<-chan struct{}, func()) {
+// slotWaker is a waiting Semaphore.Acquire's subscriptions to the release
+// notifications of its slots, one per slot, merged into one channel. A
+// release of a slot wakes one waiter of that slot (driver.Hub), so a waiter
+// that was woken by several slots, or that gives up, owes the wake-ups it
+// did not act on to the other waiters: as many waiters must be woken as
+// slots were freed. A wake-up is owed from the attempt that follows it
+// until an attempt that finds every slot held; a grant settles the granted
+// slot's own. Ending the subscriptions passes the owed wake-ups on (see
+// driver.Notifier).
+type slotWaker struct {
+	subscribed bool
+	notify     chan struct{} // nil: not subscribed (polling)
+	subs       []*slotSub    // by slot, from 1
+	cancel     context.CancelFunc
+	forwarders sync.WaitGroup
+}
+
+type slotSub struct {
+	stop   func()
+	giveUp context.CancelFunc // ends the subscription's context: passes a wake-up on
+	woken  atomic.Bool        // a wake-up arrived since the last attempt began
+	taken  bool               // a wake-up that an attempt began after is not settled
+}
+
+// subscribe subscribes to the release notifications of every slot, where
+// the store sends them and the semaphore has at most maxSubscribedSlots
+// slots, and reports whether it did. It is tried once.
+func (w *slotWaker) subscribe(ctx context.Context, s *Semaphore) bool {
+	w.subscribed = true
 	n, ok := s.lk.store.(driver.Notifier)
 	if !ok || s.slots > maxSubscribedSlots {
-		return nil, func() {}
+		return false
 	}
-	out := make(chan struct{}, 1)
-	sctx, cancel := context.WithCancel(ctx)
-	var stops []func()
+	w.notify = make(chan struct{}, 1)
+	fctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
 	for slot := 1; slot <= s.slots; slot++ {
+		sctx, giveUp := context.WithCancel(ctx)
 		ch, stop, err := n.Subscribe(sctx, SlotName(s.resource, slot, s.slots))
 		if err != nil {
+			giveUp()
 			s.lk.log.Warn("release notifications unavailable; polling", "resource", s.resource, "err", err)
-			for _, f := range stops {
-				f()
-			}
-			cancel()
-			return nil, func() {}
+			w.end(0)
+			w.notify = nil
+			return false
 		}
-		stops = append(stops, stop)
+		sub := &slotSub{stop: stop, giveUp: giveUp}
+		w.subs = append(w.subs, sub)
+		w.forwarders.Add(1)
 		go func() {
+			defer w.forwarders.Done()
 			for {
 				select {
-				case <-sctx.Done():
+				case <-fctx.Done():
 					return
 				case <-ch:
+					sub.woken.Store(true)
 					select {
-					case out <- struct{}{}:
+					case w.notify <- struct{}{}:
 					default:
 					}
 				}
 			}
 		}()
 	}
-	return out, func() {
-		cancel()
-		for _, f := range stops {
-			f()
+	return true
+}
+
+// attempt records that an attempt begins: it acts on the wake-ups that
+// arrived so far.
+func (w *slotWaker) attempt() {
+	for _, sub := range w.subs {
+		if sub.woken.Swap(false) {
+			sub.taken = true
 		}
 	}
+}
+
+// settled records that an attempt found every slot held: the wake-ups it
+// acted on are used.
+func (w *slotWaker) settled() {
+	for _, sub := range w.subs {
+		sub.taken = false
+	}
+}
+
+// end ends the subscriptions, after a grant of slot granted (0: none),
+// passing on every wake-up owed.
+func (w *slotWaker) end(granted int) {
+	if w.cancel == nil {
+		return
+	}
+	w.cancel()
+	w.forwarders.Wait() // every wake-up received is recorded
+	for i, sub := range w.subs {
+		if (sub.taken && i+1 != granted) || sub.woken.Load() {
+			sub.giveUp()
+		}
+		sub.stop()
+		sub.giveUp()
+	}
+	w.subs, w.cancel = nil, nil
 }
 
 // OnSlotsWait sets a function that Semaphore.Acquire calls after each

@@ -151,6 +151,8 @@ var tests = []test{
 	{name: "ClosedStoreUnusable", f: testClosedStoreUnusable},
 	{name: "NotificationWakesWaiter", f: testNotificationWakesWaiter},
 	{name: "HandOverWakesOneWaiter", f: testHandOverWakesOneWaiter},
+	{name: "WakeUpPassedOn", f: testWakeUpPassedOn},
+	{name: "SemaphoreWakesAsManyAsFreed", f: testSemaphoreWakesAsManyAsFreed},
 	{name: "SemaphoreAtMostN", f: testSemaphoreAtMostN},
 	{name: "SemaphoreFullAndHolders", f: testSemaphoreFullAndHolders},
 	{name: "SemaphoreSlotsMismatch", f: testSemaphoreSlotsMismatch},
