@@ -213,10 +213,13 @@ const (
 // store said the lease is gone (definite), it also frees it in the store in
 // the background, so that a holder that lost it locally does not block
 // others for a whole TTL.
-func (l *Lease) lose(cause error, reason string, definite bool) {
+func (l *Lease) lose(cause *LostError, reason string, definite bool) {
+	lk := l.lk
+	lk.mu.Lock()
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
+		lk.mu.Unlock()
 		return
 	}
 	l.state = stateLost
@@ -224,12 +227,16 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	l.stopTimersLocked()
 	until := l.lastSend.Add(l.ttl) // the latest the store may still keep it
 	l.mu.Unlock()
+	lk.forgetLocked(l)
+	if !definite {
+		lk.ops++ // the release below, counted before Close can see the lease gone
+	}
+	lk.mu.Unlock()
 
 	l.cancel(cause)
-	l.lk.forget(l)
-	l.lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
-	l.lk.tel.leaseLost(l.resource, reason)
-	if f := l.lk.cfg.onLost; f != nil {
+	lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
+	lk.tel.leaseLost(l.resource, reason)
+	if f := lk.cfg.onLost; f != nil {
 		go f(l, cause)
 	}
 	if definite {
@@ -237,11 +244,12 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	}
 	// A renewal sent before the loss may still have been applied, so the
 	// store may keep the lease up to a TTL after it was sent.
-	l.lk.background(until, func() {
+	lk.background(until, func() {
 		if err := l.releaseUntil(context.Background(), until, nil, false); err == nil {
-			l.lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.token)
+			lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.token)
 		}
 	})
+	lk.done()
 }
 
 // nextRenewal is when a lease's next background renewal is due, after the
@@ -305,6 +313,12 @@ func (l *Lease) afterBackground(err error, due time.Time) {
 		return
 	}
 	left := l.deadline.Sub(now)
+	if !transient(err) {
+		// A closed or unusable store never gets better: the lease is lost
+		// at its deadline, without retries.
+		l.lk.log.Warn("renewal failed; the store cannot be used, so the lease will be lost at its deadline", "resource", l.resource, "token", l.token, "err", err, "left", left)
+		return
+	}
 	l.lk.log.Warn("renewal failed; retrying until the deadline", "resource", l.resource, "token", l.token, "err", err, "left", left)
 	p := l.lk.cfg.retry
 	p.Cap = min(p.Cap, l.interval)
@@ -332,6 +346,14 @@ func (l *Lease) Renew(ctx context.Context) error {
 }
 
 func (l *Lease) renew(ctx context.Context) error {
+	if !l.lk.begin() {
+		// Close is releasing the lease, or has.
+		if err := l.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, ErrClosed)
+	}
+	defer l.lk.done()
 	l.mu.Lock()
 	if l.state != stateHeld {
 		err := l.cause
@@ -414,16 +436,25 @@ func (l *Lease) confirm(tSend time.Time) error {
 // lease's context with ErrReleased and aborts store calls in flight. It
 // returns the time until which the store may keep the lease, or an error
 // (wrapping ErrLeaseLost) when the lease had already ended.
+//
+// A lease that end moved to released counts as store work in flight (see
+// Locker.begin), atomically with its leaving the Locker's held leases, so
+// that a Close that no longer finds the lease waits for its release: the
+// caller calls lk.done once the store has answered.
 func (l *Lease) end(op string) (time.Time, error) {
 	l.check()
+	lk := l.lk
+	lk.mu.Lock()
 	l.mu.Lock()
 	switch l.state {
 	case stateLost:
 		err := l.cause
 		l.mu.Unlock()
+		lk.mu.Unlock()
 		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, err)
 	case stateReleased:
 		l.mu.Unlock()
+		lk.mu.Unlock()
 		return time.Time{}, fmt.Errorf("tenure: %s %q: already released: %w", op, l.resource, ErrLeaseLost)
 	}
 	l.state = stateReleased
@@ -431,10 +462,12 @@ func (l *Lease) end(op string) (time.Time, error) {
 	l.stopTimersLocked()
 	until := l.lastSend.Add(l.ttl)
 	l.mu.Unlock()
+	lk.forgetLocked(l)
+	lk.ops++
+	lk.mu.Unlock()
 
 	l.cancel(ErrReleased)
-	l.lk.forget(l)
-	l.lk.tel.leaseEnded(l.resource)
+	lk.tel.leaseEnded(l.resource)
 	return until, nil
 }
 
@@ -462,6 +495,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer l.lk.done()
 	ctx, span := l.lk.tel.start(ctx, "tenure.release", l.resource)
 	err = l.releaseWithin(ctx, until)
 	l.lk.tel.released(ctx, span, l.resource, err)
@@ -530,6 +564,9 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 		return driver.UnknownOutcome(err), false
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
 		return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err), true
+	case !transient(err):
+		// A closed or unusable store never gets better: no retries.
+		return l.unconfirmed(err), true
 	}
 	return err, false
 }
@@ -607,10 +644,13 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 			unknown = true
 		case errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
 			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
+		case !transient(err):
+			// A closed or unusable store never gets better: no retries.
+			return l.unconfirmed(err)
 		}
 		lastErr = err
 		last.set(err)
-		if ctx.Err() != nil || !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
+		if ctx.Err() != nil || lk.abandoned.Load() || !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
 			break
 		}
 	}
@@ -662,6 +702,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	defer l.lk.done()
 	now := l.lk.clock.Now()
 	if !now.Before(until) {
 		return fmt.Errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)

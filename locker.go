@@ -63,13 +63,18 @@ type Locker struct {
 	watching bool          // the suspend watch runs
 	probe    atomic.Bool   // an acquire ended with its outcome unknown: read before writing
 
-	// Acquires and clean-ups in flight, which Close waits for. A counter and
-	// a channel rather than a sync.WaitGroup: a lease can be lost, and start
-	// a clean-up, while Close is already waiting, and WaitGroup forbids an
-	// Add from zero concurrent with Wait.
-	opsMu   sync.Mutex
-	opsN    int
-	opsIdle chan struct{} // closed when opsN drops to 0; nil until Close asks
+	// Store work in flight, which Close waits for: every call or job that
+	// may call the store (acquires, renewals, releases, clean-ups, reads)
+	// counts in ops from before it looks at what to do until it is done
+	// (see begin). A counter and a channel rather than a sync.WaitGroup: a
+	// lease can be lost, and start a clean-up, while Close is already
+	// waiting, and WaitGroup forbids an Add from zero concurrent with Wait.
+	// Guarded by mu.
+	ops     int
+	opsIdle chan struct{} // closed when ops drops to 0; nil until Close asks
+	// abandoned is set when Close gave up waiting: background work still
+	// running makes no further attempts.
+	abandoned atomic.Bool
 }
 
 // New returns a Locker that keeps its leases in store. It returns an error
@@ -147,19 +152,28 @@ func (lk *Locker) newGrant() string {
 }
 
 // Get returns the live lease on resource as the store sees it, or an error
-// wrapping ErrNotHeld.
+// wrapping ErrNotHeld. After Close it returns ErrClosed.
 func (lk *Locker) Get(ctx context.Context, resource string) (Record, error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return Record{}, err
 	}
+	if !lk.begin() {
+		return Record{}, ErrClosed
+	}
+	defer lk.done()
 	return lk.store.Get(ctx, resource)
 }
 
-// List returns the live leases whose resource starts with prefix.
+// List returns the live leases whose resource starts with prefix. After
+// Close it returns ErrClosed.
 func (lk *Locker) List(ctx context.Context, prefix string) ([]Record, error) {
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
+	if !lk.begin() {
+		return nil, ErrClosed
+	}
+	defer lk.done()
 	return lk.store.List(ctx, prefix)
 }
 
@@ -220,10 +234,10 @@ func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Dura
 	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	if !lk.track() {
+	if !lk.begin() {
 		return nil, ErrClosed
 	}
-	defer lk.untrack()
+	defer lk.done()
 	sctx, span := lk.tel.start(ctx, "tenure.acquire", resource)
 	lease, err := lk.tryAcquire(ctx, sctx, resource, ttl)
 	lk.tel.acquired(sctx, span, resource, lease, err)
@@ -296,7 +310,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 	lk.tel.unknownOutcome(ctx, resource, "acquire")
 	lastErr := cause
 	for attempt := 0; ; attempt++ {
-		if !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
+		if lk.abandoned.Load() || !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
 			break
 		}
 		now := lk.clock.Now()
@@ -372,10 +386,10 @@ func (lk *Locker) cleanup(resource, owner string, ttl time.Duration) {
 				}
 			}
 			cancel()
-			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
+			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) || !transient(err) {
 				return
 			}
-			if !lk.sleep(context.Background(), lk.cfg.retry.Delay(attempt), until) {
+			if lk.abandoned.Load() || !lk.sleep(context.Background(), lk.cfg.retry.Delay(attempt), until) {
 				return
 			}
 		}
@@ -437,7 +451,11 @@ func (lk *Locker) watchRelease(l *Lease) {
 		lk.log.Warn("release notifications unavailable; the lease learns of a loss at its next renewal", "resource", l.resource, "err", err)
 		return
 	}
+	lk.mu.Lock()
+	lk.ops++ // under way: part of the acquire that granted l
+	lk.mu.Unlock()
 	go func() {
+		defer lk.done()
 		defer stop()
 		for {
 			select {
@@ -485,6 +503,11 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	// Counted as a whole, so that Close waits until its subscription ended.
+	if !lk.begin() {
+		return nil, ErrClosed
+	}
+	defer lk.done()
 	// Subscribe to release notifications only once the resource was found
 	// held (an uncontended acquire costs no subscription), then try again at
 	// once, so that a release between the attempt and the subscription is
@@ -718,14 +741,17 @@ func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn
 	return fnErr
 }
 
-// Close makes later and waiting acquires return ErrClosed, releases every
-// lease this Locker holds (their contexts are cancelled before the store is
-// asked to free them), and waits for the acquires, releases and clean-ups in
-// flight (freeing leases that were lost or whose acquire outcome was
-// unknown), so that nothing touches the store after it returns. ctx bounds
-// the wait; work still running then goes on in the background and is
-// reported in the error. It does not close the store. It is safe to call
-// more than once.
+// Close makes later and waiting acquires (and reads through the Locker)
+// return ErrClosed, releases every lease this Locker holds (their contexts
+// are cancelled before the store is asked to free them), and waits for
+// every store call the Locker started: acquires, renewals, releases (those
+// of leases released by their holders too) and clean-ups (freeing leases
+// that were lost or whose acquire outcome was unknown), so that once it
+// returns nil no store call of this Locker is in flight and none starts;
+// the store may then be closed. ctx bounds the wait: when it ends first,
+// the calls still in flight are reported in the error and make no further
+// attempts. It does not close the store. It is safe to call more than once
+// and concurrently with the Locker's other methods.
 func (lk *Locker) Close(ctx context.Context) error {
 	lk.mu.Lock()
 	if !lk.closed {
@@ -754,40 +780,41 @@ func (lk *Locker) Close(ctx context.Context) error {
 	select {
 	case <-lk.idle():
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("tenure: close: acquires or clean-ups still running: %w", context.Cause(ctx)))
+		lk.abandoned.Store(true)
+		errs = append(errs, fmt.Errorf("tenure: close: store calls still in flight (acquires, releases or clean-ups), which make no further attempts: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
 }
 
-// track counts an acquire in flight; it reports false after Close.
-func (lk *Locker) track() bool {
+// begin counts store work that is about to start (see Locker.ops); it
+// reports false after Close, and then the work must not start. Every begin
+// that returned true is matched by a done.
+func (lk *Locker) begin() bool {
 	lk.mu.Lock()
-	closed := lk.closed
-	lk.mu.Unlock()
-	if closed {
+	defer lk.mu.Unlock()
+	if lk.closed {
 		return false
 	}
-	lk.opsMu.Lock()
-	lk.opsN++
-	lk.opsMu.Unlock()
+	lk.ops++
 	return true
 }
 
-func (lk *Locker) untrack() {
-	lk.opsMu.Lock()
-	defer lk.opsMu.Unlock()
-	lk.opsN--
-	if lk.opsN == 0 && lk.opsIdle != nil {
+// done ends store work counted by begin (or by end, lose and background).
+func (lk *Locker) done() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.ops--
+	if lk.ops == 0 && lk.opsIdle != nil {
 		close(lk.opsIdle)
 		lk.opsIdle = nil
 	}
 }
 
-// idle returns a channel closed once no acquire or clean-up is in flight.
+// idle returns a channel closed once no store work is in flight.
 func (lk *Locker) idle() <-chan struct{} {
-	lk.opsMu.Lock()
-	defer lk.opsMu.Unlock()
-	if lk.opsN == 0 {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.ops == 0 {
 		ch := make(chan struct{})
 		close(ch)
 		return ch
@@ -799,13 +826,14 @@ func (lk *Locker) idle() <-chan struct{} {
 }
 
 // background runs f (a clean-up or a release) on the clean-up pool, due by
-// until; Close waits for it.
+// until; Close waits for it. It is called by work already counted, so it
+// runs after Close too: that work started before Close returned.
 func (lk *Locker) background(until time.Time, f func()) {
-	lk.opsMu.Lock()
-	lk.opsN++
-	lk.opsMu.Unlock()
+	lk.mu.Lock()
+	lk.ops++
+	lk.mu.Unlock()
 	lk.clean.submit(until, func() {
-		defer lk.untrack()
+		defer lk.done()
 		f()
 	})
 }
@@ -839,14 +867,13 @@ func (lk *Locker) unreserve(resource string) {
 	lk.mu.Unlock()
 }
 
-// forget removes l from the held leases, unless another lease replaced it.
-func (lk *Locker) forget(l *Lease) {
-	lk.mu.Lock()
+// forgetLocked removes l from the held leases, unless another lease
+// replaced it. lk.mu is held.
+func (lk *Locker) forgetLocked(l *Lease) {
 	if lk.held[l.resource] == l {
 		delete(lk.held, l.resource)
 		lk.live--
 	}
-	lk.mu.Unlock()
 }
 
 // Renewals in batches, for stores that renew many leases in one request.
@@ -886,6 +913,10 @@ func (lk *Locker) submitRenewals(due []*Lease) {
 // renewBatch renews leases in one store call and applies each answer as a
 // background renewal would.
 func (lk *Locker) renewBatch(b driver.BatchRenewer, leases []*Lease) {
+	if !lk.begin() {
+		return // Close releases the leases
+	}
+	defer lk.done()
 	now := lk.clock.Now()
 	reqs := make([]driver.Renewal, 0, len(leases))
 	live := make([]*Lease, 0, len(leases))

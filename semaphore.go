@@ -181,6 +181,10 @@ func (s *Semaphore) Slots() int { return s.slots }
 // Holders returns the live leases on the semaphore's slots, whatever number
 // of slots their holders were started with, sorted by name.
 func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
+	if !s.lk.begin() {
+		return nil, ErrClosed
+	}
+	defer s.lk.done()
 	recs, err := s.lk.store.List(ctx, slotsPrefix(s.resource))
 	if err != nil {
 		return nil, err
@@ -250,6 +254,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	if !s.lk.begin() {
+		return nil, ErrClosed
+	}
+	defer s.lk.done()
 	tMarker := s.lk.clock.Now()
 	mctx, cancel := s.lk.bounded(ctx, s.lk.trust(MarkerTTL))
 	err := s.marker(mctx)
@@ -320,7 +328,7 @@ func (s *Semaphore) keepMarker(sl *SlotLease, tSend time.Time) {
 			l.setBound(now.Add(s.lk.trust(MarkerTTL)))
 			next = now.Add(every)
 		case errors.Is(err, ErrSlotsMismatch):
-			l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err), reasonNotOwner, false)
+			l.lose(&LostError{Resource: l.resource, Token: l.token, Reason: ErrNotHolder, Err: err, TTL: l.ttl}, reasonNotOwner, false)
 			return
 		default:
 			if l.opCtx.Err() != nil {
@@ -347,6 +355,11 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	// Counted as a whole, so that Close waits until its subscriptions ended.
+	if !s.lk.begin() {
+		return nil, ErrClosed
+	}
+	defer s.lk.done()
 	// Subscribe once every slot was found held (see Locker.Acquire), then
 	// try again at once.
 	w := &slotWaker{}
