@@ -42,14 +42,17 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	opCtx  context.Context // cancelled when the lease ends: aborts store calls in flight
 
+	// isMarker says that this is a semaphore's marker lease, kept for a
+	// slot (see Semaphore): its owner string is shared by every holder of
+	// the slot count, so it is never released, and its end is no loss of
+	// the caller's.
+	isMarker bool
+
 	mu       sync.Mutex
 	state    leaseState
 	cause    error
 	deadline time.Time
-	// bound, when set, is a second deadline the lease cannot outlive: a
-	// semaphore slot is trusted only while its semaphore's marker is
-	// (Semaphore.keepMarker moves it).
-	bound    time.Time
+	marker   *Lease    // a slot's marker lease, renewed while the slot is held
 	lastSend time.Time // tSend of the last confirmed acquire or renew
 	lastErr  error     // the last failed renewal's error, for the loss cause
 	watchdog clock.Timer
@@ -80,14 +83,15 @@ func newLease(lk *Locker, parent context.Context, resource, owner string, ttl ti
 	return l
 }
 
-// start arms the watchdog at the deadline (or the bound, when it comes
-// first) and the first renewal.
+// start arms the watchdog at the deadline and the first renewal.
 func (l *Lease) start(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.watchdog = l.lk.clock.AfterFunc(l.effectiveDeadlineLocked().Sub(now), l.check)
+	l.watchdog = l.lk.clock.AfterFunc(l.deadline.Sub(now), l.check)
 	l.scheduleLocked(l.lastSend.Add(l.interval).Sub(now))
-	l.lk.tel.leaseStarted(l.resource)
+	if !l.isMarker {
+		l.lk.tel.leaseStarted(l.resource)
+	}
 }
 
 // Resource returns the name of the leased resource.
@@ -113,36 +117,7 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.effectiveDeadlineLocked()
-}
-
-// effectiveDeadlineLocked is the deadline, or the bound when it comes first.
-func (l *Lease) effectiveDeadlineLocked() time.Time {
-	if !l.bound.IsZero() && l.bound.Before(l.deadline) {
-		return l.bound
-	}
 	return l.deadline
-}
-
-// errBound is the loss cause when a lease's bound passed first.
-var errBound = errors.New("tenure: the semaphore's marker lease was not renewed in time, so the number of slots could no longer be vouched for")
-
-// setBound moves the lease's bound (see Lease.bound) to b and re-arms the
-// watchdog for it, and ends the lease at once if b has passed. A bound
-// that has passed is not moved: the lease was lost then, and a late
-// confirmation of the marker does not revive it (as confirm refuses a late
-// renewal).
-func (l *Lease) setBound(b time.Time) {
-	l.mu.Lock()
-	now := l.lk.clock.Now()
-	if l.state == stateHeld && (l.bound.IsZero() || now.Before(l.bound)) {
-		l.bound = b
-		if l.watchdog != nil {
-			l.watchdog.Reset(l.effectiveDeadlineLocked().Sub(now))
-		}
-	}
-	l.mu.Unlock()
-	l.check()
 }
 
 // Remaining returns the time left until Deadline on the Locker's clock,
@@ -191,9 +166,6 @@ func (l *Lease) check() {
 	now := l.lk.clock.Now()
 	expired := !now.Before(l.deadline)
 	since, lastErr := now.Sub(l.lastSend), l.lastErr
-	if !expired && !l.bound.IsZero() && !now.Before(l.bound) {
-		expired, lastErr = true, errBound
-	}
 	l.mu.Unlock()
 	if expired {
 		l.lose(&LostError{Resource: l.resource, Token: l.token, Reason: ErrLeaseExpired, Err: lastErr,
@@ -214,6 +186,10 @@ const (
 // the background, so that a holder that lost it locally does not block
 // others for a whole TTL.
 func (l *Lease) lose(cause *LostError, reason string, definite bool) {
+	if l.isMarker {
+		l.loseMarker(cause)
+		return
+	}
 	lk := l.lk
 	lk.mu.Lock()
 	l.mu.Lock()
@@ -226,6 +202,7 @@ func (l *Lease) lose(cause *LostError, reason string, definite bool) {
 	l.cause = cause
 	l.stopTimersLocked()
 	until := l.lastSend.Add(l.ttl) // the latest the store may still keep it
+	marker := l.marker
 	l.mu.Unlock()
 	lk.forgetLocked(l)
 	if !definite {
@@ -234,6 +211,7 @@ func (l *Lease) lose(cause *LostError, reason string, definite bool) {
 	lk.mu.Unlock()
 
 	l.cancel(cause)
+	marker.endMarker()
 	lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
 	lk.tel.leaseLost(l.resource, reason)
 	if f := lk.cfg.onLost; f != nil {
@@ -250,6 +228,78 @@ func (l *Lease) lose(cause *LostError, reason string, definite bool) {
 		}
 	})
 	lk.done()
+}
+
+// loseMarker ends a marker lease whose renewal was refused or not
+// confirmed in time: the marker expired, or was taken again (by holders of
+// this number of slots, or of another). Nothing else changes: the slot's
+// own lease is trusted by its own renewals, and the holders' number of
+// slots is kept by the slot leases themselves (see Semaphore). The marker
+// is never released: its owner string is every holder's.
+func (l *Lease) loseMarker(cause *LostError) {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
+	l.state = stateLost
+	l.cause = cause
+	l.stopTimersLocked()
+	l.mu.Unlock()
+	l.cancel(cause)
+	l.lk.log.Info("semaphore marker no longer renewed by this holder", "marker", l.resource, "cause", cause)
+}
+
+// renewMarker renews a marker lease as every holder of its number of
+// slots does, with an acquire by the owner string they share: every store
+// renews a live lease for the owner string that holds it, whichever holder
+// (and, on etcd, whichever Store) wrote it last, and re-creates it if it
+// expired, while a Renew names one holder's write. A marker held by
+// another owner string ends this holder's marker lease, as a lease lost.
+func (l *Lease) renewMarker(ctx context.Context) error {
+	_, err := l.lk.store.Acquire(ctx, l.resource, l.owner, l.ttl)
+	var held *HeldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &held):
+		return fmt.Errorf("tenure: semaphore marker %q: %w", l.resource, driver.NotHolder(&held.Holder))
+	}
+	return err
+}
+
+// endMarker stops renewing a slot's marker lease when the slot ends,
+// without a store call. m may be nil.
+func (m *Lease) endMarker() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	if m.state != stateHeld {
+		m.mu.Unlock()
+		return
+	}
+	m.state = stateReleased
+	m.cause = ErrReleased
+	m.stopTimersLocked()
+	m.mu.Unlock()
+	m.cancel(ErrReleased)
+}
+
+// setMarker starts m, a slot's marker lease, and makes it the marker
+// renewed while l, the slot's lease, is held: it ends with l (and at once
+// when l already ended).
+func (l *Lease) setMarker(m *Lease, now time.Time) {
+	m.start(now)
+	l.mu.Lock()
+	held := l.state == stateHeld
+	if held {
+		l.marker = m
+	}
+	l.mu.Unlock()
+	if !held {
+		m.endMarker()
+	}
 }
 
 // nextRenewal is when a lease's next background renewal is due, after the
@@ -375,7 +425,12 @@ func (l *Lease) renew(ctx context.Context) error {
 	defer cancelBound()
 
 	tSend := l.lk.clock.Now()
-	err := l.lk.store.Renew(cctx, l.resource, l.owner, l.token, l.ttl)
+	var err error
+	if l.isMarker {
+		err = l.renewMarker(cctx)
+	} else {
+		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, l.ttl)
+	}
 	l.lk.tel.renewed(ctx, span, l.resource, l.lk.clock.Now().Sub(tSend), err)
 	return l.settle(tSend, err)
 }
@@ -415,7 +470,7 @@ func (l *Lease) confirm(tSend time.Time) error {
 		return err
 	}
 	now := l.lk.clock.Now()
-	if !now.Before(l.effectiveDeadlineLocked()) {
+	if !now.Before(l.deadline) {
 		l.mu.Unlock()
 		l.check()
 		return l.Err()
@@ -425,7 +480,7 @@ func (l *Lease) confirm(tSend time.Time) error {
 		l.lastSend = tSend
 		l.lastErr = nil
 		l.failures = 0
-		l.watchdog.Reset(l.effectiveDeadlineLocked().Sub(now))
+		l.watchdog.Reset(l.deadline.Sub(now))
 		l.scheduleLocked(tSend.Add(l.interval).Sub(now))
 	}
 	l.mu.Unlock()
@@ -461,12 +516,14 @@ func (l *Lease) end(op string) (time.Time, error) {
 	l.cause = ErrReleased
 	l.stopTimersLocked()
 	until := l.lastSend.Add(l.ttl)
+	marker := l.marker
 	l.mu.Unlock()
 	lk.forgetLocked(l)
 	lk.ops++
 	lk.mu.Unlock()
 
 	l.cancel(ErrReleased)
+	marker.endMarker()
 	lk.tel.leaseEnded(l.resource)
 	return until, nil
 }

@@ -896,6 +896,17 @@ func (lk *Locker) submitRenewals(due []*Lease) {
 		}
 		return
 	}
+	// A semaphore's marker renews with an acquire (Lease.renewMarker),
+	// which no batch carries.
+	batch := due[:0:0]
+	for _, l := range due {
+		if l.isMarker {
+			lk.renew.submit(l.Deadline(), l.backgroundRenew)
+		} else {
+			batch = append(batch, l)
+		}
+	}
+	due = batch
 	for len(due) > 0 {
 		n := min(len(due), maxBatch)
 		chunk := due[:n:n]

@@ -75,15 +75,15 @@ func warmUp(t *testing.T, s driver.Store) {
 
 // waitingNow starts f, a blocking acquire that calls the returned wait
 // callback after each attempt that found the resource held, and returns
-// once f waits.
-func waitingNow(t *testing.T, f func(waiting func())) {
+// once f waits (or fails the test when ctx ends first).
+func waitingNow(t *testing.T, ctx context.Context, f func(waiting func())) {
 	t.Helper()
 	ch := make(chan struct{})
 	var once sync.Once
 	go f(func() { once.Do(func() { close(ch) }) })
 	select {
 	case <-ch:
-	case <-time.After(notifyBound):
+	case <-ctx.Done():
 		t.Fatal("a waiter never waited")
 	}
 }
@@ -113,7 +113,7 @@ func testWakeUpPassedOn(t *testing.T, cfg Config) {
 		ctx context.Context
 		out chan error
 	}{{e.locker(stalling, hourBackoff), ctx1, first}, {e.locker(e.store, hourBackoff), ctx, second}} {
-		waitingNow(t, func(waiting func()) {
+		waitingNow(t, ctx, func(waiting func()) {
 			l, err := w.lk.Acquire(w.ctx, r, longTTL, tenure.OnWait(func(*tenure.HeldError, time.Duration) { waiting() }))
 			if err == nil {
 				defer l.Release(context.Background())
@@ -173,7 +173,7 @@ func testSemaphoreWakesAsManyAsFreed(t *testing.T, cfg Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitingNow(t, func(waiting func()) {
+		waitingNow(t, ctx, func(waiting func()) {
 			_, err := sem.Acquire(ctx, longTTL, tenure.OnSlotsWait(func(*tenure.SlotsHeldError, time.Duration) { waiting() }))
 			granted <- err
 		})
