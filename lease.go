@@ -131,7 +131,8 @@ func (l *Lease) Remaining() time.Duration {
 
 // Err returns nil while the lease may be trusted, and otherwise the cause of
 // its end: a *LostError (errors.Is ErrLeaseLost) after a loss, ErrReleased
-// after Release. It reads the clock itself.
+// (which does not match ErrLeaseLost) after Release or ReleaseAfter. It
+// reads the clock itself.
 func (l *Lease) Err() error {
 	l.check()
 	l.mu.Lock()
@@ -140,7 +141,9 @@ func (l *Lease) Err() error {
 }
 
 // Context returns a context that is cancelled the moment the lease can no
-// longer be trusted, with a cause (context.Cause) that wraps ErrLeaseLost.
+// longer be trusted, with the cause (context.Cause) that Err returns: a
+// *LostError wrapping ErrLeaseLost when it was lost, ErrReleased when its
+// holder released it.
 // Its Err, Done and Value methods read the clock on every call; contexts
 // derived from it are cancelled by the watchdog timer at the deadline,
 // which may run a little later after a pause, so check the lease's own
@@ -387,10 +390,10 @@ func (l *Lease) afterBackground(err error, due time.Time) {
 // nil when the store confirmed the renewal (the deadline then moves to the
 // request's send time + TTL·(1−ρ), and background renewal resumes from
 // there); a *LostError (errors.Is ErrLeaseLost) when the lease is lost (the
-// store no longer has this grant, or the deadline passed); or the store's
-// error wrapped, when the renewal failed but the lease remains trusted until
-// its deadline. The call is bounded by ctx and by the time left on the
-// lease.
+// store no longer has this grant, or the deadline passed); ErrReleased
+// after the lease was released; or the store's error wrapped, when the
+// renewal failed but the lease remains trusted until its deadline. The call
+// is bounded by ctx and by the time left on the lease.
 func (l *Lease) Renew(ctx context.Context) error {
 	return l.renew(ctx)
 }
@@ -490,7 +493,8 @@ func (l *Lease) confirm(tSend time.Time) error {
 // end moves a held lease to released: it stops renewal, cancels the
 // lease's context with ErrReleased and aborts store calls in flight. It
 // returns the time until which the store may keep the lease, or an error
-// (wrapping ErrLeaseLost) when the lease had already ended.
+// (wrapping the loss's *LostError, or ErrReleased) when the lease had
+// already ended.
 //
 // A lease that end moved to released counts as store work in flight (see
 // Locker.begin), atomically with its leaving the Locker's held leases, so
@@ -510,7 +514,7 @@ func (l *Lease) end(op string) (time.Time, error) {
 	case stateReleased:
 		l.mu.Unlock()
 		lk.mu.Unlock()
-		return time.Time{}, fmt.Errorf("tenure: %s %q: already released: %w", op, l.resource, ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, ErrReleased)
 	}
 	l.state = stateReleased
 	l.cause = ErrReleased
@@ -545,8 +549,10 @@ func (l *Lease) end(op string) (time.Time, error) {
 //
 // It returns nil when the store confirmed that this grant no longer holds
 // the lease; an error wrapping ErrLeaseLost when the lease had already been
-// lost or released; and otherwise an error saying that the release was not
-// confirmed and the lease will expire by its TTL at the latest.
+// lost (its *LostError) or the store no longer had this grant; ErrReleased
+// when it had already been released; and otherwise an error saying that
+// the release was not confirmed and the lease will expire by its TTL at the
+// latest.
 func (l *Lease) Release(ctx context.Context) error {
 	until, err := l.end("release")
 	if err != nil {
@@ -741,8 +747,9 @@ func (l *Lease) unconfirmed(err error) error {
 // d must be a TTL the store accepts (driver.TTLChecker); otherwise the
 // error wraps ErrInvalidTTL and the lease is left as it was. d <= 0 is a
 // plain Release. It returns nil when the store confirmed the new expiry; an
-// error wrapping ErrLeaseLost when the lease had already ended or the store
-// no longer has this grant; and otherwise the store's error (the lease then
+// error wrapping ErrLeaseLost when the lease had already been lost or the
+// store no longer has this grant; ErrReleased when it had already been
+// released; and otherwise the store's error (the lease then
 // expires by its TTL at the latest). The call is bounded by ctx (unless ctx
 // had ended when the call began: the lease's own context, as for Release)
 // and by the time until the store would expire the lease.

@@ -730,10 +730,10 @@ func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
 	defer rcancel()
 	relErr := lease.Release(rctx)
-	if lostErr != nil {
+	if lostErr != nil && !errors.Is(lostErr, ErrReleased) {
 		return errors.Join(fnErr, lostErr)
 	}
-	if relErr != nil && !errors.Is(relErr, ErrLeaseLost) {
+	if relErr != nil && !errors.Is(relErr, ErrLeaseLost) && !errors.Is(relErr, ErrReleased) {
 		return errors.Join(fnErr, relErr)
 	}
 	// A loss between fn's return and the release does not matter: fn
@@ -771,7 +771,7 @@ func (lk *Locker) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrReleased) {
 				errs[i] = err
 			}
 		}()
