@@ -189,13 +189,81 @@ func (lk *Locker) interval(ttl time.Duration) time.Duration {
 	return ttl / 3
 }
 
+// MinRenewWindow is the least time a renewal may have to be confirmed: a
+// lease's TTL·(1−ρ) less its renew interval (Timing.RenewWindow). Below
+// it, delays that no store call avoids (a disk sync, a round trip between
+// hosts, the scheduling delay of a loaded machine, a garbage-collection
+// pause) outlast the window, so the lease would be lost at its first
+// renewal, or its acquire answered past its deadline, however healthy the
+// store: CheckTTL refuses such a TTL. With the default renew interval
+// (TTL/3) and ρ (0.01), it means a TTL of at least 15.2 ms.
+const MinRenewWindow = 10 * time.Millisecond
+
+// Timing says when a Locker renews a lease of one TTL and how long it
+// trusts it: the numbers by which the Locker itself renews, trusts and
+// retries, for code that schedules work around a lease (the CLI's
+// supervisor, election). Locker.Timing returns it.
+type Timing struct {
+	// TTL is the lease's TTL.
+	TTL time.Duration
+	// RenewEvery is the interval between background renewals: TTL/3, or
+	// the interval set with WithRenewInterval. The next renewal is due
+	// RenewEvery after the last confirmed one was sent.
+	RenewEvery time.Duration
+	// TrustedFor is TTL·(1−ρ): a lease is trusted until TrustedFor after
+	// its last confirmed acquire or renewal was sent (Lease.Deadline).
+	TrustedFor time.Duration
+	// RenewWindow is TrustedFor − RenewEvery: how long each renewal has to
+	// be confirmed, its retries included, before the lease is lost; it is
+	// also the least time left on a lease renewed on schedule, just before
+	// a renewal. CheckTTL refuses a TTL whose RenewWindow is below
+	// MinRenewWindow.
+	RenewWindow time.Duration
+	// DriftBound is ρ (WithDriftBound).
+	DriftBound float64
+	// RetryBase and RetryMax are the backoff of retries (WithRetry): a
+	// failed renewal is retried after a delay drawn from
+	// [0, min(RetryBase·2^n, RetryMax, RenewEvery)], never later than half
+	// the time left on the lease; a blocking Acquire waits between attempts
+	// up to RetryMax.
+	RetryBase, RetryMax time.Duration
+}
+
+// Timing returns when this Locker renews a lease of ttl and how long it
+// trusts it. It makes no I/O and does not check ttl (CheckTTL does).
+func (lk *Locker) Timing(ttl time.Duration) Timing {
+	every, trust := lk.interval(ttl), lk.trust(ttl)
+	return Timing{
+		TTL:         ttl,
+		RenewEvery:  every,
+		TrustedFor:  trust,
+		RenewWindow: trust - every,
+		DriftBound:  lk.cfg.rho,
+		RetryBase:   lk.cfg.retry.Base,
+		RetryMax:    lk.cfg.retry.Cap,
+	}
+}
+
+// minTTL returns the shortest TTL whose RenewWindow is MinRenewWindow, in
+// whole milliseconds, rounded up.
+func (lk *Locker) minTTL() time.Duration {
+	var d float64
+	if iv := lk.cfg.renewInterval; iv > 0 {
+		d = float64(MinRenewWindow+iv) / (1 - lk.cfg.rho)
+	} else {
+		d = float64(MinRenewWindow) / (2.0/3 - lk.cfg.rho)
+	}
+	return (time.Duration(d) + time.Millisecond) / time.Millisecond * time.Millisecond
+}
+
 // CheckTTL reports whether ttl can be used for a lease of this Locker,
 // without any I/O: it must be positive, within the store's limits
 // (driver.TTLChecker: for example whole seconds from 1 s on Cassandra), and
-// leave time to renew (the renew interval, TTL/3 by default, must be shorter
-// than TTL·(1−ρ)). The error wraps ErrInvalidTTL. TryAcquire and Acquire make
-// the same check; election.New uses it to reject a configuration before
-// anything runs.
+// leave each renewal at least MinRenewWindow to be confirmed (Timing: the
+// renew interval, TTL/3 by default, must end MinRenewWindow before
+// TTL·(1−ρ)); the error then names the shortest TTL that does. The error
+// wraps ErrInvalidTTL. TryAcquire and Acquire make the same check;
+// election.New uses it to reject a configuration before anything runs.
 func (lk *Locker) CheckTTL(ttl time.Duration) error {
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
@@ -205,8 +273,13 @@ func (lk *Locker) CheckTTL(ttl time.Duration) error {
 			return err
 		}
 	}
-	if iv := lk.interval(ttl); iv <= 0 || iv >= lk.trust(ttl) {
-		return fmt.Errorf("%w: %v leaves no time to renew every %v", ErrInvalidTTL, ttl, iv)
+	t := lk.Timing(ttl)
+	switch {
+	case t.RenewEvery <= 0 || t.RenewEvery >= t.TrustedFor:
+		return fmt.Errorf("%w: %v: renewals every %v would come after the lease's deadline, TTL·(1−ρ) = %v after the last one was sent", ErrInvalidTTL, ttl, t.RenewEvery, t.TrustedFor)
+	case t.RenewWindow < MinRenewWindow:
+		return fmt.Errorf("%w: %v is too short: each renewal would have %v to be confirmed (TTL·(1−ρ) = %v less the renew interval %v), less than the %v a disk sync, a network round trip or a pause of a loaded machine can take; use a TTL of at least %v",
+			ErrInvalidTTL, ttl, t.RenewWindow, t.TrustedFor, t.RenewEvery, MinRenewWindow, lk.minTTL())
 	}
 	return nil
 }

@@ -207,7 +207,7 @@ func testSemaphoreSlotTrustedAtAnyTTL(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	defer sl.Release(ctx)
-	if left, least := sl.Remaining(), time.Duration(float64(ttl)*(1-tenure.DefaultDriftBound))-time.Since(start); left < least {
+	if left, least := sl.Remaining(), lk.Timing(ttl).TrustedFor-time.Since(start); left < least {
 		t.Fatalf("a slot of TTL %v has %v left right after its grant; a plain lease would have at least %v", ttl, left, least)
 	}
 }
