@@ -964,3 +964,32 @@ func TestAcquireWaitEndsWhenStoreUnusable(t *testing.T) {
 		})
 	}
 }
+
+// The "held" message says when the holder is the caller's own earlier
+// grant: a Locker is not reentrant, and a grant kept by ReleaseAfter holds
+// the resource until its hold ends.
+func TestHeldByOwnGrantSaysSo(t *testing.T) {
+	ctx := ctxT(t)
+	mem := memory.New()
+	lk, _ := tenure.New(mem, tenure.WithOwnerID("indexer"))
+	l, err := lk.TryAcquire(ctx, "r", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held *tenure.HeldError
+	_, err = lk.TryAcquire(ctx, "r", ttl)
+	if !errors.As(err, &held) || !errors.Is(err, tenure.ErrHeld) || !strings.Contains(err.Error(), "this Locker's own earlier grant") {
+		t.Fatalf("second TryAcquire: %v; want a *HeldError saying the holder is this Locker's own grant", err)
+	}
+	if err := l.ReleaseAfter(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lk.TryAcquire(ctx, "r", ttl)
+	if !errors.As(err, &held) || !strings.Contains(err.Error(), "kept by ReleaseAfter") {
+		t.Fatalf("TryAcquire of a kept grant: %v; want it named as this Locker's, kept", err)
+	}
+	other, _ := tenure.New(mem, tenure.WithOwnerID("indexer"))
+	if _, err = other.TryAcquire(ctx, "r", ttl); !errors.As(err, &held) || strings.Contains(err.Error(), "own") {
+		t.Fatalf("another Locker with the same id: %v; want a plain *HeldError", err)
+	}
+}

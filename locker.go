@@ -314,7 +314,31 @@ func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Dura
 	sctx, span := lk.tel.start(ctx, "tenure.acquire", resource)
 	lease, err := lk.tryAcquire(ctx, sctx, resource, ttl)
 	lk.tel.acquired(sctx, span, resource, lease, err)
+	if err != nil {
+		err = lk.ownHolder(err)
+	}
 	return lease, err
+}
+
+// ownHolder adds to a *HeldError that names this Locker's own grant (or
+// its acquire of the resource still in flight) that it does: a Locker is
+// not reentrant, and "held by" an owner string that looks like any other
+// does not say that the caller itself holds the resource.
+func (lk *Locker) ownHolder(err error) error {
+	var held *HeldError
+	if !errors.As(err, &held) {
+		return err
+	}
+	owner := held.Holder.Owner
+	switch {
+	case owner == lk.owner:
+		return fmt.Errorf("%w; the holder is this Locker's own acquire of it, still in flight (a Locker is not reentrant)", err)
+	case !lk.Owns(owner):
+		return err
+	case strings.HasSuffix(owner, KeptOwner("")):
+		return fmt.Errorf("%w; the holder is this Locker's own earlier grant, kept by ReleaseAfter until it expires", err)
+	}
+	return fmt.Errorf("%w; the holder is this Locker's own earlier grant (a Locker is not reentrant: release that lease first)", err)
 }
 
 // tryAcquire makes the store calls with ctx (which carries tenure's span)
