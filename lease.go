@@ -110,6 +110,10 @@ func (l *Lease) Token() uint64 { return l.token }
 // TTL returns the TTL requested for the lease.
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
+// Timing returns when the lease is renewed and how long it is trusted
+// (Locker.Timing of its TTL).
+func (l *Lease) Timing() Timing { return l.lk.Timing(l.ttl) }
+
 // Deadline returns the local time until which the lease may be trusted, on
 // the Locker's clock. It moves forward with every confirmed renewal. The
 // real clock counts time spent suspended, so after a suspend it runs ahead

@@ -334,7 +334,7 @@ func (a *app) notAcquired(st driver.Store, resource string, f *runFlags, timedOu
 		return fail(exitNotAcquired, "%s%s", describeSlotsHeld(slots), gaveUp)
 	}
 	if errors.Is(err, tenure.ErrSlotsMismatch) {
-		return usage("run: --slots %d: %s", f.slots, errText(err))
+		return fail(exitSlotsMismatch, "run: --slots %d: %s", f.slots, errText(err))
 	}
 	var held *tenure.HeldError
 	if errors.As(err, &held) {
