@@ -156,7 +156,7 @@ func TestSemaphoreMarkerTakenKeepsTheCount(t *testing.T) {
 	}
 	for range 10 {
 		fc.Advance(ttl / 3) // the first holder renews its slot (and tries the marker)
-		time.Sleep(2 * time.Millisecond)
+		renewedOnSchedule(t, fc, l.Lease)
 	}
 	if err := l.Err(); err != nil {
 		t.Fatalf("the slot was lost: %v", err)
@@ -338,7 +338,7 @@ func TestSemaphoreSlotOutlivesItsMarker(t *testing.T) {
 	semC, _ := lkC.Semaphore("r", 5)
 	for i := range 80 {
 		fc.Advance(500 * time.Millisecond)
-		time.Sleep(2 * time.Millisecond)
+		renewedOnSchedule(t, fc, a.Lease)
 		if c, err := semC.TryAcquire(ctx, 3*time.Second); err == nil {
 			t.Fatalf("after %v: a 5-slot holder got slot %d while the 3-slot holder holds slot %d (%v)", time.Duration(i+1)*500*time.Millisecond, c.Slot, a.Slot, a.Err())
 		} else if !errors.Is(err, tenure.ErrSlotsMismatch) {
@@ -380,7 +380,7 @@ func TestSlotTrustedLikeAPlainLease(t *testing.T) {
 		}
 		for range 9 { // three TTLs
 			fc.Advance(slotTTL / 3)
-			time.Sleep(5 * time.Millisecond)
+			renewedOnSchedule(t, fc, sl.Lease)
 		}
 		if err := sl.Err(); err != nil || sl.Remaining() < slotTTL/2 {
 			t.Fatalf("TTL %v: after three TTLs the slot has %v left (%v)", slotTTL, sl.Remaining(), err)
@@ -489,4 +489,17 @@ func TestSemaphoreMarkerUnknownOutcomeRetried(t *testing.T) {
 		t.Fatalf("two lost answers of the marker: %v", err)
 	}
 	sl.Release(ctx)
+}
+
+// renewedOnSchedule waits until l, on fake clock fc, has the time left of a
+// lease renewed on schedule (its renew window, Lease.Timing), so that a
+// test that moves the clock on does not outrun the renewals' goroutines.
+func renewedOnSchedule(t *testing.T, fc *clock.Fake, l *tenure.Lease) {
+	t.Helper()
+	waitFor(t, func() bool {
+		return l.Err() != nil || l.Deadline().Sub(fc.Now()) >= l.Timing().RenewWindow
+	}, "a renewal due on the fake clock")
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lease was lost: %v", err)
+	}
 }
