@@ -302,7 +302,7 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	// error on the first attempt, so a configuration that fails it could
 	// never lead. Make it now, before anything runs.
 	if err := lk.CheckTTL(cfg.TTL); err != nil {
-		return nil, ttlError(cfg, err)
+		return nil, ttlError(lk.Timing(cfg.TTL), err)
 	}
 	return &Candidate{
 		cfg:       cfg,
@@ -315,22 +315,19 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	}, nil
 }
 
-// ttlError explains why the Locker refused cfg's TTL.
-func ttlError(cfg Config, err error) error {
-	renew := cfg.RenewInterval
-	if renew == 0 {
-		renew = cfg.TTL / 3
-	}
-	trust := time.Duration(float64(cfg.TTL) * (1 - tenure.DefaultDriftBound))
+// ttlError explains why the Locker refused a TTL, with the Locker's own
+// renewal timing (tenure.Locker.Timing): the renew interval and the time a
+// lease is trusted are the Locker's, never recomputed here.
+func ttlError(t tenure.Timing, err error) error {
 	switch {
-	case renew <= 0:
-		return fmt.Errorf("election: TTL %v is too short to be renewed (every TTL/3 = %v); the candidate could never lead: %w", cfg.TTL, renew, err)
-	case renew >= trust:
+	case t.RenewEvery <= 0:
+		return fmt.Errorf("election: TTL %v is too short to be renewed (every %v); the candidate could never lead: %w", t.TTL, t.RenewEvery, err)
+	case t.RenewEvery >= t.TrustedFor:
 		return fmt.Errorf("election: renew interval %v is not shorter than TTL·(1−ρ) = %v (TTL %v, ρ = %v), the time a lease is trusted after its renewal was sent: "+
 			"a leader would lose every lease before renewing it, so the Locker refuses such a TTL and the candidate could never lead: %w",
-			renew, trust, cfg.TTL, tenure.DefaultDriftBound, err)
+			t.RenewEvery, t.TrustedFor, t.TTL, t.DriftBound, err)
 	}
-	return fmt.Errorf("election: TTL %v: %w", cfg.TTL, err)
+	return fmt.Errorf("election: TTL %v: %w", t.TTL, err)
 }
 
 // Close ends the candidate for good, for a program that is about to exit.

@@ -36,7 +36,8 @@ or --no-wait says otherwise.
 COMMAND runs directly (no shell) in a process group of its own, with
 TENURE_RESOURCE, TENURE_OWNER and TENURE_TOKEN (the fencing token: pass it
 to what the command writes to) in its environment, and TENURE_SLOT with
---slots. It starts only while the lease has at least half its TTL left. If
+--slots. It starts only while the lease has at least its renew window
+(about two thirds of the TTL) left. If
 renewals fail or the lease is lost, the command is stopped (SIGTERM, then
 SIGKILL after --grace) before the lease's deadline, and tenure exits 79;
 otherwise it exits with the command's status. A resource name that starts

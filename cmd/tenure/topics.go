@@ -95,8 +95,7 @@ sysexits.h. A script should treat a code it does not know as a failure.
          held, or held by another owner than --owner)
   64     bad arguments or input: an unknown flag, a bad store URL, a --ttl
          below 1s or beyond what the store can keep, a --hold-at-least the
-         store cannot keep, holders of a semaphore started with another
-         --slots; nothing was written to the store
+         store cannot keep; nothing was written to the store
   66     status, list, release: there is no tenure store at the URL
          (nothing was created); any command: a PostgreSQL or Cassandra
          store whose schema "tenure init" has not created
@@ -112,6 +111,9 @@ sysexits.h. A script should treat a code it does not know as a failure.
   75     run: the lease is held by another owner (--no-wait, or --wait ran
          out); the holder is printed (with --slots: every slot is held, and
          the holders are printed)
+  78     run --slots N: RESOURCE is a semaphore of another number of
+         slots (slots of it are held or kept, or its marker is live): the
+         arguments are fine, the holders disagree; nothing was acquired
   79     run: the lease was lost while the command ran, or was found gone
          when tenure released it after the command, or was lost before the
          command could start (it did not run), or tenure stopped the command
@@ -163,8 +165,9 @@ runs on without the lease.
 Start. COMMAND is looked up (in $PATH unless it contains a slash) before the
 lease is acquired: 127 or 126 at once if it cannot run. It runs directly,
 not through a shell, in a process group of its own, with stdin, stdout and
-stderr passed through, and starts only while the lease has at least half
-its TTL left (tenure renews it first if needed). On a terminal the
+stderr passed through, and starts only while the lease has at least its
+renew window left: TTL·0.99 less the renew interval, about two thirds of
+the TTL (tenure renews it first if needed). On a terminal the
 command's group gets the foreground: an interactive command reads from it,
 Ctrl-C reaches it directly, and Ctrl-Z stops the command and tenure
 together (a stop longer than the TTL loses the lease).
