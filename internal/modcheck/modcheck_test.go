@@ -23,9 +23,19 @@ var toolOnly = []string{
 	"github.com/tenure-go/tenure/tools",
 }
 
-// TestLibraryModules: a fresh module that imports github.com/tenure-go/tenure
-// and its store/sqlite (with a replace to this checkout) lists no module
-// that only the tools need. It works offline from the module cache that
+// storeOnly are module path prefixes of stores that are modules of their
+// own (store/kubernetes and client-go): a program that imports tenure and
+// its other stores must never list them.
+var storeOnly = []string{
+	"k8s.io/",
+	"sigs.k8s.io/",
+	"github.com/tenure-go/tenure/store/kubernetes",
+}
+
+// TestLibraryModules: a fresh module that imports github.com/tenure-go/tenure,
+// its store/sqlite and store/all (every store's URL scheme of this module),
+// with a replace to this checkout, lists no module that only the tools
+// need, and none of the Kubernetes store's. It works offline from the module cache that
 // building this repository filled, and fetches what that cache lacks from
 // the configured module proxy.
 func TestLibraryModules(t *testing.T) {
@@ -50,6 +60,7 @@ import (
 	"context"
 
 	"github.com/tenure-go/tenure"
+	_ "github.com/tenure-go/tenure/store/all"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -96,9 +107,9 @@ func main() {
 	mods := goCmd("list", "-m", "all")
 	t.Logf("go list -m all:\n%s", mods)
 	for _, line := range strings.Split(mods, "\n") {
-		for _, p := range toolOnly {
+		for _, p := range append(toolOnly, storeOnly...) {
 			if strings.HasPrefix(line, p) {
-				t.Errorf("a program that imports tenure and store/sqlite lists %s", line)
+				t.Errorf("a program that imports tenure, store/sqlite and store/all lists %s", line)
 			}
 		}
 	}

@@ -27,7 +27,7 @@ import (
 // storeVars are the variables that name the servers of the stores' tests;
 // every test that needs one skips with a message naming it when it is not
 // set.
-var storeVars = []string{"TENURE_POSTGRES", "TENURE_PGBOUNCER", "TENURE_REDIS", "TENURE_ETCD", "TENURE_CASSANDRA", "TENURE_CASSANDRA_CLUSTER"}
+var storeVars = []string{"TENURE_POSTGRES", "TENURE_PGBOUNCER", "TENURE_REDIS", "TENURE_ETCD", "TENURE_CASSANDRA", "TENURE_CASSANDRA_CLUSTER", "TENURE_KUBERNETES"}
 
 // event is one line of go test -json (cmd/test2json).
 type event struct {
