@@ -249,7 +249,10 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 		}
 		return env, nil
 	}
-	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, etcd:// and redis:// stores", su.Scheme())
+	if k := lookupKind(su.Scheme()); k != nil {
+		return setupKind(ctx, k, env, cfg)
+	}
+	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, etcd:// and redis:// stores, and those of RegisterKind", su.Scheme())
 }
 
 // openWorkerStore opens the store for a worker. For Cassandra, translate
