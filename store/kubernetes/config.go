@@ -158,7 +158,8 @@ const (
 
 // httpClient builds the Store's own HTTP client for rc: a transport of its
 // own (so Close can close its connections), dials bounded by dialTimeout,
-// HTTP/2 with short health checks, and client-go's authentication wrappers.
+// HTTP/2 with short health checks, rc.WrapTransport, and client-go's
+// authentication wrappers.
 func httpClient(rc *rest.Config, dialTimeout time.Duration) (*http.Client, *http.Transport, error) {
 	tlsCfg, err := rest.TLSConfigFor(rc)
 	if err != nil {
@@ -191,7 +192,11 @@ func httpClient(rc *rest.Config, dialTimeout time.Duration) (*http.Client, *http
 	}
 	t2.ReadIdleTimeout = http2ReadIdle
 	t2.PingTimeout = http2PingTimeout
-	rt, err := rest.HTTPWrappersForConfig(rc, tr)
+	var base http.RoundTripper = tr
+	if rc.WrapTransport != nil {
+		base = rc.WrapTransport(base)
+	}
+	rt, err := rest.HTTPWrappersForConfig(rc, base)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes store: %w", err)
 	}

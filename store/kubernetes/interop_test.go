@@ -45,13 +45,17 @@ type interopRun struct {
 	all        []*candidate
 }
 
-func (r *interopRun) start(role string) *candidate {
+func (r *interopRun) start(role string) *candidate { return r.startWith(role, r.kubeconfig) }
+
+// startWith starts a candidate that reaches the API server through
+// kubeconfig.
+func (r *interopRun) startWith(role, kubeconfig string) *candidate {
 	r.t.Helper()
 	r.seq++
 	c := &candidate{role: role, id: fmt.Sprintf("%s-%d", role, r.seq), done: make(chan struct{})}
 	c.events = filepath.Join(r.dir, c.id+".jsonl")
 	args, _ := json.Marshal(helperArgs{
-		Kubeconfig: r.kubeconfig, Namespace: testNamespace, Lease: r.lease, ID: c.id, Events: c.events,
+		Kubeconfig: kubeconfig, Namespace: testNamespace, Lease: r.lease, ID: c.id, Events: c.events,
 		TTL: interopTTL, Retry: interopRetry,
 		LeaseDuration: interopLeaseDuration, RenewDeadline: interopRenewDeadline, RetryPeriod: interopRetryPeriod,
 	})
