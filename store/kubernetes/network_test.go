@@ -3,7 +3,10 @@ package kubernetes_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,26 +32,36 @@ func proxiedStore(t *testing.T) (*kubernetes.Store, *netfault.Proxy) {
 	return open(t, func(c *kubernetes.Config) { c.Kubeconfig = kc }), p
 }
 
-// TestLostRepliesAreUnknownOutcomes: on a real connection whose answers are
-// lost (the requests are applied), an acquire and a renewal are unknown
-// outcomes, never granted or lost; the next call resolves them from the
-// Lease's holder: the retried acquire is the same grant (same token), the
-// next renewal renews it (its condition, the Store's last write, failed:
-// it reads the Lease and finds it still the grant's).
+// TestLostRepliesAreUnknownOutcomes: a write that the API server applied but
+// whose answer was lost is an unknown outcome, never granted or lost, and
+// the next call resolves it from the Lease's holder: the retried acquire is
+// the same grant (the token the lost write gave), the next renewal renews
+// it (its condition, the Store's last write, fails: it reads the Lease and
+// finds it still the grant's). The acquire's answer is dropped after the
+// request went through (a transport that loses the answers of writes); the
+// renewal's on a real connection (a proxy that drops every answer).
 func TestLostRepliesAreUnknownOutcomes(t *testing.T) {
-	s, p := proxiedStore(t)
-	cs, _ := admin(t)
+	cs, rc := admin(t)
+	var drop atomic.Bool
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil && drop.Load() && req.Method != http.MethodGet {
+				resp.Body.Close()
+				return nil, syscall.ECONNRESET
+			}
+			return resp, err
+		})
+	}
+	s := open(t, func(c *kubernetes.Config) { c.REST = rc })
 	r := testserver.Resource(t)
 	a := owner(t, "a")
-	p.SetMode(netfault.DropReplies)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_, err := s.Acquire(ctx, r, a, time.Minute)
-	cancel()
+	drop.Store(true)
+	_, err := s.Acquire(testserver.Ctx(t), r, a, time.Minute)
+	drop.Store(false)
 	if !errors.Is(err, tenure.ErrUnknownOutcome) {
 		t.Fatalf("acquire whose answer was lost: %v; want ErrUnknownOutcome", err)
 	}
-	p.SetMode(netfault.Pass)
-	p.Reset()
 	obj, err := cs.CoordinationV1().Leases(testNamespace).Get(testserver.Ctx(t), kubernetes.LeaseName(r), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the acquire was not applied: %v", err)
@@ -61,19 +74,31 @@ func TestLostRepliesAreUnknownOutcomes(t *testing.T) {
 		t.Fatalf("retried acquire: %+v; the lost acquire wrote %q", rec, got)
 	}
 
+	ps, p := proxiedStore(t)
+	if err := ps.Renew(testserver.Ctx(t), r, a, rec.Token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before, err := cs.CoordinationV1().Leases(testNamespace).Get(testserver.Ctx(t), kubernetes.LeaseName(r), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.SetMode(netfault.DropReplies)
-	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
-	err = s.Renew(ctx, r, a, rec.Token, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	err = ps.Renew(ctx, r, a, rec.Token, time.Minute)
 	cancel()
 	if !errors.Is(err, tenure.ErrUnknownOutcome) || errors.Is(err, tenure.ErrLeaseLost) {
 		t.Fatalf("renewal whose answer was lost: %v; want ErrUnknownOutcome", err)
 	}
 	p.SetMode(netfault.Pass)
 	p.Reset()
-	if err := s.Renew(testserver.Ctx(t), r, a, rec.Token, time.Minute); err != nil {
+	after, err := cs.CoordinationV1().Leases(testNamespace).Get(testserver.Ctx(t), kubernetes.LeaseName(r), metav1.GetOptions{})
+	if err != nil || after.ResourceVersion == before.ResourceVersion {
+		t.Fatalf("the renewal whose answer was lost was not applied (%v)", err)
+	}
+	if err := ps.Renew(testserver.Ctx(t), r, a, rec.Token, time.Minute); err != nil {
 		t.Fatalf("renewal after an applied renewal whose answer was lost: %v", err)
 	}
-	if err := s.Release(testserver.Ctx(t), r, a, rec.Token); err != nil {
+	if err := ps.Release(testserver.Ctx(t), r, a, rec.Token); err != nil {
 		t.Fatal(err)
 	}
 }
