@@ -192,11 +192,7 @@ func httpClient(rc *rest.Config, dialTimeout time.Duration) (*http.Client, *http
 	}
 	t2.ReadIdleTimeout = http2ReadIdle
 	t2.PingTimeout = http2PingTimeout
-	var base http.RoundTripper = tr
-	if rc.WrapTransport != nil {
-		base = rc.WrapTransport(base)
-	}
-	rt, err := rest.HTTPWrappersForConfig(rc, base)
+	rt, err := rest.HTTPWrappersForConfig(rc, tr) // with rc.WrapTransport
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes store: %w", err)
 	}
