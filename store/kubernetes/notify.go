@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -43,13 +45,20 @@ const (
 )
 
 // listen keeps one watch of the namespace's Leases while the hub runs,
-// starting again (with capped backoff) whenever it ends. After each start
-// it wakes every subscriber, since a release may have gone unseen.
+// starting again (with capped backoff) whenever it ends. A watch that ends
+// resumes from the last resourceVersion it delivered, so no release is
+// missed and nobody needs waking; only when it must start from a new list
+// (the first time, or when the API server no longer has that version) does
+// it wake every subscriber, since a release may have gone unseen. (Waking
+// every waiter of a resource lets them race for it, out of the order they
+// came; a watch that the API server closed under load did that.)
 func (s *Store) listen(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	first := true
+	from := ""
 	for ctx.Err() == nil {
-		err := s.watchOnce(ctx, first)
+		var err error
+		from, err = s.watchOnce(ctx, from, first)
 		first = false
 		s.hub.SetListening(false, err)
 		if ctx.Err() != nil {
@@ -71,46 +80,62 @@ func (s *Store) listen(ctx context.Context) {
 
 var errWatchStalled = errors.New("kubernetes store: watch of Leases stalled")
 
-// watchOnce runs one watch from the current resourceVersion until it ends.
-// A nil error means the server ended it as asked (watchTimeout).
-func (s *Store) watchOnce(ctx context.Context, first bool) error {
-	lctx, cancel := context.WithTimeout(ctx, s.wait)
-	l, err := s.leases.List(lctx, metav1.ListOptions{Limit: 1})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("kubernetes store: listing Leases to watch them: %w", err)
+// watchOnce runs one watch until it ends, from resourceVersion from, or,
+// when from is "", from a new list's (waking every subscriber unless first).
+// It returns the resourceVersion to resume from ("" when the next watch must
+// list again), and nil when the server ended the watch as asked
+// (watchTimeout).
+func (s *Store) watchOnce(ctx context.Context, from string, first bool) (string, error) {
+	relist := from == ""
+	if relist {
+		lctx, cancel := context.WithTimeout(ctx, s.wait)
+		l, err := s.leases.List(lctx, metav1.ListOptions{Limit: 1})
+		cancel()
+		if err != nil {
+			return "", fmt.Errorf("kubernetes store: listing Leases to watch them: %w", err)
+		}
+		from = l.ResourceVersion
 	}
 	wctx, wcancel := context.WithTimeout(ctx, watchTimeout+watchGrace)
 	defer wcancel()
 	secs := int64(watchTimeout / time.Second)
-	w, err := s.leases.Watch(wctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion, AllowWatchBookmarks: true, TimeoutSeconds: &secs})
+	w, err := s.leases.Watch(wctx, metav1.ListOptions{ResourceVersion: from, AllowWatchBookmarks: true, TimeoutSeconds: &secs})
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return "", err
+	}
 	if err != nil {
-		return fmt.Errorf("kubernetes store: watching Leases: %w", err)
+		return from, fmt.Errorf("kubernetes store: watching Leases: %w", err)
 	}
 	defer w.Stop()
 	s.hub.SetListening(true, nil)
-	if !first {
+	if relist && !first {
 		s.hub.WakeAll()
 	}
 	for {
 		select {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				return nil
+				return from, nil
 			}
-			return errWatchStalled
+			return from, errWatchStalled
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return nil
+				return from, nil
 			}
-			switch ev.Type {
-			case watch.Error:
-				return fmt.Errorf("kubernetes store: watch of Leases: %v", ev.Object)
-			case watch.Bookmark:
-				continue
+			if ev.Type == watch.Error {
+				if st, ok := ev.Object.(*metav1.Status); ok && (st.Code == http.StatusGone || st.Reason == metav1.StatusReasonExpired || st.Reason == metav1.StatusReasonGone) {
+					return "", fmt.Errorf("kubernetes store: watch of Leases: %s", st.Message)
+				}
+				return from, fmt.Errorf("kubernetes store: watch of Leases: %v", ev.Object)
 			}
 			obj, ok := ev.Object.(*coordinationv1.Lease)
 			if !ok {
+				continue
+			}
+			if obj.ResourceVersion != "" {
+				from = obj.ResourceVersion
+			}
+			if ev.Type == watch.Bookmark {
 				continue
 			}
 			r := resourceOf(obj)

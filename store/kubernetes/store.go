@@ -409,7 +409,9 @@ func (s *Store) change(ctx context.Context, what, resource, owner string, token 
 			return s.writeErr(what+" Lease "+name, err)
 		}
 	}
-	return driver.UnknownOutcome(fmt.Errorf("kubernetes store: %s %q: the Lease kept changing under %d attempts", what, resource, maxAttempts))
+	// Every update was refused (409) and every read found the grant still
+	// holding the Lease: nothing was applied, and the caller may retry.
+	return fmt.Errorf("kubernetes store: %s %q: the Lease changed under each of %d attempts; nothing was written", what, resource, maxAttempts)
 }
 
 // Renew implements driver.Store.Renew: one update of the Lease (renewTime,
