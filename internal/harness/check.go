@@ -872,7 +872,11 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 	// Takeover after the holder was killed: until the next grant's answer
 	// in its group. Bound: the store expires the lease within TTL of the
 	// holder's last write, and a waiter retries within the retry interval.
-	bound := opt.Profile.MaxTTL(ttl) + opt.RetryInterval + SlackLiveness
+	storeTTL := opt.Profile.MaxTTL
+	if opt.Profile.Takeover != nil {
+		storeTTL = opt.Profile.Takeover
+	}
+	bound := storeTTL(ttl) + opt.RetryInterval + SlackLiveness
 	r.LivenessBound = fmt.Sprintf("kill: store TTL+retry+%v = %v; release: retry+%v = %v", SlackLiveness, bound, SlackLiveness, opt.RetryInterval+SlackLiveness)
 	groupOf := map[string]string{}
 	for _, t := range ts {

@@ -59,6 +59,13 @@ type Profile struct {
 	// deleted 1.98 s later, with a TTL of 2 s). No holder trusts such a
 	// grant, so this takes nothing from the exclusion checks.
 	UnknownMayEndEarly bool
+	// Takeover, when set, bounds the liveness check instead of MaxTTL: how
+	// long after a killed holder's last write a worker that waits for the
+	// lease may take to be granted it, less the retry interval. For the
+	// Kubernetes store, whose MaxTTL has no bound (a worker that has just
+	// started counts a lease's duration from its own first look), it is
+	// the duration a waiting worker, which watches the Lease, counts.
+	Takeover func(ttl time.Duration) time.Duration
 }
 
 func ceilMillis(ttl time.Duration) time.Duration {
@@ -92,6 +99,9 @@ func ProfileFor(scheme string) (Profile, error) {
 		return EtcdProfile, nil
 	case "redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster":
 		return RedisProfile, nil
+	}
+	if k := lookupKind(scheme); k != nil {
+		return k.Profile, nil
 	}
 	return Profile{}, fmt.Errorf("harness: no timing profile for store %q", scheme)
 }

@@ -213,6 +213,9 @@ func deleteKeys(ctx context.Context, raw string, resources []string, prefix stri
 		}
 		return fmt.Sprintf("%d keys deleted", n), nil
 	}
+	if k := lookupKind(su.Scheme()); k != nil && k.DeleteKeys != nil {
+		return k.DeleteKeys(ctx, raw, resources, prefix)
+	}
 	return "", fmt.Errorf("harness: key-delete does not apply to %s stores", su.Scheme())
 }
 

@@ -266,7 +266,10 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 	case *postgres.Config:
 		return setupOneServer(ctx, cfg, env, su, raw)
 	}
-	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, mysql://, etcd:// and redis:// stores", su.Scheme())
+	if k := lookupKind(su.Scheme()); k != nil {
+		return setupKind(ctx, k, env, cfg)
+	}
+	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, mysql://, etcd:// and redis:// stores, and those of RegisterKind", su.Scheme())
 }
 
 // setupOneServer prepares a PostgreSQL or MySQL server or a single Redis server:

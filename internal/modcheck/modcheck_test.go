@@ -32,19 +32,7 @@ func TestLibraryModules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go mod tidy in a fresh module")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	repo, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("go.mod", "module example.com/uses-tenure\n\ngo 1.26\n\nrequire github.com/tenure-go/tenure v0.0.0\n\nreplace github.com/tenure-go/tenure => "+repo+"\n")
-	write("main.go", `package main
+	mods := freshModules(t, `package main
 
 import (
 	"context"
@@ -65,6 +53,77 @@ func main() {
 	_ = l
 }
 `)
+	for _, line := range strings.Split(mods, "\n") {
+		for _, p := range toolOnly {
+			if strings.HasPrefix(line, p) {
+				t.Errorf("a program that imports tenure and store/sqlite lists %s", line)
+			}
+		}
+	}
+}
+
+// storeOnly are module path prefixes of the Kubernetes store, a module of
+// its own (store/kubernetes, and client-go with the k8s.io modules it
+// needs): a program that imports tenure and every store of its module must
+// never list them. (sigs.k8s.io/yaml is not among them: the library's own
+// dependencies list it.)
+var storeOnly = []string{
+	"k8s.io/",
+	"sigs.k8s.io/structured-merge-diff",
+	"github.com/tenure-go/tenure/store/kubernetes",
+}
+
+// TestNoKubernetesModules: a fresh module that imports the root package and
+// store/all (the registry of every store's URL scheme in this module) lists
+// none of the Kubernetes store's modules: the store is a module of its own,
+// and the registry gains its scheme only in programs that import it.
+func TestNoKubernetesModules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy in a fresh module")
+	}
+	mods := freshModules(t, `package main
+
+import (
+	"context"
+
+	"github.com/tenure-go/tenure/store"
+	_ "github.com/tenure-go/tenure/store/all"
+)
+
+func main() {
+	s, err := store.Open(context.Background(), "sqlite:leases.db")
+	if err != nil {
+		panic(err)
+	}
+	s.Close()
+}
+`)
+	for _, line := range strings.Split(mods, "\n") {
+		for _, p := range storeOnly {
+			if strings.HasPrefix(line, p) {
+				t.Errorf("a program that imports tenure and store/all lists %s", line)
+			}
+		}
+	}
+}
+
+// freshModules builds a fresh module whose main.go is mainGo, requiring
+// this checkout of tenure, and returns its go list -m all.
+func freshModules(t *testing.T, mainGo string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	repo, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/uses-tenure\n\ngo 1.26\n\nrequire github.com/tenure-go/tenure v0.0.0\n\nreplace github.com/tenure-go/tenure => "+repo+"\n")
+	write("main.go", mainGo)
 	// Offline first, from the module cache that building this repository
 	// filled; a cache that lacks a go.mod the fresh module's graph names
 	// (a fresh machine: go build fetches only what it compiles) is filled
@@ -95,11 +154,5 @@ func main() {
 	goCmd("build", "./...")
 	mods := goCmd("list", "-m", "all")
 	t.Logf("go list -m all:\n%s", mods)
-	for _, line := range strings.Split(mods, "\n") {
-		for _, p := range toolOnly {
-			if strings.HasPrefix(line, p) {
-				t.Errorf("a program that imports tenure and store/sqlite lists %s", line)
-			}
-		}
-	}
+	return mods
 }

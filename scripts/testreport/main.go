@@ -28,7 +28,7 @@ import (
 // every test that needs one skips with a message naming it when it is not
 // set.
 var storeVars = []string{"TENURE_POSTGRES", "TENURE_PGBOUNCER", "TENURE_REDIS", "TENURE_REDIS_SENTINEL", "TENURE_REDIS_CLUSTER", "TENURE_ETCD",
-	"TENURE_CASSANDRA", "TENURE_CASSANDRA_CLUSTER", "TENURE_MYSQL", "TENURE_GALERA"}
+	"TENURE_CASSANDRA", "TENURE_CASSANDRA_CLUSTER", "TENURE_MYSQL", "TENURE_GALERA", "TENURE_KUBERNETES"}
 
 // event is one line of go test -json (cmd/test2json).
 type event struct {
