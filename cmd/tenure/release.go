@@ -28,9 +28,9 @@ conditioned on that holder and its fencing token, so a lease that changed
 hands in between is left alone.
 
 --force frees it whoever holds it, and is dangerous: the holder learns of
-it within about a second on PostgreSQL, Redis and etcd, and at its next
-renewal (within TTL/3) on SQLite and Cassandra; until then its command runs
-on while another process may take the lease. Prefer stopping the holder.
+it within about a second on PostgreSQL, MySQL, Redis and etcd, and at its
+next renewal (within TTL/3) on SQLite and Cassandra; until then its command
+runs on while another process may take the lease. Prefer stopping the holder.
 A semaphore's slots are freed by their names (R/slot-2-of-3).
 
 Exit codes: 0 released, 1 nothing released, 66 no store at the URL, 69 the

@@ -97,8 +97,8 @@ sysexits.h. A script should treat a code it does not know as a failure.
          below 1s or beyond what the store can keep, a --hold-at-least the
          store cannot keep; nothing was written to the store
   66     status, list, release: there is no tenure store at the URL
-         (nothing was created); any command: a PostgreSQL or Cassandra
-         store whose schema "tenure init" has not created
+         (nothing was created); any command: a PostgreSQL, MySQL or
+         Cassandra store whose schema "tenure init" has not created
   69     the store cannot be opened or reached, or is not a tenure store;
          run: the store does not renew the lease fast enough for --ttl (the
          command did not run)
@@ -134,8 +134,7 @@ sysexits.h. A script should treat a code it does not know as a failure.
 // the same for all of them.
 func storesTopic() string {
 	return `
-Leases live in a store named by a URL: --store, else $TENURE_STORE, else
-the SQLite file
+Leases live in a store: --store URL, else $TENURE_STORE, else the SQLite file
   ` + defaultSQLitePathDoc + `.
 Every process that shares a lease must use the same store.
 
@@ -148,14 +147,11 @@ password must be percent-encoded (%40, %2F, %3F, %23).
 
 Creating a store: run, elect and init create a SQLite file where it is
 missing (in a directory that exists; only the default location's
-directories are created). PostgreSQL's table and Cassandra's keyspace and
-table are created by "tenure init" only (it needs the rights to create
-them); etcd and Redis need nothing. status, list and release never create
-anything: without a store they exit 66, and a file they may only read is
-opened read-only.
-
-The stores, their guarantees and what to tune: docs/getting-started.md and
-docs/configuration.md.`
+directories are created); "tenure init" alone creates PostgreSQL's and
+MySQL's tables and Cassandra's keyspace and table (it needs the rights to);
+etcd and Redis need nothing. status, list, leader and release create
+nothing: without a store they exit 66, and a file they may only read is
+opened read-only. Guarantees and tuning: docs/getting-started.md.`
 }
 
 const signalsTopic = `
@@ -191,8 +187,9 @@ and SIGKILL when the lease is lost at its deadline. A lease freed by an
 operator ("tenure release --force") or taken by another owner: SIGTERM,
 then SIGKILL after --grace or at the deadline, whichever comes first.
 tenure learns of a forced release within about a second on PostgreSQL,
-Redis and etcd, which send notifications, and at its next renewal (within
-TTL/3) on SQLite and Cassandra. run then exits 79; elect campaigns again.
+Redis and etcd, which send notifications, and MySQL, which polls, and at
+its next renewal (within TTL/3) on SQLite and Cassandra. run then exits
+79; elect campaigns again.
 
 If tenure dies or stalls. A reaper process (the tenure binary, re-executed)
 kills the command's group at once if tenure is killed (Linux), and a

@@ -225,7 +225,7 @@ func TestConfigurationReference(t *testing.T) {
 	// Election.
 	el := sectionOf(t, secs, "## Election")
 	efiles := parseDir(t, "election")
-	for _, typ := range []string{"Config", "ParticipantOptions"} {
+	for _, typ := range []string{"Config", "ObserverConfig", "ParticipantOptions"} {
 		fields := structFields(efiles, typ)
 		if len(fields) == 0 {
 			t.Errorf("election.%s has no fields", typ)

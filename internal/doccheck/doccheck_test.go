@@ -316,7 +316,7 @@ type pkgDecls struct {
 // modulePackages are the names under which documents refer to the
 // module's packages.
 var modulePackages = map[string]bool{"tenure": true, "driver": true, "election": true, "clock": true, "store": true, "storetest": true,
-	"sqlite": true, "postgres": true, "etcd": true, "redis": true, "cassandra": true, "memory": true}
+	"sqlite": true, "postgres": true, "etcd": true, "redis": true, "cassandra": true, "memory": true, "mysql": true}
 
 func loadAPI(t *testing.T) *api {
 	t.Helper()
@@ -632,13 +632,15 @@ func TestIdentifiers(t *testing.T) {
 // The identifier check catches what the documents got wrong before.
 func TestIdentifierCheckCatches(t *testing.T) {
 	a := loadAPI(t)
-	for _, s := range []string{"tenure.UnknownOutcome(cause)", "tenure.TTLChecker", "tenure.Locker.Reacquire", "Lease.Refresh", "(*redis.Store).RemoveOld"} {
+	for _, s := range []string{"tenure.UnknownOutcome(cause)", "tenure.TTLChecker", "tenure.Locker.Reacquire", "Lease.Refresh", "(*redis.Store).RemoveOld",
+		"driver.ErrBadConn", "mysql.Config.Timeout"} {
 		if len(a.check(s, nil)) == 0 {
 			t.Errorf("%q is not reported", s)
 		}
 	}
 	for _, s := range []string{"driver.UnknownOutcome(cause)", "driver.TTLChecker", "tenure.ErrLeaseLost", "Lease.Release", "tenure.SlotLease.Release",
-		"(*redis.Store).RemoveOldLayout", "cassandra.Config.ClusterHook", "election.Config.OnStartedLeading", "tenure.HeldError.Holder", "Locker.Owns"} {
+		"(*redis.Store).RemoveOldLayout", "cassandra.Config.ClusterHook", "election.Config.OnStartedLeading", "tenure.HeldError.Holder", "Locker.Owns",
+		"database/sql/driver.ErrBadConn", "mysql.Config.SweepInterval", "redis.Config.WaitReplicas"} {
 		if bad := a.check(s, nil); len(bad) > 0 {
 			t.Errorf("%q: %v reported", s, bad)
 		}

@@ -19,10 +19,12 @@ import (
 // baseURLs are valid URLs of each scheme (and its aliases), to which the
 // parameter probe adds one parameter at a time.
 var baseURLs = map[string][]string{
-	"sqlite":    {"sqlite:/nonexistent/leases.db"},
-	"postgres":  {"postgres://u@db.invalid/app"},
-	"etcd":      {"etcd://etcd.invalid:2379"},
-	"redis":     {"redis://redis.invalid:6379/0", "rediss://redis.invalid:6379/0"},
+	"sqlite":   {"sqlite:/nonexistent/leases.db"},
+	"postgres": {"postgres://u@db.invalid/app"},
+	"etcd":     {"etcd://etcd.invalid:2379"},
+	"redis": {"redis://redis.invalid:6379/0", "rediss://redis.invalid:6379/0",
+		"redis+sentinel://sentinel.invalid:26379/mymaster", "redis+cluster://node.invalid:6379"},
+	"mysql":     {"mysql://u@db.invalid/app"},
 	"cassandra": {"cassandra://cassandra.invalid/ks"},
 	"memory":    {"memory:"},
 }
@@ -32,13 +34,17 @@ var baseURLs = map[string][]string{
 var unknownParam = regexp.MustCompile(`unknown (URL )?(parameter|option)|unexpected option|the only one is|want memory:`)
 
 // driverSources are the files of the drivers whose URL parameters a store
-// takes as they are (pgx's and go-redis's), relative to their modules.
+// takes as they are (pgx's, go-redis's and go-sql-driver's), relative to
+// their modules.
 var driverSources = map[string][]struct{ module, file string }{
 	"postgres": {{"github.com/jackc/pgx/v5", "pgconn/config.go"}, {"github.com/jackc/pgx/v5", "pgxpool/pool.go"}, {"github.com/jackc/pgx/v5", "conn.go"}},
-	"redis":    {{"github.com/redis/go-redis/v9", "options.go"}},
+	"redis": {{"github.com/redis/go-redis/v9", "options.go"}, {"github.com/redis/go-redis/v9", "sentinel.go"},
+		{"github.com/redis/go-redis/v9", "osscluster.go"}},
+	"mysql": {{"github.com/go-sql-driver/mysql", "dsn.go"}},
 }
 
-// stringLiterals returns the identifier-like string literals of a Go file.
+// stringLiterals returns the identifier-like string literals of a Go file
+// (snake_case, and camelCase as go-sql-driver names its parameters).
 func stringLiterals(t *testing.T, path string) []string {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
@@ -48,7 +54,7 @@ func stringLiterals(t *testing.T, path string) []string {
 	var out []string
 	ast.Inspect(f, func(n ast.Node) bool {
 		if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			if s, err := strconv.Unquote(lit.Value); err == nil && regexp.MustCompile(`^[a-z][a-z0-9_]*$`).MatchString(s) {
+			if s, err := strconv.Unquote(lit.Value); err == nil && regexp.MustCompile(`^[a-z][a-zA-Z0-9_]*$`).MatchString(s) {
 				out = append(out, s)
 			}
 		}

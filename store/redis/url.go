@@ -20,12 +20,10 @@ import (
 func init() {
 	store.Register(store.Driver[Config, *Store]{
 		Schemes: []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"},
-		Usage: "redis://[user:password@]host[:port][/db][?param=value&...]  a single Redis instance; " +
-			"redis+sentinel://[user:password@]sentinel[:26379][,sentinel...]/master[/db] the master that Redis Sentinel names; " +
-			"redis+cluster://[user:password@]node[:6379][,node...] a Redis Cluster (rediss... for TLS; " +
-			"parameters: prefix, ca, cert, key, allow_eviction, wait_replicas, wait_timeout, sentinel_username, sentinel_password " +
-			"and go-redis's such as dial_timeout, read_timeout, pool_size; " +
-			"see docs/stores.md for the durability fencing tokens need, docs/store-redis.md for Sentinel and Cluster)",
+		Usage: "redis://[user:password@]host[:port][/db][?param=value&...]  one Redis server; " +
+			"redis+sentinel://sentinel[,...]/master[/db] for the master Sentinel names, redis+cluster://node[,...] " +
+			"for a Redis Cluster, rediss... for TLS (parameters: prefix, ca, cert, key, allow_eviction, wait_replicas, " +
+			"wait_timeout, sentinel_username, sentinel_password and go-redis's such as dial_timeout, pool_size)",
 		Secrets:  []string{"sentinel_password"},
 		Parse:    ParseURL,
 		Open:     Open,
