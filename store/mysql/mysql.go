@@ -254,6 +254,12 @@ type Store struct {
 	sweepOnce  sync.Once
 	sweepDone  chan struct{} // closed when the sweeper ended; nil if it never started
 
+	// schemaOK is set once checkTables found both tables and found them
+	// tenure's; until then every statement checks first. Cleared when a
+	// table is found missing, so that a table re-created by hand is
+	// checked again.
+	schemaOK atomic.Bool
+
 	life      context.Context // ends at Close
 	end       context.CancelFunc
 	closeOnce sync.Once
@@ -373,6 +379,7 @@ func (s *Store) failed(op, resource string, err error) error {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case erNoSuchTable:
+			s.schemaOK.Store(false)
 			return fmt.Errorf("mysql store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
 		case erBadField:
 			return fmt.Errorf("mysql store: %s %q: the table %s is not tenure's leases table: %w: %w", op, resource, s.regName, driver.ErrNotStore, err)
@@ -408,7 +415,7 @@ func (s *Store) writeErr(op, resource string, err error) error {
 	if errors.Is(err, errNoConn) || errors.Is(err, errClosed) {
 		return err
 	}
-	if errors.As(err, &me) || errors.As(err, &ns) || errors.Is(err, sqldriver.ErrBadConn) {
+	if errors.As(err, &me) || errors.As(err, &ns) || errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, driver.ErrNotStore) {
 		return s.failed(op, resource, err)
 	}
 	return driver.UnknownOutcome(s.failed(op, resource, err))
@@ -463,7 +470,7 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *sql.Con
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			err = notSent{cerr}
-		} else {
+		} else if err = s.checkSchema(ctx, c); err == nil {
 			err = f(c)
 		}
 		c.Close()
@@ -473,6 +480,25 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *sql.Con
 		}
 	}
 	return err
+}
+
+// checkSchema checks the tables on c (checkTables) until they have been
+// found tenure's once. Its errors are definite: no statement of the
+// operation was sent.
+func (s *Store) checkSchema(ctx context.Context, c *sql.Conn) error {
+	if s.schemaOK.Load() {
+		return nil
+	}
+	exist, err := s.checkTables(ctx, c)
+	switch {
+	case errors.Is(err, driver.ErrNotStore):
+		return err
+	case err != nil:
+		return notSent{fmt.Errorf("checking the tables: %w", err)}
+	case exist:
+		s.schemaOK.Store(true)
+	}
+	return nil
 }
 
 // startSweeper starts the background sweep at the Store's first grant.
