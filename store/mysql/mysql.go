@@ -80,6 +80,8 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,7 +225,44 @@ func (c Config) check() (Config, error) {
 	case c.MySQL.MultiStatements || c.MySQL.ClientFoundRows:
 		return c, errors.New("mysql store: multiStatements and clientFoundRows must be off: the store reads its answers from each statement's count of changed rows")
 	}
+	for k := range c.MySQL.Params {
+		name := strings.ToLower(strings.TrimPrefix(k, "@@"))
+		name = strings.TrimPrefix(strings.TrimPrefix(name, "session."), "local.")
+		if _, ok := sessionVars[name]; ok || name == "max_join_size" {
+			return c, fmt.Errorf("mysql store: the configuration sets the session variable %s: the store sets %s on its connections itself", name, sessionVarNames())
+		}
+	}
 	return c, nil
+}
+
+// sessionVars are the session variables the store sets on each of its
+// connections when it opens them (go-sql-driver sends one SET), over the
+// defaults that the server's configuration, SET GLOBAL or init_connect
+// give new sessions. Each statement of the store must commit on its own
+// (autocommit on; a grant left in an open transaction is seen by no other
+// session and is rolled back when its session ends, while its holder goes
+// on), the sweep's COMMIT must not open another transaction
+// (completion_type NO_CHAIN), and no limit may stop or cut short its
+// statements (a batch renewal updates rows by a join: sql_safe_updates
+// refuses it; sql_select_limit would hide the holders it reads, so that
+// renewed leases looked lost; max_join_size refuses the joins unless
+// sql_big_selects is on). A configuration that sets one of them, or
+// max_join_size, is refused.
+var sessionVars = map[string]string{
+	"autocommit":       "1",
+	"completion_type":  "0",
+	"sql_safe_updates": "0",
+	"sql_select_limit": "18446744073709551615",
+	"sql_big_selects":  "1",
+}
+
+func sessionVarNames() string {
+	names := make([]string, 0, len(sessionVars))
+	for k := range sessionVars {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // Store is a driver.Store, driver.Notifier, driver.Watcher,
@@ -281,7 +320,10 @@ var quietLogger = log.New(io.Discard, "", 0)
 // and multiStatements off, uses utf8mb4, and sets the connect timeout when
 // none is set. go-sql-driver's own log lines (a connection found broken
 // is logged as well as returned) are dropped for a configuration parsed
-// from DSN or a URL; a Config.MySQL keeps its Logger. The session's sql_mode, isolation level and time zone are
+// from DSN or a URL; a Config.MySQL keeps its Logger. It sets autocommit,
+// completion_type, sql_safe_updates, sql_select_limit and sql_big_selects
+// on every connection (see sessionVars), and refuses a configuration that
+// sets them; the session's sql_mode, isolation level and time zone are
 // left as the server sets them.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg, err := cfg.check()
@@ -297,6 +339,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if mc.Timeout == 0 {
 		mc.Timeout = cfg.ConnectTimeout
+	}
+	if mc.Params == nil {
+		mc.Params = map[string]string{}
+	}
+	for k, v := range sessionVars {
+		mc.Params[k] = v
 	}
 	conn, err := gomysql.NewConnector(mc)
 	if err != nil {
