@@ -241,8 +241,8 @@ func (c Config) check() (Config, error) {
 // give new sessions. Each statement of the store must commit on its own
 // (autocommit on; a grant left in an open transaction is seen by no other
 // session and is rolled back when its session ends, while its holder goes
-// on), the sweep's COMMIT must not open another transaction
-// (completion_type NO_CHAIN), and no limit may stop or cut short its
+// on; the store sends no BEGIN or COMMIT of its own), and no limit may
+// stop or cut short its
 // statements (a batch renewal updates rows by a join: sql_safe_updates
 // refuses it; sql_select_limit would hide the holders it reads, so that
 // renewed leases looked lost; max_join_size refuses the joins unless
@@ -250,7 +250,6 @@ func (c Config) check() (Config, error) {
 // max_join_size, is refused.
 var sessionVars = map[string]string{
 	"autocommit":       "1",
-	"completion_type":  "0",
 	"sql_safe_updates": "0",
 	"sql_select_limit": "18446744073709551615",
 	"sql_big_selects":  "1",
@@ -279,7 +278,7 @@ type Store struct {
 
 	sql struct {
 		acquire, holder, renew, keep, release, list, raiseFloor stmt
-		listAll, deadRows, lockDead, poll                       string // lockDead and poll: fmt verbs for the IN list
+		listAll, deadRows, deleteDead, poll                     string // deleteDead and poll: fmt verbs for the IN list
 	}
 
 	hub       driver.Hub // release notifications; Listen is poll
@@ -321,7 +320,7 @@ var quietLogger = log.New(io.Discard, "", 0)
 // none is set. go-sql-driver's own log lines (a connection found broken
 // is logged as well as returned) are dropped for a configuration parsed
 // from DSN or a URL; a Config.MySQL keeps its Logger. It sets autocommit,
-// completion_type, sql_safe_updates, sql_select_limit and sql_big_selects
+// sql_safe_updates, sql_select_limit and sql_big_selects
 // on every connection (see sessionVars), and refuses a configuration that
 // sets them; the session's sql_mode, isolation level and time zone are
 // left as the server sets them.

@@ -171,7 +171,8 @@ func (want column) mismatch(ci columnInfo) string {
 }
 
 // checkTables checks the leases table and its token table where they
-// exist: InnoDB (the sweep is a transaction), tenure's columns with the
+// exist: InnoDB (row locks, crash recovery, and the engine Galera
+// replicates), tenure's columns with the
 // types the statements rely on (see leaseColumns), and the primary key as
 // the only unique key (the acquire's INSERT ... ON DUPLICATE KEY UPDATE
 // finds a resource's row by it: without it every acquire inserts a row of

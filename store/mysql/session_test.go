@@ -19,7 +19,7 @@ import (
 // I/O: autocommit=0 would leave every grant uncommitted (see
 // TestServerSessionDefaults).
 func TestSessionSettingsInDSN(t *testing.T) {
-	for _, p := range []string{"autocommit=0", "autocommit=1", "AUTOCOMMIT=false", "completion_type=CHAIN",
+	for _, p := range []string{"autocommit=0", "autocommit=1", "AUTOCOMMIT=false",
 		"sql_safe_updates=1", "sql_select_limit=1", "sql_big_selects=0", "max_join_size=1", "@@autocommit=0", "@@session.autocommit=0"} {
 		// 127.0.0.1:1: nothing listens there; the error must come first.
 		_, err := mysql.Open(context.Background(), mysql.Config{DSN: "u:pw@tcp(127.0.0.1:1)/db?" + p})
@@ -43,9 +43,9 @@ func TestSessionSettingsInDSN(t *testing.T) {
 //     resource while the first still holds it. And the release poll of a
 //     store would read the same old snapshot for ever, so that waiters
 //     in other processes were never woken.
-//   - completion_type=CHAIN: the sweep's COMMIT would start a new
-//     transaction on its connection, with the same effect for every
-//     later statement of that connection.
+//   - completion_type=CHAIN: a COMMIT would start a new transaction on
+//     its connection, with the same effect for every later statement of
+//     that connection; the store sends none, the sweep included.
 //   - sql_safe_updates=1, sql_select_limit=1, max_join_size=1: renewals
 //     of many leases in one statement would fail or report renewed leases
 //     lost, List would show one lease, the sweep would fail.
