@@ -410,14 +410,15 @@ func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // Server error numbers the store acts on (MySQL's and MariaDB's).
 const (
-	erNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
-	erBadField         = 1054 // ER_BAD_FIELD_ERROR
-	erDeadlock         = 1213 // ER_LOCK_DEADLOCK; Galera: a certification failure or a brute-force abort
-	erServerShutdown   = 1053 // ER_SERVER_SHUTDOWN
-	erQueryInterrupted = 1317 // ER_QUERY_INTERRUPTED
-	erConnectionKilled = 1927 // MariaDB's ER_CONNECTION_KILLED
-	erClientInterTO    = 4031 // MySQL's ER_CLIENT_INTERACTION_TIMEOUT (wait_timeout)
-	erGRRollback       = 3101 // MySQL Group Replication: ER_TRANSACTION_ROLLBACK_DURING_COMMIT (a certification failure)
+	erNoSuchTable       = 1146 // ER_NO_SUCH_TABLE
+	erBadField          = 1054 // ER_BAD_FIELD_ERROR
+	erDeadlock          = 1213 // ER_LOCK_DEADLOCK; Galera: a certification failure or a brute-force abort
+	erServerShutdown    = 1053 // ER_SERVER_SHUTDOWN
+	erQueryInterrupted  = 1317 // ER_QUERY_INTERRUPTED
+	erConnectionKilled  = 1927 // MariaDB's ER_CONNECTION_KILLED
+	erClientInterTO     = 4031 // MySQL's ER_CLIENT_INTERACTION_TIMEOUT (wait_timeout)
+	erGRRollback        = 3101 // MySQL Group Replication: ER_TRANSACTION_ROLLBACK_DURING_COMMIT (a certification failure)
+	erErrorDuringCommit = 1180 // ER_ERROR_DURING_COMMIT; Galera: the node lost the cluster while it replicated the statement
 )
 
 // failed wraps an error of a statement that was not applied, or of a read.
@@ -453,7 +454,10 @@ func (e notSent) Unwrap() error { return e.err }
 // reported (the statement failed and was rolled back) or one that happened
 // before anything was sent is a plain error; anything else (the connection
 // broke, or ctx ended, after the statement was sent) leaves the outcome
-// unknown.
+// unknown, and so does error 1180, with which a Galera node answers a
+// statement whose replication it could not finish because it lost the
+// cluster (wsrep-lib maps the provider's connection and provider failures
+// to it): the other nodes may have committed it.
 func (s *Store) writeErr(op, resource string, err error) error {
 	var (
 		me *gomysql.MySQLError
@@ -461,6 +465,9 @@ func (s *Store) writeErr(op, resource string, err error) error {
 	)
 	if errors.Is(err, errNoConn) || errors.Is(err, errClosed) {
 		return err
+	}
+	if errors.As(err, &me) && me.Number == erErrorDuringCommit {
+		return driver.UnknownOutcome(s.failed(op, resource, err))
 	}
 	if errors.As(err, &me) || errors.As(err, &ns) || errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, driver.ErrNotStore) {
 		return s.failed(op, resource, err)
