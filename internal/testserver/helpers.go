@@ -120,6 +120,77 @@ func BenchWakeOnRelease(b *testing.B, open func(testing.TB) driver.Store) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// BenchWaiterBesideLoopingHolder measures how long a waiter on one store
+// waits for a resource that a holder on another store (another process)
+// holds for 50 ms at a time and acquires again at once after each release,
+// with TTLs of 10 s and the default retry. Each wait is capped at 30 s
+// (counted as 30 s). It reports the median and the longest wait, and how
+// many waits reached the cap.
+func BenchWaiterBesideLoopingHolder(b *testing.B, open func(testing.TB) driver.Store) {
+	const (
+		hold  = 50 * time.Millisecond
+		ttl   = 10 * time.Second
+		limit = 30 * time.Second
+	)
+	ctx := Ctx(b)
+	holder, waiter := Locker(b, open(b)), Locker(b, open(b))
+	r := Resource(b)
+	var waits []time.Duration
+	capped := 0
+	for range b.N {
+		stop := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			for {
+				l, err := holder.Acquire(ctx, r, ttl)
+				if err != nil {
+					done <- err
+					return
+				}
+				select {
+				case <-stop:
+					done <- l.Release(ctx)
+					return
+				case <-time.After(hold):
+				}
+				if err := l.Release(ctx); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(4 * hold)
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, limit)
+		l, err := waiter.Acquire(wctx, r, ttl)
+		cancel()
+		d := time.Since(start)
+		close(stop)
+		switch {
+		case err == nil:
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		case errors.Is(err, context.DeadlineExceeded):
+			d, capped = limit, capped+1
+		default:
+			b.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		waits = append(waits, d)
+	}
+	if len(waits) == 0 {
+		return
+	}
+	slices.Sort(waits)
+	b.ReportMetric(waits[len(waits)/2].Seconds(), "s-median")
+	b.ReportMetric(waits[len(waits)-1].Seconds(), "s-max")
+	b.ReportMetric(float64(capped), "capped")
+	b.ReportMetric(0, "ns/op")
+}
+
 // ServerScript returns the path of scripts/NAME when server fault tests are
 // enabled, or skips.
 func ServerScript(t *testing.T, name string) string {

@@ -80,6 +80,8 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,7 +225,43 @@ func (c Config) check() (Config, error) {
 	case c.MySQL.MultiStatements || c.MySQL.ClientFoundRows:
 		return c, errors.New("mysql store: multiStatements and clientFoundRows must be off: the store reads its answers from each statement's count of changed rows")
 	}
+	for k := range c.MySQL.Params {
+		name := strings.ToLower(strings.TrimPrefix(k, "@@"))
+		name = strings.TrimPrefix(strings.TrimPrefix(name, "session."), "local.")
+		if _, ok := sessionVars[name]; ok || name == "max_join_size" {
+			return c, fmt.Errorf("mysql store: the configuration sets the session variable %s: the store sets %s on its connections itself", name, sessionVarNames())
+		}
+	}
 	return c, nil
+}
+
+// sessionVars are the session variables the store sets on each of its
+// connections when it opens them (go-sql-driver sends one SET), over the
+// defaults that the server's configuration, SET GLOBAL or init_connect
+// give new sessions. Each statement of the store must commit on its own
+// (autocommit on; a grant left in an open transaction is seen by no other
+// session and is rolled back when its session ends, while its holder goes
+// on; the store sends no BEGIN or COMMIT of its own), and no limit may
+// stop or cut short its
+// statements (a batch renewal updates rows by a join: sql_safe_updates
+// refuses it; sql_select_limit would hide the holders it reads, so that
+// renewed leases looked lost; max_join_size refuses the joins unless
+// sql_big_selects is on). A configuration that sets one of them, or
+// max_join_size, is refused.
+var sessionVars = map[string]string{
+	"autocommit":       "1",
+	"sql_safe_updates": "0",
+	"sql_select_limit": "18446744073709551615",
+	"sql_big_selects":  "1",
+}
+
+func sessionVarNames() string {
+	names := make([]string, 0, len(sessionVars))
+	for k := range sessionVars {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // Store is a driver.Store, driver.Notifier, driver.Watcher,
@@ -240,7 +278,7 @@ type Store struct {
 
 	sql struct {
 		acquire, holder, renew, keep, release, list, raiseFloor stmt
-		listAll, deadRows, lockDead, poll                       string // lockDead and poll: fmt verbs for the IN list
+		listAll, deadRows, deleteDead, poll                     string // deleteDead and poll: fmt verbs for the IN list
 	}
 
 	hub       driver.Hub // release notifications; Listen is poll
@@ -253,6 +291,12 @@ type Store struct {
 	sweepEvery time.Duration
 	sweepOnce  sync.Once
 	sweepDone  chan struct{} // closed when the sweeper ended; nil if it never started
+
+	// schemaOK is set once checkTables found both tables and found them
+	// tenure's; until then every statement checks first. Cleared when a
+	// table is found missing, so that a table re-created by hand is
+	// checked again.
+	schemaOK atomic.Bool
 
 	life      context.Context // ends at Close
 	end       context.CancelFunc
@@ -275,7 +319,10 @@ var quietLogger = log.New(io.Discard, "", 0)
 // and multiStatements off, uses utf8mb4, and sets the connect timeout when
 // none is set. go-sql-driver's own log lines (a connection found broken
 // is logged as well as returned) are dropped for a configuration parsed
-// from DSN or a URL; a Config.MySQL keeps its Logger. The session's sql_mode, isolation level and time zone are
+// from DSN or a URL; a Config.MySQL keeps its Logger. It sets autocommit,
+// sql_safe_updates, sql_select_limit and sql_big_selects
+// on every connection (see sessionVars), and refuses a configuration that
+// sets them; the session's sql_mode, isolation level and time zone are
 // left as the server sets them.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg, err := cfg.check()
@@ -291,6 +338,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if mc.Timeout == 0 {
 		mc.Timeout = cfg.ConnectTimeout
+	}
+	if mc.Params == nil {
+		mc.Params = map[string]string{}
+	}
+	for k, v := range sessionVars {
+		mc.Params[k] = v
 	}
 	conn, err := gomysql.NewConnector(mc)
 	if err != nil {
@@ -357,14 +410,15 @@ func (s *Store) CheckTTL(ttl time.Duration) error { return ttls.CheckTTL(ttl) }
 
 // Server error numbers the store acts on (MySQL's and MariaDB's).
 const (
-	erNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
-	erBadField         = 1054 // ER_BAD_FIELD_ERROR
-	erDeadlock         = 1213 // ER_LOCK_DEADLOCK; Galera: a certification failure or a brute-force abort
-	erServerShutdown   = 1053 // ER_SERVER_SHUTDOWN
-	erQueryInterrupted = 1317 // ER_QUERY_INTERRUPTED
-	erConnectionKilled = 1927 // MariaDB's ER_CONNECTION_KILLED
-	erClientInterTO    = 4031 // MySQL's ER_CLIENT_INTERACTION_TIMEOUT (wait_timeout)
-	erGRRollback       = 3101 // MySQL Group Replication: ER_TRANSACTION_ROLLBACK_DURING_COMMIT (a certification failure)
+	erNoSuchTable       = 1146 // ER_NO_SUCH_TABLE
+	erBadField          = 1054 // ER_BAD_FIELD_ERROR
+	erDeadlock          = 1213 // ER_LOCK_DEADLOCK; Galera: a certification failure or a brute-force abort
+	erServerShutdown    = 1053 // ER_SERVER_SHUTDOWN
+	erQueryInterrupted  = 1317 // ER_QUERY_INTERRUPTED
+	erConnectionKilled  = 1927 // MariaDB's ER_CONNECTION_KILLED
+	erClientInterTO     = 4031 // MySQL's ER_CLIENT_INTERACTION_TIMEOUT (wait_timeout)
+	erGRRollback        = 3101 // MySQL Group Replication: ER_TRANSACTION_ROLLBACK_DURING_COMMIT (a certification failure)
+	erErrorDuringCommit = 1180 // ER_ERROR_DURING_COMMIT; Galera: the node lost the cluster while it replicated the statement
 )
 
 // failed wraps an error of a statement that was not applied, or of a read.
@@ -373,6 +427,7 @@ func (s *Store) failed(op, resource string, err error) error {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case erNoSuchTable:
+			s.schemaOK.Store(false)
 			return fmt.Errorf("mysql store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
 		case erBadField:
 			return fmt.Errorf("mysql store: %s %q: the table %s is not tenure's leases table: %w: %w", op, resource, s.regName, driver.ErrNotStore, err)
@@ -399,7 +454,10 @@ func (e notSent) Unwrap() error { return e.err }
 // reported (the statement failed and was rolled back) or one that happened
 // before anything was sent is a plain error; anything else (the connection
 // broke, or ctx ended, after the statement was sent) leaves the outcome
-// unknown.
+// unknown, and so does error 1180, with which a Galera node answers a
+// statement whose replication it could not finish because it lost the
+// cluster (wsrep-lib maps the provider's connection and provider failures
+// to it): the other nodes may have committed it.
 func (s *Store) writeErr(op, resource string, err error) error {
 	var (
 		me *gomysql.MySQLError
@@ -408,7 +466,10 @@ func (s *Store) writeErr(op, resource string, err error) error {
 	if errors.Is(err, errNoConn) || errors.Is(err, errClosed) {
 		return err
 	}
-	if errors.As(err, &me) || errors.As(err, &ns) || errors.Is(err, sqldriver.ErrBadConn) {
+	if errors.As(err, &me) && me.Number == erErrorDuringCommit {
+		return driver.UnknownOutcome(s.failed(op, resource, err))
+	}
+	if errors.As(err, &me) || errors.As(err, &ns) || errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, driver.ErrNotStore) {
 		return s.failed(op, resource, err)
 	}
 	return driver.UnknownOutcome(s.failed(op, resource, err))
@@ -463,7 +524,7 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *sql.Con
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			err = notSent{cerr}
-		} else {
+		} else if err = s.checkSchema(ctx, c); err == nil {
 			err = f(c)
 		}
 		c.Close()
@@ -473,6 +534,25 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *sql.Con
 		}
 	}
 	return err
+}
+
+// checkSchema checks the tables on c (checkTables) until they have been
+// found tenure's once. Its errors are definite: no statement of the
+// operation was sent.
+func (s *Store) checkSchema(ctx context.Context, c *sql.Conn) error {
+	if s.schemaOK.Load() {
+		return nil
+	}
+	exist, err := s.checkTables(ctx, c)
+	switch {
+	case errors.Is(err, driver.ErrNotStore):
+		return err
+	case err != nil:
+		return notSent{fmt.Errorf("checking the tables: %w", err)}
+	case exist:
+		s.schemaOK.Store(true)
+	}
+	return nil
 }
 
 // startSweeper starts the background sweep at the Store's first grant.

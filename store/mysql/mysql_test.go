@@ -295,3 +295,10 @@ func TestServerRestart(t *testing.T) {
 func BenchmarkWakeOnRelease(b *testing.B) {
 	testserver.BenchWakeOnRelease(b, func(tb testing.TB) driver.Store { return open(tb) })
 }
+
+// BenchmarkWaiterBesideLoopingHolder: a waiter on another Store learns of
+// a release only from a poll that finds the resource free (see
+// docs/store-mysql.md, Wake-ups).
+func BenchmarkWaiterBesideLoopingHolder(b *testing.B) {
+	testserver.BenchWaiterBesideLoopingHolder(b, func(tb testing.TB) driver.Store { return open(tb) })
+}

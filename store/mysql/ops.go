@@ -263,52 +263,30 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 
 // Sweep deletes the rows of leases that were released or expired more than
 // SweepGrace ago, and rows that are neither (left in a partial state by
-// another tool), at most 1,000 per transaction until none is left or ctx
-// ends, and returns how many it deleted. Each transaction locks the rows it
-// found, checks them again, raises the token floor to the largest token
-// among them and deletes them, so a lease taken or renewed meanwhile is
-// never deleted and no token is lost with its row. Every Store sweeps by
-// itself (Config.SweepInterval); Sweep is for tests and operators.
+// another tool), at most 1,000 per round until none is left or ctx ends,
+// and returns how many it deleted. Each round reads the rows due with
+// their tokens, raises the token floor to the largest of them, and then
+// deletes those that are still due and whose token is not above it: three
+// statements, each committed on its own, so no lock is held between them
+// (a sweeping process that is paused or cut off stops no grant), a lease
+// taken or renewed meanwhile is never deleted, and no token is lost with
+// its row. Every Store sweeps by itself (Config.SweepInterval); Sweep is
+// for tests and operators.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		var n, found int
+		var n int64
+		var found int
 		err := s.with(ctx, "sweep", s.regName, func(c *sql.Conn) error {
 			n, found = 0, 0
-			var cand []any
+			var (
+				cand []any
+				top  uint64
+			)
 			rows, err := c.QueryContext(ctx, s.sql.deadRows)
 			if err != nil {
 				return err
 			}
-			for rows.Next() {
-				var r []byte
-				if err := rows.Scan(&r); err != nil {
-					rows.Close()
-					return err
-				}
-				cand = append(cand, r)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			found = len(cand)
-			if found == 0 {
-				return nil
-			}
-			tx, err := c.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-			rows, err = tx.QueryContext(ctx, fmt.Sprintf(s.sql.lockDead, placeholders(len(cand))), cand...)
-			if err != nil {
-				return err
-			}
-			var (
-				dead []any
-				top  uint64
-			)
 			for rows.Next() {
 				var (
 					r []byte
@@ -318,32 +296,31 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 					rows.Close()
 					return err
 				}
-				dead = append(dead, r)
+				cand = append(cand, r)
 				top = max(top, k)
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
 				return err
 			}
-			if len(dead) == 0 {
-				return tx.Commit()
+			found = len(cand)
+			if found == 0 {
+				return nil
 			}
-			if _, err := tx.ExecContext(ctx, s.sql.raiseFloor.text, s.sql.raiseFloor.args(map[string]any{"top": top})...); err != nil {
+			if _, err := c.ExecContext(ctx, s.sql.raiseFloor.text, s.sql.raiseFloor.args(map[string]any{"top": top})...); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s WHERE resource IN (%s)", s.table, placeholders(len(dead))), dead...); err != nil {
+			res, err := c.ExecContext(ctx, fmt.Sprintf(s.sql.deleteDead, placeholders(len(cand))), append(cand, top)...)
+			if err != nil {
 				return err
 			}
-			if err := tx.Commit(); err != nil {
-				return err
-			}
-			n = len(dead)
-			return nil
+			n, err = res.RowsAffected()
+			return err
 		})
 		if err != nil {
 			return total, s.failed("sweep", s.regName, err)
 		}
-		total += int64(n)
+		total += n
 		if found < sweepBatch || ctx.Err() != nil {
 			return total, ctx.Err()
 		}

@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -66,10 +65,6 @@ func (s *Store) ddl() []string {
 	}
 }
 
-// columns are the leases table's columns, as Init checks them on a table
-// that exists.
-var columns = []string{"expires_at", "granted_at", "owner", "resource", "token", "ttl_us"}
-
 // Init connects to the database (as Open does) and creates the leases table
 // and its token table if they do not exist, and raises the token floor to
 // the largest token in the leases table (so that a table whose token table
@@ -96,8 +91,8 @@ func (s *Store) init(ctx context.Context) error {
 	defer c.Close()
 	// The DDL is idempotent; the check of an existing table comes first
 	// so that another application's table is never touched.
-	if err := s.checkTables(ctx, c); err != nil {
-		return err
+	if _, err := s.checkTables(ctx, c); err != nil {
+		return fmt.Errorf("mysql store: init: %w", err)
 	}
 	for i, q := range s.ddl() {
 		if _, err := c.ExecContext(ctx, q); err != nil {
@@ -105,56 +100,220 @@ func (s *Store) init(ctx context.Context) error {
 			return fmt.Errorf("mysql store: init: %s: %w", what, err)
 		}
 	}
-	return s.checkTables(ctx, c)
-}
-
-// checkTables returns an error wrapping driver.ErrNotStore when the leases
-// table or its token table exists but is not tenure's.
-func (s *Store) checkTables(ctx context.Context, c *sql.Conn) error {
-	for _, t := range []struct {
-		quoted string
-		cols   []string
-	}{{s.table, columns}, {s.floor, []string{"id", "top"}}} {
-		db, name := "", strings.Trim(t.quoted, "`")
-		if d, n, ok := strings.Cut(t.quoted, "."); ok {
-			db, name = strings.Trim(d, "`"), strings.Trim(n, "`")
-		}
-		var engine sql.NullString
-		err := c.QueryRowContext(ctx, `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`,
-			db, name).Scan(&engine)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("mysql store: init: %w", err)
-		}
-		if !strings.EqualFold(engine.String, "InnoDB") {
-			return fmt.Errorf("mysql store: init: the table %s exists with engine %s, not InnoDB: it is not tenure's: %w",
-				strings.ReplaceAll(t.quoted, "`", ""), engine.String, driver.ErrNotStore)
-		}
-		rows, err := c.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`,
-			db, name)
-		if err != nil {
-			return fmt.Errorf("mysql store: init: %w", err)
-		}
-		var have []string
-		for rows.Next() {
-			var col string
-			if err := rows.Scan(&col); err != nil {
-				rows.Close()
-				return fmt.Errorf("mysql store: init: %w", err)
-			}
-			have = append(have, strings.ToLower(col))
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("mysql store: init: %w", err)
-		}
-		slices.Sort(have)
-		if !slices.Equal(have, t.cols) {
-			return fmt.Errorf("mysql store: init: the table %s exists with the columns (%s), not tenure's (%s): %w",
-				strings.ReplaceAll(t.quoted, "`", ""), strings.Join(have, ", "), strings.Join(t.cols, ", "), driver.ErrNotStore)
-		}
+	if _, err := s.checkTables(ctx, c); err != nil {
+		return fmt.Errorf("mysql store: init: %w", err)
 	}
 	return nil
+}
+
+// column is what a column of tenure's tables must be, as
+// information_schema.COLUMNS describes it.
+type column struct {
+	name      string
+	types     []string // DATA_TYPE, one of these
+	unsigned  bool     // COLUMN_TYPE says unsigned
+	minLength int64    // CHARACTER_MAXIMUM_LENGTH, at least (binary strings)
+	precision int64    // DATETIME_PRECISION, exactly (datetime)
+	nullable  bool     // IS_NULLABLE: the store writes NULL into it
+	ddl       string   // tenure's definition, for messages
+}
+
+// The columns of the leases table and of its token table. What the
+// statements rely on: resource and owner are binary strings (compared
+// byte for byte, no collation, no trailing-space padding) long enough for
+// every valid name and owner string; token holds every uint64; expires_at
+// keeps microseconds (a DATETIME with fewer digits cuts every expiry short:
+// MariaDB truncates, MySQL rounds); the columns that a release clears take
+// NULL.
+var (
+	leaseColumns = []column{
+		{name: "resource", types: []string{"varbinary"}, minLength: driver.MaxResourceLen, ddl: "VARBINARY(256) NOT NULL"},
+		{name: "owner", types: []string{"varbinary"}, minLength: driver.MaxOwnerLen, nullable: true, ddl: "VARBINARY(256) NULL"},
+		{name: "token", types: []string{"bigint"}, unsigned: true, ddl: "BIGINT UNSIGNED NOT NULL"},
+		{name: "ttl_us", types: []string{"bigint"}, nullable: true, ddl: "BIGINT NULL"},
+		{name: "expires_at", types: []string{"datetime"}, precision: 6, nullable: true, ddl: "DATETIME(6) NULL"},
+		{name: "granted_at", types: []string{"datetime"}, precision: 6, nullable: true, ddl: "DATETIME(6) NULL"},
+	}
+	floorColumns = []column{
+		{name: "id", types: []string{"tinyint", "smallint", "mediumint", "int", "bigint"}, ddl: "TINYINT UNSIGNED NOT NULL"},
+		{name: "top", types: []string{"bigint"}, unsigned: true, ddl: "BIGINT UNSIGNED NOT NULL"},
+	}
+)
+
+// columnInfo is a column as information_schema describes it.
+type columnInfo struct {
+	dataType, columnType, nullable string
+	length, precision              sql.NullInt64
+}
+
+func (ci columnInfo) String() string {
+	s := ci.columnType
+	if ci.dataType == "datetime" && ci.precision.Valid && !strings.Contains(s, "(") {
+		s = fmt.Sprintf("%s(%d)", s, ci.precision.Int64)
+	}
+	if strings.EqualFold(ci.nullable, "NO") {
+		return s + " NOT NULL"
+	}
+	return s + " NULL"
+}
+
+// mismatch returns what is wrong with ci for want, or "".
+func (want column) mismatch(ci columnInfo) string {
+	switch {
+	case !slices.Contains(want.types, strings.ToLower(ci.dataType)),
+		want.unsigned && !strings.Contains(strings.ToLower(ci.columnType), "unsigned"),
+		want.minLength > 0 && (!ci.length.Valid || ci.length.Int64 < want.minLength),
+		want.precision > 0 && (!ci.precision.Valid || ci.precision.Int64 != want.precision),
+		want.nullable && !strings.EqualFold(ci.nullable, "YES"):
+		return fmt.Sprintf("column %s is %s, tenure's is %s", want.name, ci, want.ddl)
+	}
+	return ""
+}
+
+// checkTables checks the leases table and its token table where they
+// exist: InnoDB (row locks, crash recovery, and the engine Galera
+// replicates), tenure's columns with the
+// types the statements rely on (see leaseColumns), and the primary key as
+// the only unique key (the acquire's INSERT ... ON DUPLICATE KEY UPDATE
+// finds a resource's row by it: without it every acquire inserts a row of
+// its own and two owners hold a resource at once; with another unique
+// key an acquire can update another resource's row). It returns an error
+// wrapping driver.ErrNotStore, saying what differs, when one is not
+// tenure's, and whether both exist. Two round trips.
+func (s *Store) checkTables(ctx context.Context, c *sql.Conn) (exist bool, err error) {
+	type table struct {
+		quoted, db, name string
+		cols             []column
+		key              string
+		found            map[string]columnInfo
+		engine           string
+		unique           map[string][]string // unique index -> its columns
+	}
+	tables := []*table{{quoted: s.table, cols: leaseColumns, key: "resource"}, {quoted: s.floor, cols: floorColumns, key: "id"}}
+	for _, t := range tables {
+		t.name = strings.Trim(t.quoted, "`")
+		if d, n, ok := strings.Cut(t.quoted, "."); ok {
+			t.db, t.name = strings.Trim(d, "`"), strings.Trim(n, "`")
+		}
+		t.found, t.unique = map[string]columnInfo{}, map[string][]string{}
+	}
+	// information_schema compares names without regard to case: a row
+	// counts only for the table of exactly this name, unless the server
+	// folds names itself (lower_case_table_names) and reports one table.
+	pick := func(rowsOf map[string]int, name string) string {
+		if _, ok := rowsOf[name]; ok || len(rowsOf) != 1 {
+			return name
+		}
+		for n := range rowsOf {
+			return n
+		}
+		return name
+	}
+	in := func(t *table) []any { return []any{t.db, t.name} }
+	rows, err := c.QueryContext(ctx, `SELECT c.TABLE_NAME, COALESCE(t.ENGINE, ''), c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.IS_NULLABLE,
+	c.CHARACTER_MAXIMUM_LENGTH, c.DATETIME_PRECISION
+FROM information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
+WHERE (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)
+   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)`, append(in(tables[0]), in(tables[1])...)...)
+	if err != nil {
+		return false, err
+	}
+	type colRow struct {
+		table, engine, name string
+		info                columnInfo
+	}
+	var cols []colRow
+	for rows.Next() {
+		var r colRow
+		if err := rows.Scan(&r.table, &r.engine, &r.name, &r.info.dataType, &r.info.columnType, &r.info.nullable, &r.info.length, &r.info.precision); err != nil {
+			rows.Close()
+			return false, err
+		}
+		cols = append(cols, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	rows, err = c.QueryContext(ctx, `SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+WHERE NON_UNIQUE = 0 AND ((TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
+   OR (TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?))
+ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, append(in(tables[0]), in(tables[1])...)...)
+	if err != nil {
+		return false, err
+	}
+	type keyRow struct{ table, index, column string }
+	var keys []keyRow
+	for rows.Next() {
+		var k keyRow
+		if err := rows.Scan(&k.table, &k.index, &k.column); err != nil {
+			rows.Close()
+			return false, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	exist = true
+	for _, t := range tables {
+		names := map[string]int{}
+		for _, r := range cols {
+			if strings.EqualFold(r.table, t.name) {
+				names[r.table]++
+			}
+		}
+		name := pick(names, t.name)
+		for _, r := range cols {
+			if r.table == name {
+				t.engine = r.engine
+				t.found[strings.ToLower(r.name)] = r.info
+			}
+		}
+		for _, k := range keys {
+			if k.table == name {
+				t.unique[k.index] = append(t.unique[k.index], strings.ToLower(k.column))
+			}
+		}
+		if len(t.found) == 0 {
+			exist = false
+			continue
+		}
+		what := strings.ReplaceAll(t.quoted, "`", "")
+		if !strings.EqualFold(t.engine, "InnoDB") {
+			return false, fmt.Errorf("the table %s exists with engine %s, not InnoDB: it is not tenure's: %w", what, t.engine, driver.ErrNotStore)
+		}
+		var have, want []string
+		for n := range t.found {
+			have = append(have, n)
+		}
+		for _, col := range t.cols {
+			want = append(want, col.name)
+		}
+		slices.Sort(have)
+		slices.Sort(want)
+		if !slices.Equal(have, want) {
+			return false, fmt.Errorf("the table %s exists with the columns (%s), not tenure's (%s): %w",
+				what, strings.Join(have, ", "), strings.Join(want, ", "), driver.ErrNotStore)
+		}
+		for _, col := range t.cols {
+			if m := col.mismatch(t.found[col.name]); m != "" {
+				return false, fmt.Errorf("the table %s is not tenure's: %s: %w", what, m, driver.ErrNotStore)
+			}
+		}
+		if len(t.unique) != 1 || !slices.Equal(t.unique["PRIMARY"], []string{t.key}) {
+			var ks []string
+			for idx, cs := range t.unique {
+				ks = append(ks, fmt.Sprintf("%s (%s)", idx, strings.Join(cs, ", ")))
+			}
+			slices.Sort(ks)
+			if len(ks) == 0 {
+				ks = []string{"none"}
+			}
+			return false, fmt.Errorf("the table %s is not tenure's: its unique keys are %s; tenure's table has one, the primary key (%s): %w",
+				what, strings.Join(ks, ", "), t.key, driver.ErrNotStore)
+		}
+	}
+	return exist, nil
 }

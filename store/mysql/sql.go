@@ -119,15 +119,23 @@ ON DUPLICATE KEY UPDATE
 WHERE resource >= :p AND LEFT(resource, :n) = :p AND %[3]s ORDER BY resource`, t, remaining(""), live("")))
 	// Sweep: rows of leases that expired or were released SweepGrace ago,
 	// and rows that are neither a lease nor a released one (partial rows).
+	// Three statements, each committed on its own, so that the sweep holds
+	// no lock between two of them (a sweeping process that is paused or
+	// cut off must not stop the grants of other processes): read the rows
+	// due and their tokens; raise the floor to the largest; delete those
+	// rows that are still due and whose token the floor covers. A grant
+	// that read the floor before it was raised held the floor row in share
+	// mode until its statement ended, and so ended before the raise and
+	// before the delete: it found the row, and took the token above it.
 	grace := fmt.Sprintf(`%s - INTERVAL %d MICROSECOND`, now, SweepGrace.Microseconds())
 	dead := fmt.Sprintf(`NOT COALESCE((owner IS NOT NULL AND expires_at > %[1]s) OR (owner IS NULL AND granted_at > %[1]s), FALSE)`, grace)
-	s.sql.deadRows = fmt.Sprintf(`SELECT resource FROM %s WHERE %s LIMIT %d`, t, dead, sweepBatch)
-	s.sql.lockDead = fmt.Sprintf(`SELECT resource, token FROM %s WHERE resource IN (%%s) AND %s FOR UPDATE`, t, dead)
+	s.sql.deadRows = fmt.Sprintf(`SELECT resource, token FROM %s WHERE %s LIMIT %d`, t, dead, sweepBatch)
+	s.sql.deleteDead = fmt.Sprintf(`DELETE FROM %s WHERE resource IN (%%s) AND token <= ? AND %s`, t, dead)
 	s.sql.raiseFloor = named(fmt.Sprintf(`INSERT INTO %s (id, top) VALUES (1, :top) ON DUPLICATE KEY UPDATE top = GREATEST(top, :top)`, f))
 	s.sql.poll = fmt.Sprintf(`SELECT resource FROM %s WHERE resource IN (%%s) AND %s`, t, live(""))
 }
 
-// sweepBatch bounds the rows one sweep transaction deletes.
+// sweepBatch bounds the rows one sweep statement deletes.
 const sweepBatch = 1000
 
 // placeholders returns "?, ?, ..." for n values.

@@ -187,6 +187,12 @@ type Store struct {
 	// transaction pooler was detected).
 	pooled atomic.Bool
 
+	// schemaOK is set once checkTable found the table and found it
+	// tenure's; until then every statement checks first. Cleared when the
+	// table is found missing, so that a table re-created by hand is
+	// checked again.
+	schemaOK atomic.Bool
+
 	hub driver.Hub // release notifications; Listen is listen
 
 	// notify is the state of release notifications (notify.go).
@@ -466,6 +472,11 @@ WHERE m IS NOT NULL AND (m > q.last_value OR NOT q.is_called)`, s.seq, s.table))
 			return err
 		}
 	}
+	// Last, so that a table that is not tenure's is left as it was: the
+	// transaction is rolled back.
+	if _, err := s.checkTable(ctx, tx); err != nil {
+		return fmt.Errorf("postgres store: init: %w", err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres store: init: commit: %w", err)
 	}
@@ -628,6 +639,7 @@ func (s *Store) failed(op, resource string, err error) error {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "42P01" && strings.Contains(pgErr.Message, "does not exist"): // undefined_table: the table or the sequence
+			s.schemaOK.Store(false)
 			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
 		case pgErr.Code == "42703" && strings.Contains(pgErr.Message, `"waiters"`): // an older tenure's table
 			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, ErrNoSchema, err)
@@ -645,10 +657,11 @@ func (s *Store) failed(op, resource string, err error) error {
 // unknown.
 func (s *Store) writeErr(op, resource string, err error) error {
 	var pgErr *pgconn.PgError
+	var ce checkErr
 	if errors.Is(err, errNoConn) {
 		return err
 	}
-	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) || errors.As(err, &ce) || errors.Is(err, driver.ErrNotStore) {
 		return s.failed(op, resource, err)
 	}
 	return driver.UnknownOutcome(s.failed(op, resource, err))
@@ -709,7 +722,9 @@ func (s *Store) with(ctx context.Context, op, resource string, f func(c *pgxpool
 			}
 			return fmt.Errorf("postgres store: %s %q: %w: %w", op, resource, errNoConn, err)
 		}
-		err = f(c)
+		if err = s.checkSchema(ctx, c); err == nil {
+			err = f(c)
+		}
 		c.Release()
 		s.gate.leave()
 		if err == nil || ctx.Err() != nil {

@@ -264,3 +264,9 @@ func TestServerRestart(t *testing.T) {
 func BenchmarkWakeOnRelease(b *testing.B) {
 	testserver.BenchWakeOnRelease(b, func(tb testing.TB) driver.Store { return open(tb) })
 }
+
+// BenchmarkWaiterBesideLoopingHolder: the peer of store/mysql's, with
+// release notifications.
+func BenchmarkWaiterBesideLoopingHolder(b *testing.B) {
+	testserver.BenchWaiterBesideLoopingHolder(b, func(tb testing.TB) driver.Store { return open(tb) })
+}
