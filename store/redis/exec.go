@@ -258,19 +258,23 @@ func (s *Store) runOn(ctx context.Context, node *redis.Client, calls []*call, wa
 }
 
 // nodeClient returns a client of the cluster node at addr (one that a
-// MOVED or ASK redirection named), made like the clients of the cluster's nodes.
+// MOVED or ASK redirection named), made like the clients of the cluster's
+// nodes: with their options as go-redis set them, so it never sends a
+// call again after a lost answer either (MaxRetries -1).
 func (s *Store) nodeClient(addr string) *redis.Client {
 	s.nodesMu.Lock()
 	defer s.nodesMu.Unlock()
 	if c, ok := s.nodes[addr]; ok {
 		return c
 	}
-	o := s.nodeOptions
-	o.Addr = addr
-	c := redis.NewClient(&o)
-	for _, h := range s.hooks {
-		c.AddHook(h)
+	o := *s.nodeOptions
+	if o.MaintNotificationsConfig != nil {
+		mc := *o.MaintNotificationsConfig
+		o.MaintNotificationsConfig = &mc
 	}
+	o.Addr, o.NodeAddress = addr, addr
+	o.MaxRetries = -1
+	c := s.newNode(&o)
 	if s.nodes == nil {
 		s.nodes = map[string]*redis.Client{}
 	}

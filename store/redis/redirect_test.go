@@ -1,0 +1,93 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/netfault"
+	"github.com/tenure-go/tenure/internal/testserver"
+	tredis "github.com/tenure-go/tenure/store/redis"
+)
+
+// TestClusterRedirectedCallNotResent: a call that a node redirected (here
+// ASK, while the lease's slot migrates) goes to the node named, and when
+// that node applies it but the answer is lost, the outcome is unknown: the
+// call is not sent again. A release sent again would find the lease it had
+// freed gone and report ErrLeaseLost, a failure, for a release that was
+// done. The node the lease moved to is reached through a proxy that drops
+// its answers; once it has applied the release, the proxy passes again, so
+// that a call sent again would be answered.
+func TestClusterRedirectedCallNotResent(t *testing.T) {
+	admin := openCluster(t)
+	ctx := testserver.Ctx(t)
+	r := testserver.Resource(t)
+	key := "tenure:lease:{" + r + "}"
+	slot := tredis.KeySlot(key)
+	src, dst := slotMasters(ctx, t, admin.ClusterClient(), slot)
+	p, err := netfault.Start(dst.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	var d net.Dialer
+	s := openCluster(t, func(c *tredis.Config) {
+		c.Cluster.ReadTimeout = 500 * time.Millisecond
+		c.Cluster.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == dst.addr {
+				addr = p.Addr()
+			}
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	owner, _ := tenure.NewOwner("a")
+	rec, err := s.Acquire(ctx, r, owner, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// exists tells whether dst has the lease key (ASKING: the slot is
+	// still src's).
+	exists := func() (bool, error) {
+		var n *goredis.IntCmd
+		_, err := dst.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			p.Do(ctx, "asking")
+			n = p.Exists(ctx, key)
+			return nil
+		})
+		return n.Val() == 1, err
+	}
+	migrateSlot(ctx, t, slot, src, dst, []string{key}, func() {
+		// The lease is on dst, the slot still migrating: calls on it
+		// are answered ASK by src.
+		if got, err := s.Get(ctx, r); err != nil || got.Token != rec.Token {
+			t.Fatalf("Get through ASK: %+v, %v", got, err)
+		}
+		p.SetMode(netfault.DropReplies)
+		applied := make(chan struct{})
+		go func() {
+			defer close(applied)
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+				if there, err := exists(); err == nil && !there {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			p.SetMode(netfault.Pass)
+		}()
+		err := s.Release(ctx, r, owner, rec.Token)
+		<-applied
+		if !errors.Is(err, driver.ErrUnknownOutcome) {
+			t.Errorf("a release applied whose answer was lost: %v; want ErrUnknownOutcome", err)
+		}
+		if there, err := exists(); err != nil || there {
+			t.Errorf("the release was not applied (%v)", err)
+		}
+	})
+	migrateSlot(ctx, t, slot, dst, src, nil, nil)
+}
