@@ -90,7 +90,7 @@ func (s *Store) runCalls(ctx context.Context, calls []*call, wait bool) {
 	if s.cluster == nil {
 		s.runOn(ctx, s.single, calls, wait, false)
 		for _, c := range calls {
-			if again(c) {
+			if again(c, false) {
 				s.runOne(ctx, c, wait)
 			}
 		}
@@ -111,15 +111,17 @@ func (s *Store) runCalls(ctx context.Context, calls []*call, wait bool) {
 	}
 	wg.Wait()
 	for _, c := range calls {
-		if again(c) {
+		if again(c, true) {
 			s.runOne(ctx, c, wait)
 		}
 	}
 }
 
 // again tells whether a call's error asks for another attempt, and notes
-// what it needs (the source, or the node of an ASK).
-func again(c *call) bool {
+// what it needs (the source, or the node of an ASK or MOVED). Only a
+// cluster's nodes redirect: elsewhere (cluster false) such an answer is an
+// error like any other.
+func again(c *call, cluster bool) bool {
 	if c.err == nil {
 		return false
 	}
@@ -128,6 +130,8 @@ func again(c *call) bool {
 	case strings.HasPrefix(msg, "NOSCRIPT"):
 		c.eval = true
 		return true
+	case !cluster:
+		return false
 	case strings.HasPrefix(msg, "ASK "):
 		if f := strings.Fields(msg); len(f) == 3 {
 			c.ask = f[2]
@@ -205,7 +209,7 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 			}
 			s.cluster.ReloadState(ctx)
 		}
-		if !again(c) || attempt >= 20 || time.Now().After(deadline) {
+		if !again(c, s.cluster != nil) || attempt >= 20 || time.Now().After(deadline) {
 			return
 		}
 		if f := onRedirect.Load(); f != nil {

@@ -3,7 +3,10 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +93,45 @@ func TestClusterRedirectedCallNotResent(t *testing.T) {
 		}
 	})
 	migrateSlot(ctx, t, slot, dst, src, nil, nil)
+}
+
+// TestClusterNodeAsOneServer: a redis:// URL that names a node of a Redis
+// Cluster is refused at Open, pointing to redis+cluster://. It used to open
+// on the node that serves the slot of the store's first key, where
+// acquires failed (CROSSSLOT: the lease and the store's one counter are in
+// two slots) and a write answered MOVED made the store dereference the
+// cluster client it does not have (a panic, with wait_replicas).
+func TestClusterNodeAsOneServer(t *testing.T) {
+	admin := openCluster(t)
+	ctx := testserver.Ctx(t)
+	shards, err := admin.ClusterClient().ClusterShards(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			u := "redis://" + net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) + "/0?wait_replicas=1"
+			s, err := tredis.OpenURL(ctx, u)
+			if err == nil {
+				owner, _ := tenure.NewOwner("a")
+				for i := range 5 {
+					r := fmt.Sprintf("%s/%d", testserver.Resource(t), i)
+					func() {
+						defer func() {
+							if p := recover(); p != nil {
+								t.Errorf("%s: renew %q panicked: %v", u, r, p)
+							}
+						}()
+						_ = s.Renew(ctx, r, owner, 1, time.Second)
+					}()
+				}
+				s.Close()
+				t.Errorf("%s: a cluster node opened as one server", u)
+				continue
+			}
+			if !strings.Contains(err.Error(), "redis+cluster://") {
+				t.Errorf("%s: %v; want an error that names redis+cluster://", u, err)
+			}
+		}
+	}
 }

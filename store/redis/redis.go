@@ -407,6 +407,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		return fail(err)
 	}
+	if s.cluster == nil {
+		// A node of a cluster serves only its slots: the store's keys
+		// would be in slots of other nodes (MOVED) or of two (CROSSSLOT).
+		// A server that does not allow INFO is taken as it is.
+		if info, err := s.single.Info(pctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			s.closeClients()
+			return nil, fmt.Errorf("redis store: %s is a node of a Redis Cluster: use a redis+cluster:// URL (Config.Cluster)", s.where)
+		}
+	}
 	if !cfg.AllowEviction {
 		check := func(ctx context.Context, c *redis.Client) error {
 			policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
