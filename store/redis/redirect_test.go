@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +135,62 @@ func TestClusterNodeAsOneServer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestClusterAcquireDuringMigration: an acquire of a free resource whose
+// slot is being migrated is refused with TRYAGAIN by the importing node
+// for as long as the migration lasts, even once every key of the slot has
+// moved (it serves a call with a key it does not have only when the call
+// names one key; an acquire names the lease and the slot's counter), and
+// the source answers ASK in between. The store keeps trying for 3 s: here
+// the migration ends after 25 answers have been followed, and the acquire
+// is granted. The old code gave up after 20 answers (about a second),
+// with the error of the last one, ASK.
+func TestClusterAcquireDuringMigration(t *testing.T) {
+	var followed atomic.Int64
+	t.Cleanup(tredis.SetOnRedirect(func(string) { followed.Add(1) }))
+	s := openCluster(t)
+	ctx := testserver.Ctx(t)
+	rs := sameSlot(testserver.Resource(t), 2)
+	owner, _ := tenure.NewOwner("a")
+	held, err := s.Acquire(ctx, rs[0], owner, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := tredis.KeySlot("tenure:lease:{" + rs[0] + "}")
+	src, dst := slotMasters(ctx, t, s.ClusterClient(), slot)
+	keys, err := src.client.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got tenure.Record
+	migrateSlot(ctx, t, slot, src, dst, keys, func() {
+		// Every key of the slot is on dst; the slot is still src's.
+		before := followed.Load()
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			got, err = s.Acquire(ctx, rs[1], owner, time.Minute)
+			done <- err
+		}()
+		// No t.Fatal here: the migration must end whatever happens.
+		for followed.Load() < before+25 {
+			select {
+			case err := <-done:
+				t.Errorf("acquire during the migration, after %d answers: %v", followed.Load()-before, err)
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		t.Cleanup(func() {
+			if err := <-done; err != nil {
+				t.Errorf("acquire during the migration: %v", err)
+			} else if got.Token <= held.Token {
+				t.Errorf("token %d <= %d", got.Token, held.Token)
+			}
+		})
+	})
+	migrateSlot(ctx, t, slot, dst, src, nil, nil)
+	_ = s.Release(ctx, rs[0], owner, held.Token)
+	_ = s.Release(ctx, rs[1], owner, got.Token)
 }
