@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -193,4 +194,55 @@ func TestClusterAcquireDuringMigration(t *testing.T) {
 	migrateSlot(ctx, t, slot, dst, src, nil, nil)
 	_ = s.Release(ctx, rs[0], owner, held.Token)
 	_ = s.Release(ctx, rs[1], owner, got.Token)
+}
+
+// TestClusterBracesInNames: resource names with hash-tag braces. The slot
+// the store computes for each lease key is the one the cluster computes
+// (CLUSTER KEYSLOT), the slot's token counter is in that slot on the same
+// node (CLUSTER GETKEYSINSLOT finds it beside the lease), and the lease
+// can be read, listed and released under its own name.
+func TestClusterBracesInNames(t *testing.T) {
+	s := openCluster(t)
+	ctx := testserver.Ctx(t)
+	cc := s.ClusterClient()
+	owner, _ := tenure.NewOwner("a")
+	base := testserver.Resource(t)
+	for _, name := range []string{"{", "}", "{}", "}{", "a{b}c", "{{x}}", "{x", "x}", "a}b{c", "{}}", "}0", "tenure:token:{0}"} {
+		r := name + base // the names start with the braces
+		key := "tenure:lease:{" + r + "}"
+		slot := tredis.KeySlot(key)
+		if got, err := cc.ClusterKeySlot(ctx, key).Result(); err != nil || int(got) != slot {
+			t.Errorf("%q: CLUSTER KEYSLOT %d, %v; the store computes %d", r, got, err, slot)
+			continue
+		}
+		rec, err := s.Acquire(ctx, r, owner, time.Minute)
+		if err != nil {
+			t.Errorf("%q: %v", r, err)
+			continue
+		}
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := node.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		counter := false
+		for _, k := range keys {
+			counter = counter || strings.HasPrefix(k, "tenure:token:{")
+		}
+		if !counter || !slices.Contains(keys, key) {
+			t.Errorf("%q: slot %d holds %v; want the lease and a token counter", r, slot, keys)
+		}
+		if got, err := s.Get(ctx, r); err != nil || got.Token != rec.Token {
+			t.Errorf("%q: Get %+v, %v", r, got, err)
+		}
+		if got, err := s.List(ctx, r); err != nil || len(got) != 1 || got[0].Resource != r {
+			t.Errorf("%q: List %+v, %v", r, got, err)
+		}
+		if err := s.Release(ctx, r, owner, rec.Token); err != nil {
+			t.Errorf("%q: %v", r, err)
+		}
+	}
 }
