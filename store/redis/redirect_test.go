@@ -246,3 +246,70 @@ func TestClusterBracesInNames(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRenewBatchAcrossSlots: a batch whose leases lie in many
+// slots on every master, with WAIT, answers each lease on its own: renewed,
+// lost (a stale token, a lease released), held by another owner (named),
+// or refused before any I/O, in the batch's order, duplicates included.
+func TestClusterRenewBatchAcrossSlots(t *testing.T) {
+	s := openCluster(t, func(c *tredis.Config) { c.WaitReplicas = 1 })
+	ctx := testserver.Ctx(t)
+	a, _ := tenure.NewOwner("a")
+	b, _ := tenure.NewOwner("b")
+	base := testserver.Resource(t)
+	var batch []driver.Renewal
+	for i := range 30 {
+		r := fmt.Sprintf("%s/%d", base, i)
+		rec, err := s.Acquire(ctx, r, a, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, driver.Renewal{Resource: r, Owner: a, Token: rec.Token, TTL: time.Minute})
+	}
+	batch[3].Token++ // stale
+	if err := s.Release(ctx, batch[4].Resource, a, batch[4].Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, batch[5].Resource, a, batch[5].Token); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := s.Acquire(ctx, batch[5].Resource, b, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch = append(batch, driver.Renewal{Resource: "", Owner: a, Token: 1, TTL: time.Minute}, batch[7], batch[3])
+	errs := s.RenewBatch(ctx, batch)
+	if len(errs) != len(batch) {
+		t.Fatalf("%d answers for %d leases", len(errs), len(batch))
+	}
+	var held *driver.HeldError
+	for i, err := range errs {
+		switch {
+		case i == 3 || i == 32 || i == 4:
+			if !errors.Is(err, driver.ErrLeaseLost) {
+				t.Errorf("lease %d: %v; want ErrLeaseLost", i, err)
+			}
+		case i == 5:
+			if !errors.As(err, &held) || held.Holder.Owner != b || held.Holder.Token != rb.Token {
+				t.Errorf("lease %d: %v; want a HeldError naming b", i, err)
+			}
+		case i == 30:
+			if !errors.Is(err, driver.ErrInvalidResource) {
+				t.Errorf("lease %d: %v; want ErrInvalidResource", i, err)
+			}
+		case err != nil:
+			t.Errorf("lease %d: %v", i, err)
+		}
+	}
+	for i, r := range batch[:30] {
+		switch i {
+		case 4:
+		case 5:
+			_ = s.Release(ctx, r.Resource, b, rb.Token)
+		case 3:
+			_ = s.Release(ctx, r.Resource, a, r.Token-1)
+		default:
+			_ = s.Release(ctx, r.Resource, a, r.Token)
+		}
+	}
+}
