@@ -313,3 +313,27 @@ func TestClusterRenewBatchAcrossSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterListPrefixWithBrace: on a cluster the lease key of R is
+// <prefix>lease:{R}, so the key of a name N is also the start of the keys
+// of N + "}" + anything: List(N + "}") must not list N.
+func TestClusterListPrefixWithBrace(t *testing.T) {
+	s := openCluster(t)
+	ctx := testserver.Ctx(t)
+	owner, _ := tenure.NewOwner("a")
+	n := testserver.Resource(t)
+	for _, r := range []string{n, n + "}x"} {
+		rec, err := s.Acquire(ctx, r, owner, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Release(context.Background(), r, owner, rec.Token) })
+	}
+	got, err := s.List(ctx, n+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Resource != n+"}x" {
+		t.Errorf("List(%q) = %+v; want only %q", n+"}", got, n+"}x")
+	}
+}

@@ -977,8 +977,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 			}
 			mu.Lock()
 			for _, k := range keys {
+				// On a cluster the pattern also matches the key of a name
+				// that the prefix extends past a '}' (the key of "a" starts
+				// the keys of "a}..."): the name must start with prefix.
 				r, ok := strings.CutSuffix(strings.TrimPrefix(k, keyPrefix), suffix)
-				if !ok || seen[r] || driver.ValidateResource(r) != nil {
+				if !ok || !strings.HasPrefix(r, prefix) || seen[r] || driver.ValidateResource(r) != nil {
 					continue
 				}
 				seen[r] = true
