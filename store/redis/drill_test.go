@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,6 +128,63 @@ func TestSentinelFailoverDrill(t *testing.T) {
 		_ = lc.Release(ctx)
 	case <-time.After(15 * time.Second):
 		t.Fatal("C was not woken by A's release after the failover")
+	}
+}
+
+// TestSentinelSwitchoverWakesWaiter (TENURE_SERVER_FAULTS=1, with the set
+// of scripts/redis-sentinel): an operator's switch-over (SENTINEL
+// FAILOVER) leaves the old master running, so the waiters' pub/sub
+// connection to it stays open while releases are published on the new
+// master; the old master hears none of them (it becomes a replica only
+// when the sentinels reconfigure it, and then resynchronises in full,
+// which replays no message). The sentinels close its clients when they
+// reconfigure it: the Store's pub/sub connection then moves to the new
+// master and wakes every waiter. C, which waits with a frozen clock (only
+// a notification can wake it), must be woken after the release on the
+// new master. The release goes through a Store opened after the
+// switch-over, which writes to the new master: until the reconfiguration
+// the old master still takes writes, and a release it took would be lost
+// with its data.
+func TestSentinelSwitchoverWakesWaiter(t *testing.T) {
+	sentinelURL(t)
+	script := testserver.ServerScript(t, "redis-sentinel")
+	ctx := testserver.Ctx(t)
+	r := testserver.Resource(t)
+	a, _ := tenure.NewOwner("a")
+	rec, err := openSentinel(t).Acquire(ctx, r, a, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testserver.Locker(t, openSentinel(t), tenure.WithClock(clock.NewFake()))
+	waiting := make(chan struct{})
+	granted := make(chan *tenure.Lease, 1)
+	go func() {
+		var once sync.Once
+		l, err := c.Acquire(ctx, r, time.Minute, tenure.OnWait(func(*tenure.HeldError, time.Duration) { once.Do(func() { close(waiting) }) }))
+		if err != nil {
+			t.Errorf("C: %v", err)
+		}
+		granted <- l
+	}()
+	select {
+	case <-waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("C never waited")
+	}
+	scriptOutput(t, script, "failover")
+	if err := openSentinel(t).Release(ctx, r, a, rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	select {
+	case lc := <-granted:
+		if lc == nil {
+			t.Fatal("C was not granted")
+		}
+		t.Logf("C granted %v after the release on the new master", time.Since(released).Round(time.Millisecond))
+		_ = lc.Release(ctx)
+	case <-time.After(30 * time.Second):
+		t.Fatal("C was not woken by the release on the new master after the switch-over")
 	}
 }
 

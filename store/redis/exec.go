@@ -90,7 +90,7 @@ func (s *Store) runCalls(ctx context.Context, calls []*call, wait bool) {
 	if s.cluster == nil {
 		s.runOn(ctx, s.single, calls, wait, false)
 		for _, c := range calls {
-			if again(c) {
+			if again(c, false) {
 				s.runOne(ctx, c, wait)
 			}
 		}
@@ -111,15 +111,17 @@ func (s *Store) runCalls(ctx context.Context, calls []*call, wait bool) {
 	}
 	wg.Wait()
 	for _, c := range calls {
-		if again(c) {
+		if again(c, true) {
 			s.runOne(ctx, c, wait)
 		}
 	}
 }
 
 // again tells whether a call's error asks for another attempt, and notes
-// what it needs (the source, or the node of an ASK).
-func again(c *call) bool {
+// what it needs (the source, or the node of an ASK or MOVED). Only a
+// cluster's nodes redirect: elsewhere (cluster false) such an answer is an
+// error like any other.
+func again(c *call, cluster bool) bool {
 	if c.err == nil {
 		return false
 	}
@@ -128,6 +130,8 @@ func again(c *call) bool {
 	case strings.HasPrefix(msg, "NOSCRIPT"):
 		c.eval = true
 		return true
+	case !cluster:
+		return false
 	case strings.HasPrefix(msg, "ASK "):
 		if f := strings.Fields(msg); len(f) == 3 {
 			c.ask = f[2]
@@ -145,22 +149,29 @@ func again(c *call) bool {
 }
 
 // tryAgainFor bounds how long runOne keeps trying a call that nodes
-// redirect or refuse for now (a slot migration, a failover). Each attempt
-// was refused before the script ran, so trying again is safe.
+// refuse for now (TRYAGAIN: a slot migration). Each attempt was refused
+// before the script ran, so trying again is safe.
 const tryAgainFor = 3 * time.Second
+
+// maxAttempts bounds the attempts of one call, redirections included.
+const maxAttempts = 100
 
 // runOne runs one call until it is answered, following redirections: on a
 // cluster, MOVED goes to the node it names (and reloads the slot map in
-// the background), ASK goes to the node it names (with
-// ASKING), TRYAGAIN (the keys of a multi-key call split by a migration)
-// waits a little; NOSCRIPT sends the source. On a cluster, a node that
+// the background), ASK goes to the node it names (with ASKING), TRYAGAIN
+// (a migration has the keys of the call on two nodes, or the importing
+// node lacks one of them) waits 10 ms, 20 ms, ... up to 200 ms and tries
+// again, until tryAgainFor has passed; NOSCRIPT sends the source. A
+// redirection is always followed (within maxAttempts), so the answer
+// given up on is TRYAGAIN, not a redirection. On a cluster, a node that
 // cannot be dialled (nothing was sent) makes the store read the slot map
 // again at once and try the slot's master then, up to three times; any
 // other network error reloads the map in the background but is not
 // retried: the call may have been applied.
 func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 	deadline := time.Now().Add(tryAgainFor)
-	for attempt := 0; ; attempt++ {
+	dials, tries := 0, 0
+	for attempt := 1; ; attempt++ {
 		c.res, c.err, c.acked, c.waitErr = nil, nil, -1, nil
 		node, asking := s.single, false
 		if s.cluster != nil {
@@ -191,13 +202,14 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 		var rerr redis.Error
 		var opErr *net.OpError
 		if s.cluster != nil && c.err != nil && !errors.As(c.err, &rerr) {
-			if errors.As(c.err, &opErr) && opErr.Op == "dial" && attempt < 3 && time.Now().Before(deadline) {
+			if errors.As(c.err, &opErr) && opErr.Op == "dial" && dials < 3 && time.Now().Before(deadline) {
 				// Nothing was sent: the master of the slot is gone (a failover
 				// moved its slots, or is about to). Learn the slot map again
 				// now, and try there.
+				dials++
 				_ = s.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
 				select {
-				case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+				case <-time.After(time.Duration(dials) * 50 * time.Millisecond):
 				case <-ctx.Done():
 					return
 				}
@@ -205,18 +217,24 @@ func (s *Store) runOne(ctx context.Context, c *call, wait bool) {
 			}
 			s.cluster.ReloadState(ctx)
 		}
-		if !again(c) || attempt >= 20 || time.Now().After(deadline) {
+		if !again(c, s.cluster != nil) || attempt >= maxAttempts {
+			return
+		}
+		msg := c.err.Error()
+		tryAgain := strings.HasPrefix(msg, "TRYAGAIN")
+		if tryAgain && time.Now().After(deadline) {
 			return
 		}
 		if f := onRedirect.Load(); f != nil {
-			(*f)(c.err.Error())
+			(*f)(msg)
 		}
-		if strings.HasPrefix(c.err.Error(), "MOVED ") {
+		if strings.HasPrefix(msg, "MOVED ") {
 			s.cluster.ReloadState(ctx) // in the background; this call goes where MOVED said
 		}
-		if strings.HasPrefix(c.err.Error(), "TRYAGAIN") {
+		if tryAgain {
+			tries++
 			select {
-			case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
+			case <-time.After(min(time.Duration(tries)*10*time.Millisecond, 200*time.Millisecond)):
 			case <-ctx.Done():
 				return
 			}
@@ -258,19 +276,23 @@ func (s *Store) runOn(ctx context.Context, node *redis.Client, calls []*call, wa
 }
 
 // nodeClient returns a client of the cluster node at addr (one that a
-// MOVED or ASK redirection named), made like the clients of the cluster's nodes.
+// MOVED or ASK redirection named), made like the clients of the cluster's
+// nodes: with their options as go-redis set them, so it never sends a
+// call again after a lost answer either (MaxRetries -1).
 func (s *Store) nodeClient(addr string) *redis.Client {
 	s.nodesMu.Lock()
 	defer s.nodesMu.Unlock()
 	if c, ok := s.nodes[addr]; ok {
 		return c
 	}
-	o := s.nodeOptions
-	o.Addr = addr
-	c := redis.NewClient(&o)
-	for _, h := range s.hooks {
-		c.AddHook(h)
+	o := *s.nodeOptions
+	if o.MaintNotificationsConfig != nil {
+		mc := *o.MaintNotificationsConfig
+		o.MaintNotificationsConfig = &mc
 	}
+	o.Addr, o.NodeAddress = addr, addr
+	o.MaxRetries = -1
+	c := s.newNode(&o)
 	if s.nodes == nil {
 		s.nodes = map[string]*redis.Client{}
 	}

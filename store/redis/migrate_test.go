@@ -122,7 +122,7 @@ func sameSlot(base string, n int) []string {
 // slot's keys are split between the nodes (the lease moved, its slot's
 // token counter not yet), renewals follow ASK to the new node, and an
 // acquire of a free resource of the slot (which needs the lease key and
-// the counter on one node: TRYAGAIN) is granted once the counter moved.
+// the counter on one node: TRYAGAIN) is granted once the migration ended.
 // Afterwards the holder still excludes others, tokens still increase, and
 // List and RenewBatch see the lease on its new node. The slot is moved back
 // at the end.

@@ -256,10 +256,15 @@ type Store struct {
 	// compat: the old layout's index existed at Open (see RemoveOldLayout).
 	compat atomic.Bool
 
-	hooks       []redis.Hook
-	nodeOptions redis.Options // a cluster node client's, for nodeClient
-	nodesMu     sync.Mutex
-	nodes       map[string]*redis.Client // cluster nodes by address (ASK redirections)
+	// newNode makes a cluster node's client as the cluster client does
+	// (Cluster.NewClient, the hooks added).
+	newNode func(*redis.Options) *redis.Client
+	nodesMu sync.Mutex
+	// nodeOptions are the options go-redis gave a cluster node's client,
+	// copied before NewClient filled in its defaults (which would turn
+	// the MaxRetries of -1 into 3 resends).
+	nodeOptions *redis.Options
+	nodes       map[string]*redis.Client // cluster nodes by address (MOVED and ASK redirections)
 
 	hub    driver.Hub // release notifications; Listen is listen
 	waits  waits      // the resources subscribed to
@@ -354,12 +359,21 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if newClient == nil {
 			newClient = redis.NewClient
 		}
-		o.NewClient = func(opt *redis.Options) *redis.Client {
+		s.newNode = func(opt *redis.Options) *redis.Client {
 			c := newClient(opt)
 			for _, h := range cfg.Hooks {
 				c.AddHook(h)
 			}
 			return c
+		}
+		o.NewClient = func(opt *redis.Options) *redis.Client {
+			s.nodesMu.Lock()
+			if s.nodeOptions == nil {
+				keep := *opt
+				s.nodeOptions = &keep
+			}
+			s.nodesMu.Unlock()
+			return s.newNode(opt)
 		}
 		s.cluster = redis.NewClusterClient(&o)
 		s.rdb, s.dial, readTimeout = s.cluster, o.DialTimeout, o.ReadTimeout
@@ -374,7 +388,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("redis store: WaitTimeout %v needs a read timeout at least a second longer (it is %v)", s.waitTimeout, rt)
 		}
 	}
-	s.hooks = cfg.Hooks
 	if s.cluster == nil {
 		for _, h := range cfg.Hooks {
 			s.rdb.AddHook(h)
@@ -393,6 +406,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		return fail(err)
+	}
+	if s.cluster == nil {
+		// A node of a cluster serves only its slots: the store's keys
+		// would be in slots of other nodes (MOVED) or of two (CROSSSLOT).
+		// A server that does not allow INFO is taken as it is.
+		if info, err := s.single.Info(pctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			s.closeClients()
+			return nil, fmt.Errorf("redis store: %s is a node of a Redis Cluster: use a redis+cluster:// URL (Config.Cluster)", s.where)
+		}
 	}
 	if !cfg.AllowEviction {
 		check := func(ctx context.Context, c *redis.Client) error {
@@ -414,11 +436,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	if s.cluster != nil {
-		node, err := s.cluster.MasterForKey(pctx, s.leaseKey("x"))
-		if err != nil {
+		// The slot map, and a node's client whose options nodeClient
+		// copies.
+		if _, err := s.cluster.MasterForKey(pctx, s.leaseKey("x")); err != nil {
 			return fail(err)
 		}
-		s.nodeOptions = *node.Options()
 	} else {
 		n, err := s.rdb.Exists(pctx, s.oldIndexKey()).Result()
 		if err != nil {
@@ -955,8 +977,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error
 			}
 			mu.Lock()
 			for _, k := range keys {
+				// On a cluster the pattern also matches the key of a name
+				// that the prefix extends past a '}' (the key of "a" starts
+				// the keys of "a}..."): the name must start with prefix.
 				r, ok := strings.CutSuffix(strings.TrimPrefix(k, keyPrefix), suffix)
-				if !ok || seen[r] || driver.ValidateResource(r) != nil {
+				if !ok || !strings.HasPrefix(r, prefix) || seen[r] || driver.ValidateResource(r) != nil {
 					continue
 				}
 				seen[r] = true

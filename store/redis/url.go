@@ -65,6 +65,10 @@ func ParseURL(raw string) (Config, error) {
 		return Config{}, fmt.Errorf("redis store: bad URL: %w", err)
 	}
 	scheme, rest, _ := strings.Cut(raw, "://")
+	if info, ok := driver.Userinfo(rest); (ok && strings.Contains(rest[len(info):], "#")) || !ok && strings.Contains(rest, "#") {
+		// net/url would drop the fragment: "?prefix=app#1:" is prefix "app".
+		return Config{}, errors.New("redis store: bad URL: a '#' starts a fragment, which the store would ignore; write it %23 in a value")
+	}
 	scheme = strings.ToLower(scheme)
 	base, topology, _ := strings.Cut(scheme, "+")
 	if base != "redis" && base != "rediss" || topology != "" && topology != "sentinel" && topology != "cluster" {
@@ -132,6 +136,17 @@ func ParseURL(raw string) (Config, error) {
 		if cfg.WaitTimeout, err = time.ParseDuration(v); err != nil || cfg.WaitTimeout <= 0 {
 			return Config{}, fmt.Errorf("redis store: wait_timeout=%q is not a positive duration (such as 500ms)", v)
 		}
+		if cfg.WaitReplicas == 0 {
+			return Config{}, errors.New("redis store: wait_timeout needs wait_replicas (it bounds the WAIT for them)")
+		}
+	}
+	for k, why := range map[string]string{
+		"max_retries":             "the store never lets go-redis send a write again: a lost answer is an unknown outcome for the Locker to resolve",
+		"context_timeout_enabled": "every call ends with its context",
+	} {
+		if q.Has(k) {
+			return Config{}, fmt.Errorf("redis store: parameter %q is not allowed: %s", k, why)
+		}
 	}
 	sentinelUser, sentinelPassword := take("sentinel_username"), take("sentinel_password")
 	if topology != "sentinel" && (sentinelUser != "" || sentinelPassword != "") {
@@ -145,6 +160,9 @@ func ParseURL(raw string) (Config, error) {
 	var tlsConfig **tls.Config
 	switch topology {
 	case "":
+		if err := sameDB(strings.TrimPrefix(u.Path, "/"), q); err != nil {
+			return Config{}, err
+		}
 		u.RawQuery = q.Encode()
 		opts, err := redis.ParseURL(u.String())
 		if err != nil {
@@ -156,6 +174,9 @@ func ParseURL(raw string) (Config, error) {
 		master, db, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
 		if master == "" {
 			return Config{}, errors.New("redis store: a redis+sentinel:// URL needs the master's name as its path (/mymaster)")
+		}
+		if err := sameDB(db, q); err != nil {
+			return Config{}, err
 		}
 		// go-redis's form: the user information authenticates to the
 		// sentinels, username and password parameters to the master.
@@ -207,6 +228,16 @@ func ParseURL(raw string) (Config, error) {
 		(*tlsConfig).RootCAs, (*tlsConfig).Certificates = tc.RootCAs, tc.Certificates
 	}
 	return cfg, nil
+}
+
+// sameDB returns an error when the query's db parameter names another
+// database than the path's (go-redis would take the parameter's).
+func sameDB(path string, q url.Values) error {
+	path = strings.TrimSuffix(path, "/")
+	if !q.Has("db") || path == "" || path == q.Get("db") {
+		return nil
+	}
+	return fmt.Errorf("redis store: the URL's path names database %q and its db parameter %q", path, q.Get("db"))
 }
 
 // hostList splits "host[:port],host[:port]..." (IPv6 addresses in
