@@ -128,7 +128,8 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 // wakes the watcher (Subscribe wakes one waiter per release). It marks the
 // lease on resource, if any, in the background, so that its release
 // publishes: a holder that watches its own lease learns at once that
-// someone else freed it.
+// someone else freed it. Ending the subscription cuts the mark short and
+// waits for it, so that no call of the subscription outlives it.
 func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
 	ch, stop, err := s.hub.Watch(ctx, resource, 2*s.dial+time.Second)
 	if err != nil {
@@ -137,12 +138,17 @@ func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, fu
 		}
 		return ch, stop, err
 	}
+	mctx, cancel := context.WithTimeout(context.Background(), s.dial+5*time.Second)
+	marked := make(chan struct{})
 	go func() {
+		defer close(marked)
 		// Best effort: a failure leaves the holder to learn it at its next
 		// renewal.
-		mctx, cancel := context.WithTimeout(context.Background(), s.dial+5*time.Second)
-		defer cancel()
 		_, _ = s.eval(mctx, markScript, []string{s.leaseKey(resource)})
 	}()
-	return ch, stop, nil
+	return ch, func() {
+		stop()
+		cancel()
+		<-marked
+	}, nil
 }
