@@ -11,6 +11,11 @@ package tenure
 // returns an error wrapping ErrLeaseLost when the lease had already been
 // lost, released or abandoned. It is safe for concurrent use.
 func (l *Lease) Abandon() error {
-	_, err := l.end("abandon")
-	return err
+	if _, err := l.end("abandon"); err != nil {
+		return err
+	}
+	// end counts a release to come (for Locker.Close to wait for); an
+	// abandoned lease makes none.
+	l.lk.done()
+	return nil
 }

@@ -226,3 +226,26 @@ func TestNothingAfterClose(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// An abandoned lease is no store work: Close, which waits for the store
+// calls in flight, returns at once after Abandon, and the store still has
+// the lease (Abandon frees nothing).
+func TestCloseAfterAbandon(t *testing.T) {
+	mem := memory.New()
+	lk, _ := tenure.New(mem)
+	l, err := lk.TryAcquire(ctxT(t), "r", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Abandon(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lk.Close(ctx); err != nil {
+		t.Fatalf("Close after Abandon: %v", err)
+	}
+	if rec, err := mem.Get(context.Background(), "r"); err != nil || rec.Token != l.Token() {
+		t.Fatalf("the store after Abandon and Close: %+v, %v; want the lease still held", rec, err)
+	}
+}
