@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
 )
 
@@ -104,9 +105,7 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	sigCh := make(chan os.Signal, 16)
 	signal.Notify(sigCh, forwardedSignals...)
 	defer signal.Stop(sigCh)
-	interrupted := func(s os.Signal) error {
-		return fail(exitSignalBase+signalNumber(s), "stopped campaigning for %s: received %s", quoteName(resource), signalName(s))
-	}
+	e := &elector{a: a, f: f, resource: resource, path: path, argv: argv, sigCh: sigCh}
 
 	// Open the store: a store that cannot be reached at start is exit code
 	// 69, as for tenure run.
@@ -114,29 +113,72 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 	store, err := a.openStore(ctx, u, false)
 	if err != nil {
 		if s := stopWatch(); s != nil {
-			return interrupted(s)
+			return e.interrupted(s)
 		}
 		return err
 	}
 	defer store.Close()
 
-	st := &followStatus{a: a, resource: resource, self: ownerID, since: time.Now(), notify: make(chan struct{}, 1)}
+	e.st = &followStatus{a: a, resource: resource, self: ownerID, since: time.Now(), notify: make(chan struct{}, 1)}
 	if isTerminal(a.errFile) {
-		st.tty = a.errFile
+		e.st.tty = a.errFile
 	}
-	defer st.clear()
+	defer e.st.clear()
 
-	// OnStartedLeading hands each term's lease to the loop below; a term that
-	// ends before the loop takes it is dropped. New validates the whole
-	// configuration without I/O, before the leader is read.
-	starts := make(chan *tenure.Lease)
-	cand, err := election.New(store, election.Config{
-		Resource:    resource,
+	cand, err := e.newCandidate(store, ownerID)
+	if err != nil {
+		stopWatch()
+		return storeErr(err, "elect")
+	}
+	// Every way out of elect closes the candidate, bounded: a campaign
+	// attempt that a signal interrupted after it was sent is resolved and
+	// what it may have taken is freed before tenure exits.
+	defer a.closeLocker(cand, resource, f.ttl)
+
+	if err := e.readLeader(ctx, store, stopWatch); err != nil {
+		return err
+	}
+	e.campaign(cand)
+	defer e.stopCampaign()
+	return e.loop()
+}
+
+// elector is tenure elect once its store is open: loop handles each event
+// of the campaign (a signal, a term won, a new leader seen, the campaign's
+// end) with one method each, and the fields are the state they share.
+type elector struct {
+	a        *app
+	f        *electFlags
+	resource string
+	path     string // the command's executable, as lookCommand found it
+	argv     []string
+	sigCh    chan os.Signal
+	st       *followStatus
+
+	starts       chan *tenure.Lease // each term's lease, from OnStartedLeading
+	runDone      chan error         // the candidate's Run returned
+	stopCampaign context.CancelFunc // ends Run's context
+}
+
+// interrupted is the exit error of a campaign that signal s ended.
+func (e *elector) interrupted(s os.Signal) error {
+	return fail(exitSignalBase+signalNumber(s), "stopped campaigning for %s: received %s", quoteName(e.resource), signalName(s))
+}
+
+// newCandidate makes the candidate. OnStartedLeading hands each term's
+// lease to loop; a term that ends before loop takes it is dropped. New
+// validates the whole configuration without I/O, before the leader is
+// read.
+func (e *elector) newCandidate(store driver.Store, ownerID string) (*election.Candidate, error) {
+	e.starts = make(chan *tenure.Lease)
+	starts := e.starts
+	return election.New(store, election.Config{
+		Resource:    e.resource,
 		Identity:    ownerID,
-		Value:       f.value,
-		TTL:         f.ttl,
-		RetryPeriod: f.retry,
-		Logger:      a.libraryLog(),
+		Value:       e.f.value,
+		TTL:         e.f.ttl,
+		RetryPeriod: e.f.retry,
+		Logger:      e.a.libraryLog(),
 		// A forced release or a takeover stops the singleton within a round
 		// trip on stores that notify, as for tenure run.
 		ReleaseWatch: true,
@@ -147,143 +189,187 @@ func (a *app) elect(c *cobra.Command, f *electFlags, args []string) error {
 			case <-term.Done():
 			}
 		},
-		OnNewLeader: st.observe,
+		OnNewLeader: e.st.observe,
 	})
-	if err != nil {
-		stopWatch()
-		return storeErr(err, "elect")
-	}
-	// Every way out of elect closes the candidate, bounded: a campaign
-	// attempt that a signal interrupted after it was sent is resolved and
-	// what it may have taken is freed before tenure exits.
-	defer a.closeLocker(cand, resource, f.ttl)
+}
 
-	// Read the current leader, for the status line.
+// readLeader reads the current leader, for the status line, and ends the
+// watch of signals that stopWatch ends: a signal received meanwhile ends
+// elect.
+func (e *elector) readLeader(ctx context.Context, store driver.Store, stopWatch func() os.Signal) error {
 	gctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	current, err := store.Get(gctx, resource)
+	current, err := store.Get(gctx, e.resource)
 	cancel()
 	if s := stopWatch(); s != nil {
-		return interrupted(s)
+		return e.interrupted(s)
 	}
 	switch {
 	case err == nil:
-		st.leader, _ = election.ParseOwner(current.Owner)
+		e.st.leader, _ = election.ParseOwner(current.Owner)
 	case !errors.Is(err, tenure.ErrNotHeld):
-		return storeErr(err, "elect: read the leader of %s", quoteName(resource))
+		return storeErr(err, "elect: read the leader of %s", quoteName(e.resource))
 	}
+	return nil
+}
 
-	campaign, stopCampaign := context.WithCancel(context.Background())
-	defer stopCampaign()
-	runDone := make(chan error, 1)
-	go func() { runDone <- cand.Run(campaign) }()
-	// leave ends the campaign: Run ends a term in progress and releases its
-	// lease before it returns.
-	leave := func() {
-		stopCampaign()
-		<-runDone
-	}
-	a.log.Info("campaigning", "resource", resource, "candidate", cand.Owner(), "ttl", f.ttl, "retry", f.retry)
+// campaign starts the candidate's Run; stopCampaign ends its context and
+// leave waits for it.
+func (e *elector) campaign(cand *election.Candidate) {
+	ctx, stop := context.WithCancel(context.Background())
+	e.stopCampaign = stop
+	e.runDone = make(chan error, 1)
+	runDone := e.runDone
+	go func() { runDone <- cand.Run(ctx) }()
+	e.a.log.Info("campaigning", "resource", e.resource, "candidate", cand.Owner(), "ttl", e.f.ttl, "retry", e.f.retry)
+}
 
+// leave ends the campaign: Run ends a term in progress and releases its
+// lease before it returns.
+func (e *elector) leave() {
+	e.stopCampaign()
+	<-e.runDone
+}
+
+// loop handles the campaign's events until one ends elect, and returns
+// elect's result. The status line is redrawn every second on a terminal.
+func (e *elector) loop() error {
 	var tick <-chan time.Time
-	if st.tty != nil {
+	if e.st.tty != nil {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		tick = t.C
 	}
-	st.show()
+	e.st.show()
 	for {
 		select {
-		case s := <-sigCh:
-			if !isWaitStop(s) {
-				a.log.Info("ignoring a signal: no command is running", "signal", signalName(s))
-				continue
-			}
-			st.clear()
-			leave()
-			return interrupted(s)
-
-		case lease := <-starts:
-			if lease.Err() != nil {
-				continue // the term ended before the command could start
-			}
-			st.clear()
-			a.log.Info("leading: starting the command", "resource", resource, "token", lease.Token())
-			cmd := command{name: "elect", resource: resource, path: path, argv: argv, grace: f.grace}
-			out, err := a.supervise(cmd, lease, sigCh)
-			var ns *notStartedError
-			if errors.As(err, &ns) && ns.code == exitOSErr {
-				// No reaper can guard a command on this host now: give the
-				// term up and exit (71), rather than win terms it cannot use.
-				a.release(lease)
-				leave()
+		case s := <-e.sigCh:
+			if err := e.onSignal(s); err != nil {
 				return err
 			}
-			if errors.As(err, &ns) {
-				// The term's lease is not usable: give it up, so that this
-				// candidate (or another) campaigns again.
-				a.errorf("%s; campaigning again", ns.msg)
-				a.release(lease)
-				st.restart()
-				continue
-			}
-			if err != nil {
-				leave()
+		case lease := <-e.starts:
+			if done, err := e.onTerm(lease); done {
 				return err
 			}
-			if out.lost == nil {
-				// The command ended while this candidate led. Make sure the
-				// store still has this term's lease: one freed or taken while
-				// the command ran (found at the next renewal otherwise) means
-				// the command did not run as the only leader.
-				rctx, cancel := context.WithTimeout(context.Background(), tenure.DefaultReleaseTimeout)
-				if err := lease.Renew(rctx); lostAtRelease(err) {
-					out.lost = err
-					a.errorf("%s was lost while the command ran: %s", describeLease(lease), describeLoss(err))
-				}
-				cancel()
-			}
-			switch {
-			case out.lost == nil && out.stopped != nil && out.signal == nil:
-				// tenure stopped the command as renewals were not confirmed:
-				// the term cannot be trusted to go on; give it up and
-				// campaign again, as after a loss.
-				a.errorf("tenure stopped the command (%s)", out.stopped)
-			case out.lost == nil:
-				// The command exited by itself (or after a signal passed on to
-				// it) while this candidate led: release the lease and exit with
-				// its status; another candidate takes over.
-				a.log.Info("the command exited while leading; releasing the lease", "resource", resource, "token", lease.Token(), "exit_code", out.code)
-				leave()
-				return exitWith(out.code)
-			case out.signal != nil:
-				leave()
-				return exitWith(exitLost)
-			}
-			if lease.Err() == nil {
-				// The command was stopped for the lease's sake, but the
-				// term goes on (a renewal came through after all, before the
-				// deadline): give it up, or this candidate would keep the
-				// lease running nothing while the others follow (adversarial
-				// review).
-				a.release(lease)
-			}
-			a.errorf("campaigning again for %s", quoteName(resource))
-			st.restart()
-
-		case <-st.notify:
-			st.show()
+		case <-e.st.notify:
+			e.st.show()
 		case <-tick:
-			st.show()
-
-		case err := <-runDone:
-			// Run returns by itself only for errors that retrying cannot
-			// fix, such as a TTL that the store does not accept.
-			if errors.Is(err, tenure.ErrInvalidTTL) {
-				return usage("elect: --ttl %v: %s", f.ttl, errText(err))
-			}
-			return fail(exitSoftware, "elect: the campaign for %s ended: %s", quoteName(resource), errText(err))
+			e.st.show()
+		case err := <-e.runDone:
+			return e.onRunEnd(err)
 		}
 	}
+}
+
+// onSignal: with no command running, a signal that stops tenure ends the
+// campaign (the error to return); any other is ignored (nil).
+func (e *elector) onSignal(s os.Signal) error {
+	if !isWaitStop(s) {
+		e.a.log.Info("ignoring a signal: no command is running", "signal", signalName(s))
+		return nil
+	}
+	e.st.clear()
+	e.leave()
+	return e.interrupted(s)
+}
+
+// onTerm runs the command for a term won, and says whether elect ends
+// (done) with err, or campaigns again.
+func (e *elector) onTerm(lease *tenure.Lease) (done bool, err error) {
+	if lease.Err() != nil {
+		return false, nil // the term ended before the command could start
+	}
+	e.st.clear()
+	e.a.log.Info("leading: starting the command", "resource", e.resource, "token", lease.Token())
+	cmd := command{name: "elect", resource: e.resource, path: e.path, argv: e.argv, grace: e.f.grace}
+	out, err := e.a.supervise(cmd, lease, e.sigCh)
+	if err != nil {
+		return e.onNotRun(lease, err)
+	}
+	if out.lost == nil {
+		out.lost = e.confirmTerm(lease)
+	}
+	return e.afterCommand(lease, out)
+}
+
+// onNotRun: supervise did not run the command (err).
+func (e *elector) onNotRun(lease *tenure.Lease, err error) (done bool, _ error) {
+	var ns *notStartedError
+	switch {
+	case errors.As(err, &ns) && ns.code == exitOSErr:
+		// No reaper can guard a command on this host now: give the term up
+		// and exit (71), rather than win terms it cannot use.
+		e.a.release(lease)
+		e.leave()
+		return true, err
+	case errors.As(err, &ns):
+		// The term's lease is not usable: give it up, so that this
+		// candidate (or another) campaigns again.
+		e.a.errorf("%s; campaigning again", ns.msg)
+		e.a.release(lease)
+		e.st.restart()
+		return false, nil
+	default:
+		e.leave()
+		return true, err
+	}
+}
+
+// confirmTerm runs once the command ended while this candidate led, the
+// lease not known lost: it makes sure the store still has this term's
+// lease, and returns the loss if not. One freed or taken while the command
+// ran (found at the next renewal otherwise) means the command did not run
+// as the only leader.
+func (e *elector) confirmTerm(lease *tenure.Lease) error {
+	rctx, cancel := context.WithTimeout(context.Background(), tenure.DefaultReleaseTimeout)
+	defer cancel()
+	if err := lease.Renew(rctx); lostAtRelease(err) {
+		e.a.errorf("%s was lost while the command ran: %s", describeLease(lease), describeLoss(err))
+		return err
+	}
+	return nil
+}
+
+// afterCommand decides, once the command of a term ended as out says,
+// whether elect exits with the command's status (or 79 for a command
+// stopped by a signal after a loss), or gives the term up and campaigns
+// again.
+func (e *elector) afterCommand(lease *tenure.Lease, out outcome) (done bool, _ error) {
+	switch {
+	case out.lost == nil && out.stopped != nil && out.signal == nil:
+		// tenure stopped the command as renewals were not confirmed: the
+		// term cannot be trusted to go on; give it up and campaign again,
+		// as after a loss.
+		e.a.errorf("tenure stopped the command (%s)", out.stopped)
+	case out.lost == nil:
+		// The command exited by itself (or after a signal passed on to it)
+		// while this candidate led: release the lease and exit with its
+		// status; another candidate takes over.
+		e.a.log.Info("the command exited while leading; releasing the lease", "resource", e.resource, "token", lease.Token(), "exit_code", out.code)
+		e.leave()
+		return true, exitWith(out.code)
+	case out.signal != nil:
+		e.leave()
+		return true, exitWith(exitLost)
+	}
+	if lease.Err() == nil {
+		// The command was stopped for the lease's sake, but the term goes
+		// on (a renewal came through after all, before the deadline): give
+		// it up, or this candidate would keep the lease running nothing
+		// while the others follow.
+		e.a.release(lease)
+	}
+	e.a.errorf("campaigning again for %s", quoteName(e.resource))
+	e.st.restart()
+	return false, nil
+}
+
+// onRunEnd: Run returns by itself only for errors that retrying cannot
+// fix, such as a TTL that the store does not accept.
+func (e *elector) onRunEnd(err error) error {
+	if errors.Is(err, tenure.ErrInvalidTTL) {
+		return usage("elect: --ttl %v: %s", e.f.ttl, errText(err))
+	}
+	return fail(exitSoftware, "elect: the campaign for %s ended: %s", quoteName(e.resource), errText(err))
 }
 
 // followStatus shows the current leader while tenure elect follows: a status

@@ -54,14 +54,6 @@ type notStartedError struct{ exitError }
 // Unwrap returns the exit error, for Main.
 func (e *notStartedError) Unwrap() error { return &e.exitError }
 
-// leftoverPoll is how often supervise looks for processes left in the
-// command's group after the command exited.
-const leftoverPoll = 20 * time.Millisecond
-
-// killWait bounds the wait for a process group to be gone after SIGKILL (a
-// process in uninterruptible sleep dies when its I/O ends).
-const killWait = 5 * time.Second
-
 // usableLease checks, right before the command starts, that the lease is
 // live and has at least its renew window left (tenure.Timing), the least
 // time a lease renewed on schedule has, just before a renewal. A lease with
@@ -114,8 +106,123 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	if err := a.usableLease(c, lease); err != nil {
 		return outcome{}, err
 	}
+	s := &supervisor{a: a, c: c, lease: lease, sigCh: sigCh, m: marginsOf(lease.Timing(), c.grace)}
+	defer s.close()
+	if err := s.start(); err != nil {
+		return outcome{}, err
+	}
+	s.follow()
+	return s.finish(), nil
+}
+
+// supervisor runs one command under a lease, for supervise: start starts
+// it, follow handles each event until it exits (one method per event, on*),
+// and finish ends what it left and says how it ended. The fields are the
+// state the events share.
+type supervisor struct {
+	a     *app
+	c     command
+	lease *tenure.Lease
+	sigCh <-chan os.Signal
+	m     margins
+
+	cmd         *exec.Cmd
+	pgid        int      // the command's process group (its pid)
+	ttyFD       int      // the terminal whose foreground the command has, or -1
+	gate, gateR *os.File // the gate's pipe (see prepare); nil without a reaper
+	rp          *reaper  // nil where canReap is false
+	w           *leaseWatch
+	out         outcome
+	waitErr     error // the command's Wait, once reaped
+	reaped      bool  // the goroutine of watchExit reaped the command
+	warned      bool  // SIGTERM was sent for renewals not confirmed
+	killAt      time.Time
+	watch       *time.Ticker // look at the lease every m.watch
+	near, kill  *time.Timer  // near: m.kill before the deadline; kill: the grace period's end
+	exited      chan struct{}
+	stops       chan struct{}   // Ctrl-Z of a command in the terminal's foreground
+	lost        <-chan struct{} // the lease's end, until a loss was handled
+	reaperDied  <-chan struct{} // until the reaper's exit was handled
+	killC       <-chan time.Time
+}
+
+// margins are how long before the lease's deadline the supervisor acts
+// when renewals are not confirmed, and how often it looks at the lease.
+// The deadline (Lease.Deadline: the last confirmed renewal's send time
+// plus TTL·(1−ρ), docs/design.md) is the earliest time the store may
+// expire the lease and grant it to another host, so every kill must land
+// before it. They scale with the TTL, whose least value for run and elect
+// is minTTL (1 s), and are ordered reap < kill < RenewWindow; each holds
+// an invariant:
+//
+//   - term, min(--grace, RenewWindow/2): SIGTERM once less is left, so that
+//     the command has its grace period before the deadline; at most half
+//     the renew window (tenure.Timing), so that a lease renewed on
+//     schedule, which never has less than the whole window left, is never
+//     stopped, and a renewal's retries have the other half.
+//   - kill, TTL/10: tenure's SIGKILL once less is left without a confirmed
+//     renewal. It is far below the renew window (about two thirds of the
+//     TTL), and leaves tenure's own wake-up and the signal's delivery 100
+//     ms at the least TTL.
+//   - reap, TTL/20: the reaper's SIGKILL, for a tenure that is stopped,
+//     frozen or starved and did not kill at kill. It comes after tenure's
+//     own, so that the reaper acts only when tenure could not, and leaves
+//     the reaper's own wake-up 50 ms at the least TTL (its timer on
+//     reaperClock, or its poll every reaperPoll where it has none).
+//   - watch, TTL/10 within [10 ms, 500 ms]: how often the lease is looked
+//     at, for the SIGTERM of term and to pass a renewed deadline on to the
+//     reaper; the kill itself has a timer of its own (near).
+type margins struct {
+	term, kill, reap, watch time.Duration
+}
+
+// marginsOf returns the margins for a lease of timing t and --grace grace.
+func marginsOf(t tenure.Timing, grace time.Duration) margins {
+	return margins{
+		term:  min(grace, t.RenewWindow/2),
+		kill:  t.TTL / 10,
+		reap:  t.TTL / 20,
+		watch: min(max(t.TTL/10, 10*time.Millisecond), 500*time.Millisecond),
+	}
+}
+
+// start starts the command: behind a gate and guarded by a reaper where
+// canReap, the gate opened only once the reaper runs and the lease is
+// checked again. An error is an exit error, and the command did not run.
+func (s *supervisor) start() error {
+	if err := s.prepare(); err != nil {
+		return err
+	}
+	if err := s.cmd.Start(); err != nil {
+		code := exitCannotExec
+		if errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		return fail(code, "%s: cannot run %s: %s", s.c.name, quoteName(s.c.argv[0]), errText(err))
+	}
+	s.pgid = s.cmd.Process.Pid
+	failpoint("stop-after-start")
+	s.a.log.Debug("command started", "pid", s.pgid, "command", s.c.argv[0], "foreground", s.ttyFD >= 0, "token", s.lease.Token())
+	if err := s.startReaper(); err != nil {
+		return err
+	}
+	s.w = &leaseWatch{lease: s.lease, rp: s.rp, reap: s.m.reap}
+	s.w.look()
+	if s.gate == nil {
+		return nil
+	}
+	return s.openGate()
+}
+
+// prepare makes the command's exec.Cmd. Where a reaper guards the command,
+// the process starts as this binary behind a gate (gateMain), which
+// executes the command only once the reaper holds its process group and
+// the lease's deadline: a tenure stopped or starved at any moment from
+// then on cannot leave the command running past the deadline.
+func (s *supervisor) prepare() error {
+	a, c := s.a, s.c
 	cmd := &exec.Cmd{Path: c.path, Args: c.argv}
-	cmd.Env = commandEnv(os.Environ(), lease, c.resource, c.slot)
+	cmd.Env = commandEnv(os.Environ(), s.lease, c.resource, c.slot)
 	if a.stdin != nil {
 		cmd.Stdin = a.stdin
 	}
@@ -123,362 +230,326 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	if f, ok := a.stdout.(*outWriter); ok {
 		cmd.Stdout = f.w // the command writes to the same stdout, not through tenure's
 	}
-	ttyFD := foregroundTTY(a.stdin)
-	cmd.SysProcAttr = procAttr(ttyFD)
-	// Where a reaper guards the command, the process starts as this binary
-	// behind a gate (gateMain), which executes the command only once the
-	// reaper holds its process group and the lease's deadline: a tenure
-	// stopped or starved at any moment from here on cannot leave the
-	// command running past the deadline.
-	var gate *os.File
-	if canReap {
-		exe, gr, gw, err := gateCmd()
-		if err != nil {
-			return outcome{}, fail(exitSoftware, "%s: cannot prepare the command's start: %s", c.name, errText(err))
-		}
-		cmd.Path, cmd.Args = exe, append([]string{exe, gateArg, c.path}, c.argv...)
-		cmd.ExtraFiles = []*os.File{gr}
-		defer gr.Close()
-		gate = gw
-		defer gate.Close()
+	s.ttyFD = foregroundTTY(a.stdin)
+	cmd.SysProcAttr = procAttr(s.ttyFD)
+	s.cmd = cmd
+	if !canReap {
+		return nil
 	}
-	if err := cmd.Start(); err != nil {
-		code := exitCannotExec
-		if errors.Is(err, os.ErrNotExist) {
-			code = exitNotFound
-		}
-		return outcome{}, fail(code, "%s: cannot run %s: %s", c.name, quoteName(c.argv[0]), errText(err))
+	exe, gr, gw, err := gateCmd()
+	if err != nil {
+		return fail(exitSoftware, "%s: cannot prepare the command's start: %s", c.name, errText(err))
 	}
-	pgid := cmd.Process.Pid
-	failpoint("stop-after-start")
-	a.log.Debug("command started", "pid", pgid, "command", c.argv[0], "foreground", ttyFD >= 0, "token", lease.Token())
-	// If tenure dies (SIGKILL, a crash), the reaper kills the command's
-	// group: nobody renews the lease any more, so the command must not run
-	// on. It is disarmed before the command is reaped. Without its reaper
-	// the command would run unguarded, so it does not run (found by an
-	// adversarial review: a fork refused for a limit on open files or
-	// processes started it with only a warning).
-	var rp *reaper
-	// notStarted ends the gate, which never ran the command, and returns
-	// why the command did not run.
-	notStarted := func(code int, format string, args ...any) (outcome, error) {
-		signalGroup(pgid, syscall.SIGKILL)
-		rp.disarm()
-		_ = cmd.Wait()
-		return outcome{}, &notStartedError{exitError{code: code, msg: fmt.Sprintf(format, args...)}}
-	}
-	if canReap {
-		var err error
-		if failpointSet("reaper-start-fails") {
-			err = errors.New("failpoint reaper-start-fails")
-		} else {
-			rp, err = startReaper(pgid)
-		}
-		if err != nil {
-			return notStarted(exitOSErr, "%s: cannot start the reaper that stops the command if tenure dies or stalls, so the command did not run: %s", c.name, errText(err))
-		}
-	}
-	defer rp.disarm()
-	w := &leaseWatch{lease: lease, rp: rp}
-	w.look()
-	if gate != nil {
-		// The reaper, which must still be there, and the lease, once more,
-		// right before the command runs: a pause since usableLease may have
-		// used it up.
-		select {
-		case <-rp.died():
-			return notStarted(exitOSErr, "%s: the reaper that guards the command exited (%s) before the command could start; the command did not run", c.name, rp.status())
-		default:
-		}
-		if err := lease.Err(); err != nil {
-			return notStarted(exitLost, "%s: the %s was lost before the command could start; the command did not run: %s", c.name, describeLease(lease), describeLoss(err))
-		}
-		if lease.Remaining() < lease.Timing().RenewWindow {
-			return notStarted(exitUnavailable, "%s: the lease on %s had less than its renew window (%s) left when the command was to start (tenure was paused or starved); the command did not run",
-				c.name, quoteName(lease.Resource()), fmtDur(lease.Timing().RenewWindow))
-		}
-		_, err := gate.Write([]byte{gateGo})
-		gate.Close()
-		if err != nil {
-			return outcome{}, fail(exitSoftware, "%s: cannot start the command: %s", c.name, errText(err))
-		}
-	}
+	cmd.Path, cmd.Args = exe, append([]string{exe, gateArg, c.path}, c.argv...)
+	cmd.ExtraFiles = []*os.File{gr}
+	s.gate, s.gateR = gw, gr
+	return nil
+}
 
-	// Wait for the command's exit without reaping it (see waitExited), so that
-	// its process group id stays reserved while tenure may still signal it.
-	exited := make(chan struct{})
-	var stops chan struct{} // Ctrl-Z of a command in the terminal's foreground
-	if ttyFD >= 0 {
-		stops = make(chan struct{}, 1)
+// startReaper starts the reaper, where canReap: if tenure dies (SIGKILL, a
+// crash), it kills the command's group, as nobody renews the lease any
+// more and the command must not run on. It is disarmed before the command
+// is reaped. A command without its reaper would run unguarded, so it does
+// not run when the reaper cannot start (a fork refused for a limit on open
+// files or processes).
+func (s *supervisor) startReaper() error {
+	if !canReap {
+		return nil
 	}
-	var waitErr error
-	reaped := false
+	var err error
+	if failpointSet("reaper-start-fails") {
+		err = errors.New("failpoint reaper-start-fails")
+	} else {
+		s.rp, err = startReaper(s.pgid)
+	}
+	if err != nil {
+		return s.notStarted(exitOSErr, "%s: cannot start the reaper that stops the command if tenure dies or stalls, so the command did not run: %s", s.c.name, errText(err))
+	}
+	return nil
+}
+
+// openGate lets the gate execute the command, after checking once more the
+// reaper, which must still be there, and the lease: a pause since
+// usableLease may have used it up.
+func (s *supervisor) openGate() error {
+	c, lease := s.c, s.lease
+	select {
+	case <-s.rp.died():
+		return s.notStarted(exitOSErr, "%s: the reaper that guards the command exited (%s) before the command could start; the command did not run", c.name, s.rp.status())
+	default:
+	}
+	if err := lease.Err(); err != nil {
+		return s.notStarted(exitLost, "%s: the %s was lost before the command could start; the command did not run: %s", c.name, describeLease(lease), describeLoss(err))
+	}
+	if window := lease.Timing().RenewWindow; lease.Remaining() < window {
+		return s.notStarted(exitUnavailable, "%s: the lease on %s had less than its renew window (%s) left when the command was to start (tenure was paused or starved); the command did not run",
+			c.name, quoteName(lease.Resource()), fmtDur(window))
+	}
+	_, err := s.gate.Write([]byte{gateGo})
+	s.gate.Close()
+	if err != nil {
+		return fail(exitSoftware, "%s: cannot start the command: %s", c.name, errText(err))
+	}
+	return nil
+}
+
+// notStarted ends the gate, which never ran the command, and returns why
+// the command did not run.
+func (s *supervisor) notStarted(code int, format string, args ...any) error {
+	signalGroup(s.pgid, syscall.SIGKILL)
+	s.rp.disarm()
+	_ = s.cmd.Wait()
+	return &notStartedError{exitError{code: code, msg: fmt.Sprintf(format, args...)}}
+}
+
+// close releases what start and follow hold, on every way out of
+// supervise.
+func (s *supervisor) close() {
+	for _, t := range []*time.Timer{s.kill, s.near} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	if s.watch != nil {
+		s.watch.Stop()
+	}
+	s.rp.disarm()
+	for _, f := range []*os.File{s.gate, s.gateR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// follow handles the events of a running command until it exits. The
+// lease's deadline bounds the command: the reaper learns every new
+// deadline and kills the group when one passes (even while tenure is
+// stopped), and tenure sends SIGTERM once less than m.term is left and
+// SIGKILL once less than m.kill is (see margins) or the lease is lost.
+func (s *supervisor) follow() {
+	s.watchExit()
+	s.lost = s.lease.Done()
+	s.reaperDied = s.rp.died()
+	s.watch = time.NewTicker(s.m.watch)
+	s.near = time.NewTimer(max(time.Until(s.w.deadlineAt)-s.m.kill, 0))
+	for {
+		select {
+		case <-s.exited:
+			return
+		case <-s.reaperDied:
+			s.onReaperExit()
+		case sig := <-s.sigCh:
+			s.onSignal(sig)
+		case <-s.stops:
+			s.onSuspend()
+		case <-s.near.C:
+			s.onDeadlineNear()
+		case <-s.watch.C:
+			s.onWatch()
+		case <-s.lost:
+			s.onLeaseEnd()
+		case <-s.killC:
+			s.onGraceEnd()
+		}
+	}
+}
+
+// watchExit waits for the command's exit in a goroutine, without reaping
+// it (see waitExited), so that its process group id stays reserved while
+// tenure may still signal it; exited is closed then.
+func (s *supervisor) watchExit() {
+	s.exited = make(chan struct{})
+	if s.ttyFD >= 0 {
+		s.stops = make(chan struct{}, 1)
+	}
+	exited, stops := s.exited, s.stops
 	go func() {
-		if !waitExited(pgid, stops) {
-			rp.disarm()
-			waitErr = cmd.Wait()
-			reaped = true
+		if !waitExited(s.pgid, stops) {
+			s.rp.disarm()
+			s.waitErr = s.cmd.Wait()
+			s.reaped = true
 		}
 		close(exited)
 	}()
+}
 
-	var out outcome
-	lostCh := lease.Done()
-	// The lease's deadline bounds the command: the reaper learns every new
-	// deadline and kills the group when one passes (even while tenure is
-	// stopped); tenure sends SIGTERM once the time left falls below the
-	// grace period, and SIGKILL when the lease is lost. The grace period
-	// counts here for at most half the renew window (tenure.Timing): a lease
-	// renewed on schedule never has less than the whole window left, and
-	// the other half is for the renewal's retries.
-	watch := time.NewTicker(watchEvery(lease.TTL()))
-	defer watch.Stop()
-	warnBelow := min(c.grace, lease.Timing().RenewWindow/2)
-	warned := false
-	// near fires killMargin before the deadline as last seen: if no renewal
-	// moved it by then, the command gets SIGKILL, before the reaper's
-	// margin and before the store can give the lease to anyone else.
-	killMargin := stopMargin(lease.TTL())
-	near := time.NewTimer(max(time.Until(w.deadlineAt)-killMargin, 0))
-	defer near.Stop()
-	// kill fires when the grace period after a loss or a stop signal has
-	// passed: the group then gets SIGKILL.
-	var kill *time.Timer
-	var killC <-chan time.Time
-	var killAt time.Time
-	startGrace := func(d time.Duration) {
-		at := time.Now().Add(d)
-		if kill != nil {
-			if at.Before(killAt) {
-				killAt = at
-				kill.Reset(d)
-			}
+// onReaperExit: the reaper exited. Once disarmed, or with the lease already
+// lost, that is expected. Otherwise it killed the group at the deadline
+// (the lease is then lost, and handled as a loss), or it was killed:
+// nothing would stop the command if tenure were now stopped or killed, so
+// it is stopped as for a lost lease.
+func (s *supervisor) onReaperExit() {
+	s.reaperDied = nil
+	if !s.rp.unexpected() || s.out.lost != nil {
+		return
+	}
+	if s.lease.Err() != nil {
+		if cause := context.Cause(s.lease.Context()); !errors.Is(cause, tenure.ErrReleased) {
+			s.onLoss(cause)
 			return
 		}
-		killAt = at
-		kill = time.NewTimer(d)
-		killC = kill.C
 	}
-	defer func() {
-		if kill != nil {
-			kill.Stop()
-		}
-	}()
-	stopForLoss := func(cause error) {
-		out.lost = cause
-		lostCh = nil
-		a.errorf("%s lost while the command ran: %s", describeLease(lease), describeLoss(cause))
-		// After the deadline the store may already have granted the lease
-		// to another host: SIGKILL at once. A lease the store says is gone
-		// (freed by an operator) gives the command the grace period, up to
-		// the deadline.
-		grace := min(c.grace, time.Until(w.deadlineAt))
-		if errors.Is(cause, tenure.ErrLeaseExpired) || grace <= 0 {
-			a.errorf("stopping the command: SIGKILL")
-			a.signal(pgid, syscall.SIGKILL)
-			return
-		}
-		a.errorf("stopping the command: SIGTERM now, SIGKILL in %s", fmtDur(grace))
-		a.signal(pgid, syscall.SIGTERM)
-		a.signal(pgid, syscall.SIGCONT)
-		startGrace(grace)
-	}
-	reaperDied := rp.died()
-loop:
-	for {
-		select {
-		case <-exited:
-			break loop
-		case <-reaperDied:
-			reaperDied = nil
-			if !rp.unexpected() || out.lost != nil {
-				continue
-			}
-			if lease.Err() != nil {
-				// The reaper killed the group at the deadline (tenure was
-				// stopped or starved): the lease is lost, and said so.
-				if cause := context.Cause(lease.Context()); !errors.Is(cause, tenure.ErrReleased) {
-					stopForLoss(cause)
-					continue
-				}
-			}
-			// Nothing would stop the command if tenure were now stopped or
-			// killed: stop it, as for a lost lease.
-			out.lost = fmt.Errorf("the reaper that guards the command exited (%s): the command ran unguarded", rp.status())
-			lostCh = nil
-			a.errorf("the reaper that stops the command if tenure dies or stalls exited (%s): stopping the command: SIGKILL", rp.status())
-			a.signal(pgid, syscall.SIGKILL)
-		case s := <-sigCh:
-			a.log.Info("passing a signal on to the command", "signal", signalName(s), "pgid", pgid)
-			if sig, ok := s.(syscall.Signal); ok {
-				a.signal(pgid, sig)
-			}
-			if !isStopSignal(s) || out.signal != nil {
-				continue
-			}
-			out.signal = s
-			if c.grace == 0 {
-				a.errorf("received %s: passed on to the command; --grace is 0: SIGKILL", signalName(s))
-				a.signal(pgid, syscall.SIGKILL)
-				continue
-			}
-			a.log.Info("told to stop: the command gets SIGKILL if it has not exited after the grace period", "signal", signalName(s), "grace", c.grace)
-			startGrace(c.grace)
-		case <-stops:
-			a.log.Debug("the command was stopped; stopping tenure too", "pgid", pgid)
-			suspend(ttyFD, pgid)
-		case <-near.C:
-			left := w.look()
-			if out.lost != nil || left <= 0 {
-				continue // lost: lostCh has it, or will at once
-			}
-			if left > killMargin {
-				near.Reset(left - killMargin)
-				continue
-			}
-			out.lost = noRenewalInTime(left, lease.TTL())
-			lostCh = nil
-			a.errorf("%s: renewals are not confirmed and the lease's deadline is %s away: stopping the command: SIGKILL", describeLease(lease), fmtDur(left))
-			a.signal(pgid, syscall.SIGKILL)
-		case <-watch.C:
-			left := w.look()
-			if left > killMargin {
-				near.Reset(left - killMargin)
-			}
-			if warned || out.lost != nil || out.signal != nil || left <= 0 || left >= warnBelow {
-				continue
-			}
-			warned = true
-			out.stopped = fmt.Errorf("renewals were not confirmed and %s was left before the lease's deadline", fmtDur(left))
-			a.errorf("%s: renewals are not confirmed and %s is left: stopping the command before the lease's deadline: SIGTERM now, SIGKILL if the lease is lost",
-				describeLease(lease), fmtDur(left))
-			a.signal(pgid, syscall.SIGTERM)
-			a.signal(pgid, syscall.SIGCONT)
-		case <-lostCh:
-			cause := context.Cause(lease.Context())
-			if errors.Is(cause, tenure.ErrReleased) {
-				lostCh = nil // released by tenure itself: not a loss (tenure releases only after the command)
-				continue
-			}
-			stopForLoss(cause)
-		case <-killC:
-			killC = nil
-			why := "SIGTERM"
-			if out.lost == nil && out.signal != nil {
-				why = signalName(out.signal)
-			}
-			a.errorf("the command did not exit within %s of %s: SIGKILL", fmtDur(c.grace), why)
-			a.signal(pgid, syscall.SIGKILL)
-		}
-	}
-	reclaimTTY(ttyFD, pgid)
+	s.out.lost = fmt.Errorf("the reaper that guards the command exited (%s): the command ran unguarded", s.rp.status())
+	s.lost = nil
+	s.a.errorf("the reaper that stops the command if tenure dies or stalls exited (%s): stopping the command: SIGKILL", s.rp.status())
+	s.send(syscall.SIGKILL)
+}
 
-	// A lease found lost when the command exits may have been lost while it
-	// ran: report it rather than trust the command's result.
-	if out.lost == nil {
-		if err := lease.Err(); err != nil {
-			out.lost = err
-			a.errorf("%s lost by the time the command exited: %s", describeLease(lease), describeLoss(err))
+// onSignal passes a signal on to the command's group. The first that tells
+// tenure to stop (isStopSignal) starts the grace period, after which the
+// group gets SIGKILL (at once with --grace 0).
+func (s *supervisor) onSignal(sig os.Signal) {
+	s.a.log.Info("passing a signal on to the command", "signal", signalName(sig), "pgid", s.pgid)
+	if ss, ok := sig.(syscall.Signal); ok {
+		s.send(ss)
+	}
+	if !isStopSignal(sig) || s.out.signal != nil {
+		return
+	}
+	s.out.signal = sig
+	if s.c.grace == 0 {
+		s.a.errorf("received %s: passed on to the command; --grace is 0: SIGKILL", signalName(sig))
+		s.send(syscall.SIGKILL)
+		return
+	}
+	s.a.log.Info("told to stop: the command gets SIGKILL if it has not exited after the grace period", "signal", signalName(sig), "grace", s.c.grace)
+	s.startGrace(s.c.grace)
+}
+
+// onSuspend: the command in the terminal's foreground was stopped (Ctrl-Z);
+// tenure stops too, and gives it the terminal back when continued.
+func (s *supervisor) onSuspend() {
+	s.a.log.Debug("the command was stopped; stopping tenure too", "pgid", s.pgid)
+	suspend(s.ttyFD, s.pgid)
+}
+
+// onDeadlineNear: the time left is m.kill, as of the deadline last seen. If
+// no renewal moved the deadline since, the command gets SIGKILL, before the
+// reaper's margin and before the store can give the lease to anyone else.
+func (s *supervisor) onDeadlineNear() {
+	left := s.w.look()
+	if s.out.lost != nil || left <= 0 {
+		return // lost: s.lost has it, or will at once
+	}
+	if left > s.m.kill {
+		s.near.Reset(left - s.m.kill)
+		return
+	}
+	s.out.lost = noRenewalInTime(left, s.lease.TTL())
+	s.lost = nil
+	s.a.errorf("%s: renewals are not confirmed and the lease's deadline is %s away: stopping the command: SIGKILL", describeLease(s.lease), fmtDur(left))
+	s.send(syscall.SIGKILL)
+}
+
+// onWatch looks at the lease (which passes a new deadline on to the reaper
+// and moves near with it), and sends SIGTERM, once, when less than m.term
+// is left without a confirmed renewal.
+func (s *supervisor) onWatch() {
+	left := s.w.look()
+	if left > s.m.kill {
+		s.near.Reset(left - s.m.kill)
+	}
+	if s.warned || s.out.lost != nil || s.out.signal != nil || left <= 0 || left >= s.m.term {
+		return
+	}
+	s.warned = true
+	s.out.stopped = fmt.Errorf("renewals were not confirmed and %s was left before the lease's deadline", fmtDur(left))
+	s.a.errorf("%s: renewals are not confirmed and %s is left: stopping the command before the lease's deadline: SIGTERM now, SIGKILL if the lease is lost",
+		describeLease(s.lease), fmtDur(left))
+	s.send(syscall.SIGTERM)
+	s.send(syscall.SIGCONT)
+}
+
+// onLeaseEnd: the lease ended. Released by tenure itself, it is no loss
+// (tenure releases only after the command); otherwise it was lost.
+func (s *supervisor) onLeaseEnd() {
+	cause := context.Cause(s.lease.Context())
+	if errors.Is(cause, tenure.ErrReleased) {
+		s.lost = nil
+		return
+	}
+	s.onLoss(cause)
+}
+
+// onLoss stops the command for a lost lease. After the deadline the store
+// may already have granted the lease to another host: SIGKILL at once. A
+// lease the store says is gone (freed by an operator) gives the command
+// the grace period, up to the deadline.
+func (s *supervisor) onLoss(cause error) {
+	s.out.lost = cause
+	s.lost = nil
+	s.a.errorf("%s lost while the command ran: %s", describeLease(s.lease), describeLoss(cause))
+	grace := min(s.c.grace, time.Until(s.w.deadlineAt))
+	if errors.Is(cause, tenure.ErrLeaseExpired) || grace <= 0 {
+		s.a.errorf("stopping the command: SIGKILL")
+		s.send(syscall.SIGKILL)
+		return
+	}
+	s.a.errorf("stopping the command: SIGTERM now, SIGKILL in %s", fmtDur(grace))
+	s.send(syscall.SIGTERM)
+	s.send(syscall.SIGCONT)
+	s.startGrace(grace)
+}
+
+// startGrace has the group get SIGKILL d from now, or sooner if a grace
+// period that ends sooner already runs.
+func (s *supervisor) startGrace(d time.Duration) {
+	at := time.Now().Add(d)
+	if s.kill != nil {
+		if at.Before(s.killAt) {
+			s.killAt = at
+			s.kill.Reset(d)
+		}
+		return
+	}
+	s.killAt = at
+	s.kill = time.NewTimer(d)
+	s.killC = s.kill.C
+}
+
+// onGraceEnd: the grace period after a loss or a stop signal has passed,
+// and the command has not exited: SIGKILL.
+func (s *supervisor) onGraceEnd() {
+	s.killC = nil
+	why := "SIGTERM"
+	if s.out.lost == nil && s.out.signal != nil {
+		why = signalName(s.out.signal)
+	}
+	s.a.errorf("the command did not exit within %s of %s: SIGKILL", fmtDur(s.c.grace), why)
+	s.send(syscall.SIGKILL)
+}
+
+// finish runs once the command has exited: it takes the terminal back,
+// reports a lease found lost by then (the command's result is then not
+// trusted), stops what the command left in its group, reaps the command
+// and returns the outcome.
+func (s *supervisor) finish() outcome {
+	reclaimTTY(s.ttyFD, s.pgid)
+	if s.out.lost == nil {
+		if err := s.lease.Err(); err != nil {
+			s.out.lost = err
+			s.a.errorf("%s lost by the time the command exited: %s", describeLease(s.lease), describeLoss(err))
 		}
 	}
 	// Nothing of the command's group may outlive tenure, nor run once the
 	// lease is released. The command is not reaped yet (on Linux), so its
 	// group id is still its own.
-	a.stopLeftovers(c, pgid, &out, w, sigCh, killAt)
-	if !reaped {
-		rp.disarm()
-		waitErr = cmd.Wait()
+	s.stopLeftovers()
+	if !s.reaped {
+		s.rp.disarm()
+		s.waitErr = s.cmd.Wait()
 	}
-	out.code = exitCode(cmd, waitErr)
-	if out.lost != nil {
-		a.log.Debug("command ended after the lease was lost", "status", describeExit(cmd, waitErr))
+	s.out.code = exitCode(s.cmd, s.waitErr)
+	if s.out.lost != nil {
+		s.a.log.Debug("command ended after the lease was lost", "status", describeExit(s.cmd, s.waitErr))
 	} else {
-		a.log.Debug("command exited", "status", describeExit(cmd, waitErr), "exit_code", out.code)
+		s.a.log.Debug("command exited", "status", describeExit(s.cmd, s.waitErr), "exit_code", s.out.code)
 	}
-	return out, nil
+	return s.out
 }
 
-// stopLeftovers ends the processes that the command left in its process
-// group after it exited (background jobs of a shell script, which ignore
-// SIGINT; children that ignore the signal passed on to the command): they
-// get SIGTERM, then SIGKILL at killAt (when a grace period is already
-// running) or after the grace period, at once when the lease was lost or
-// when tenure is told to stop meanwhile. It returns when none is left (or
-// killWait after SIGKILL). Processes that left the group (setsid, daemons)
-// are not found: see the help text.
-func (a *app) stopLeftovers(c command, pgid int, out *outcome, w *leaseWatch, sigCh <-chan os.Signal, killAt time.Time) {
-	if !groupRunning(pgid) {
-		return
-	}
-	lease := w.lease
-	killed := false
-	killNow := func(why string) {
-		if !killed {
-			a.errorf("%s: SIGKILL to the processes left in the command's process group %d", why, pgid)
-			a.signal(pgid, syscall.SIGKILL)
-			killed = true
-		}
-	}
-	var deadline time.Time
-	switch {
-	case out.lost != nil:
-		killNow("the lease was lost")
-		deadline = time.Now().Add(killWait)
-	default:
-		if killAt.IsZero() {
-			killAt = time.Now().Add(c.grace)
-		}
-		a.errorf("the command exited, but processes of its process group %d are still running; stopping them before the lease is released: SIGTERM now, SIGKILL in %s",
-			pgid, fmtDur(max(0, time.Until(killAt))))
-		a.signal(pgid, syscall.SIGTERM)
-		a.signal(pgid, syscall.SIGCONT)
-		deadline = killAt
-	}
-	lostCh := lease.Done()
-	reaperDied := w.rp.died()
-	tick := time.NewTicker(leftoverPoll)
-	defer tick.Stop()
-	for groupRunning(pgid) {
-		if !time.Now().Before(deadline) {
-			if killed {
-				a.errorf("warning: processes of the command's process group %d are still there %s after SIGKILL", pgid, fmtDur(killWait))
-				return
-			}
-			killNow(fmt.Sprintf("they did not exit within %s of SIGTERM", fmtDur(c.grace)))
-			deadline = time.Now().Add(killWait)
-		}
-		select {
-		case <-tick.C:
-			if left := w.look(); left > 0 && left < stopMargin(lease.TTL()) && out.lost == nil {
-				out.lost = noRenewalInTime(left, lease.TTL())
-				killNow("renewals are not confirmed and the lease's deadline is near")
-				deadline = time.Now().Add(killWait)
-			}
-		case s := <-sigCh:
-			if isStopSignal(s) {
-				killNow("received " + signalName(s))
-				deadline = time.Now().Add(killWait)
-			}
-		case <-reaperDied:
-			reaperDied = nil
-			if w.rp.unexpected() {
-				if out.lost == nil {
-					out.lost = fmt.Errorf("the reaper that guards the command exited (%s): the command's processes ran unguarded", w.rp.status())
-				}
-				killNow("the reaper exited")
-				deadline = time.Now().Add(killWait)
-			}
-		case <-lostCh:
-			lostCh = nil
-			if cause := context.Cause(lease.Context()); !errors.Is(cause, tenure.ErrReleased) {
-				out.lost = cause
-				a.errorf("%s lost while processes of the command's group ran: %s", describeLease(lease), describeLoss(cause))
-				killNow("the lease was lost")
-				deadline = time.Now().Add(killWait)
-			}
-		}
-	}
-}
+// send sends sig to the command's process group.
+func (s *supervisor) send(sig syscall.Signal) { s.a.signal(s.pgid, sig) }
 
 // leaseWatch follows the lease while its command runs, for supervise: each
 // look reads the time left (which also ends a lease whose deadline passed,
@@ -487,21 +558,16 @@ func (a *app) stopLeftovers(c command, pgid int, out *outcome, w *leaseWatch, si
 type leaseWatch struct {
 	lease      *tenure.Lease
 	rp         *reaper
-	sent       time.Time // the lease's deadline last sent to the reaper
-	deadlineAt time.Time // the deadline on time.Now()'s clock, as of the last look
-}
-
-// watchEvery is how often supervise looks at a lease of ttl: a tenth of the
-// TTL (a renewal's new deadline reaches the reaper long before the old one
-// passes), from 10 ms to 500 ms.
-func watchEvery(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 10*time.Millisecond), 500*time.Millisecond)
+	reap       time.Duration // margins.reap
+	sent       time.Time     // the lease's deadline last sent to the reaper
+	deadlineAt time.Time     // the deadline on time.Now()'s clock, as of the last look
 }
 
 // look returns the time left on the lease (0 once it ended) and tells the
-// reaper the deadline when it moved, less reapMargin. The deadline is read
-// first and the clock before the time left, so that a renewal or a stall
-// between the readings makes the reaper's deadline earlier, never later.
+// reaper the deadline when it moved, less the reaper's margin. The
+// deadline is read first and the clock before the time left, so that a
+// renewal or a stall between the readings makes the reaper's deadline
+// earlier, never later.
 func (w *leaseWatch) look() time.Duration {
 	d := w.lease.Deadline()
 	clk := reaperClock()
@@ -511,21 +577,11 @@ func (w *leaseWatch) look() time.Duration {
 	}
 	w.deadlineAt = time.Now().Add(left)
 	if !d.Equal(w.sent) {
-		w.rp.setDeadline(clk + int64(left-reapMargin(w.lease.TTL())))
+		w.rp.setDeadline(clk + int64(left-w.reap))
 		w.sent = d
 	}
 	return left
 }
-
-// stopMargin is how long before the lease's deadline tenure kills a
-// command whose lease renewals are not getting through (a tenth of the
-// TTL), and reapMargin when the reaper does, if tenure did not (a
-// twentieth): the store expires the lease only ρ·TTL (1%) after the
-// deadline, and the kill must land before another host can be granted it,
-// whatever the reaper's or tenure's own scheduling delay.
-func stopMargin(ttl time.Duration) time.Duration { return ttl / 10 }
-
-func reapMargin(ttl time.Duration) time.Duration { return ttl / 20 }
 
 // noRenewalInTime is why tenure stopped a command whose lease had only
 // left before its deadline without a confirmed renewal.
