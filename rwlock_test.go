@@ -21,7 +21,11 @@ func newRW(t *testing.T, s driver.Store, r string, opts ...tenure.Option) (*tenu
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lk.Close(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		lk.Close(ctx)
+	})
 	rw, err := lk.RWLock(r)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +167,19 @@ func TestRWLockExclusiveWakesWhenSharedLeave(t *testing.T) {
 		e, err = ex.AcquireExclusive(ctx, ttl, tenure.OnSharedWait(func(h *tenure.SharedHeldError, _ time.Duration) { waits <- len(h.Holders) }))
 		got <- err
 	}()
-	if n := <-waits; n != 2 {
+	nextWait := func() int {
+		t.Helper()
+		select {
+		case n := <-waits:
+			return n
+		case err := <-got:
+			t.Fatalf("the exclusive request returned (%v) while shared holders held", err)
+		case <-ctx.Done():
+			t.Fatal("the exclusive request never waited for the shared holders")
+		}
+		return 0
+	}
+	if n := nextWait(); n != 2 {
 		t.Fatalf("the exclusive request saw %d shared holders; want 2", n)
 	}
 	// While it waits, it holds the gate: no shared request is granted.
@@ -175,10 +191,7 @@ func TestRWLockExclusiveWakesWhenSharedLeave(t *testing.T) {
 	if err := s1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for n := range waits {
-		if n == 1 {
-			break
-		}
+	for nextWait() != 1 {
 	}
 	if err := s2.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -214,7 +227,11 @@ func TestRWLockKilledSharedHolderFreedByTTL(t *testing.T) {
 		_, err := ex.AcquireExclusive(ctx, 2*ttl, tenure.OnSharedWait(func(*tenure.SharedHeldError, time.Duration) { waits <- struct{}{} }))
 		got <- err
 	}()
-	<-waits
+	select {
+	case <-waits:
+	case err := <-got:
+		t.Fatalf("the exclusive request returned (%v) beside a live shared holder", err)
+	}
 	began := clk.Now()
 	limit := ttl + 10*tenure.DefaultRetryInterval + time.Second
 	for {
