@@ -537,7 +537,9 @@ func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl ti
 	}
 	lk.mu.Unlock()
 	l.start(now)
-	if lk.cfg.watchRelease {
+	if lk.cfg.watchRelease && !IsSharedRequest(owner) {
+		// A shared request holds an RWLock's gate for two store calls:
+		// not worth a watch.
 		lk.watchRelease(l)
 	}
 	if closed {
