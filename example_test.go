@@ -216,6 +216,59 @@ func ExampleLocker_Semaphore() {
 	// backup-3 waits: 2 of 2 slots held
 }
 
+// A shared/exclusive lock: readers hold the report shared, together; the
+// writer's exclusive request finds them and is refused (TryAcquireExclusive
+// names them), and is granted once they have released. Every grant's
+// fencing token is larger than those of the grants before it, in either
+// mode.
+func ExampleLocker_RWLock() {
+	ctx := context.Background()
+	st, done := openStore()
+	defer done()
+	var readers []*tenure.Lease
+	var last uint64
+	for _, host := range []string{"reader-1", "reader-2"} {
+		lk, _ := tenure.New(st, tenure.WithOwnerID(host))
+		defer lk.Close(ctx)
+		rw, err := lk.RWLock("daily-report")
+		if err != nil {
+			log.Fatal(err)
+		}
+		lease, err := rw.TryAcquireShared(ctx, time.Minute)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(host, "reads; token grows:", lease.Token() > last)
+		last = lease.Token()
+		readers = append(readers, lease)
+	}
+	w, _ := tenure.New(st, tenure.WithOwnerID("writer"))
+	defer w.Close(ctx)
+	rw, err := w.RWLock("daily-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = rw.TryAcquireExclusive(ctx, time.Minute)
+	var shared *tenure.SharedHeldError
+	if errors.As(err, &shared) {
+		fmt.Println("writer waits for", len(shared.Holders), "shared holders")
+	}
+	for _, lease := range readers {
+		lease.Release(ctx)
+	}
+	lease, err := rw.AcquireExclusive(ctx, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("writer writes; token grows:", lease.Token() > last)
+	lease.Release(ctx)
+	// Output:
+	// reader-1 reads; token grows: true
+	// reader-2 reads; token grows: true
+	// writer waits for 2 shared holders
+	// writer writes; token grows: true
+}
+
 // A lease's end has a cause. Released by its holder, the cause is
 // ErrReleased; lost, it is a *LostError: ErrNotHolder when the store says
 // this grant no longer holds it (an operator freed it, another owner took

@@ -33,7 +33,8 @@ type Lease struct {
 	lk       *Locker
 	resource string
 	owner    string // this grant's owner string
-	token    uint64
+	token    uint64 // the store's token of this grant, which Renew and Release name
+	fence    uint64 // the fencing token reported (Token): token, or a shared holder's gate token
 	ttl      time.Duration
 	trust    time.Duration
 	interval time.Duration
@@ -67,6 +68,7 @@ func newLease(lk *Locker, parent context.Context, resource, owner string, ttl ti
 		resource: resource,
 		owner:    owner,
 		token:    token,
+		fence:    token,
 		ttl:      ttl,
 		trust:    lk.trust(ttl),
 		interval: lk.interval(ttl),
@@ -104,8 +106,11 @@ func (l *Lease) Owner() string { return l.owner }
 // Token returns the fencing token: it strictly increases with every new grant
 // of the resource. Pass it to what the lease protects so it can reject
 // writes of an older holder. Zero means that the store mode keeps no token
-// (Cassandra's Jaeger-compatible mode).
-func (l *Lease) Token() uint64 { return l.token }
+// (Cassandra's Jaeger-compatible mode). A shared holder of an RWLock reports
+// the token of the grant of the lock's resource through which it came in
+// (see RWLock), so that the tokens of shared and exclusive holders of one
+// resource increase together, in grant order.
+func (l *Lease) Token() uint64 { return l.fence }
 
 // TTL returns the TTL requested for the lease.
 func (l *Lease) TTL() time.Duration { return l.ttl }
@@ -175,7 +180,7 @@ func (l *Lease) check() {
 	since, lastErr := now.Sub(l.lastSend), l.lastErr
 	l.mu.Unlock()
 	if expired {
-		l.lose(&LostError{Resource: l.resource, Token: l.token, Reason: ErrLeaseExpired, Err: lastErr,
+		l.lose(&LostError{Resource: l.resource, Token: l.fence, Reason: ErrLeaseExpired, Err: lastErr,
 			SinceConfirmed: since, TTL: l.ttl}, reasonDeadline, false)
 	}
 }
@@ -219,7 +224,7 @@ func (l *Lease) lose(cause *LostError, reason string, definite bool) {
 
 	l.cancel(cause)
 	marker.endMarker()
-	lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
+	lk.log.Warn("lease lost", "resource", l.resource, "token", l.fence, "reason", reason, "cause", cause)
 	lk.tel.leaseLost(l.resource, reason)
 	if f := lk.cfg.onLost; f != nil {
 		go f(l, cause)
@@ -231,7 +236,7 @@ func (l *Lease) lose(cause *LostError, reason string, definite bool) {
 	// store may keep the lease up to a TTL after it was sent.
 	lk.background(until, func() {
 		if err := l.releaseUntil(context.Background(), until, nil, false); err == nil {
-			lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.token)
+			lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.fence)
 		}
 	})
 	lk.done()
@@ -373,10 +378,10 @@ func (l *Lease) afterBackground(err error, due time.Time) {
 	if !transient(err) {
 		// A closed or unusable store never gets better: the lease is lost
 		// at its deadline, without retries.
-		l.lk.log.Warn("renewal failed; the store cannot be used, so the lease will be lost at its deadline", "resource", l.resource, "token", l.token, "err", err, "left", left)
+		l.lk.log.Warn("renewal failed; the store cannot be used, so the lease will be lost at its deadline", "resource", l.resource, "token", l.fence, "err", err, "left", left)
 		return
 	}
-	l.lk.log.Warn("renewal failed; retrying until the deadline", "resource", l.resource, "token", l.token, "err", err, "left", left)
+	l.lk.log.Warn("renewal failed; retrying until the deadline", "resource", l.resource, "token", l.fence, "err", err, "left", left)
 	p := l.lk.cfg.retry
 	p.Cap = min(p.Cap, l.interval)
 	d := p.Delay(l.failures)
@@ -408,7 +413,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		if err := l.Err(); err != nil {
 			return err
 		}
-		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, ErrClosed)
+		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.fence, ErrClosed)
 	}
 	defer l.lk.done()
 	l.mu.Lock()
@@ -451,7 +456,7 @@ func (l *Lease) settle(tSend time.Time, err error) error {
 		l.mu.Lock()
 		since := l.lk.clock.Now().Sub(l.lastSend)
 		l.mu.Unlock()
-		cause := &LostError{Resource: l.resource, Token: l.token, Reason: ErrNotHolder, Err: err, SinceConfirmed: since, TTL: l.ttl}
+		cause := &LostError{Resource: l.resource, Token: l.fence, Reason: ErrNotHolder, Err: err, SinceConfirmed: since, TTL: l.ttl}
 		l.lose(cause, reasonNotOwner, true)
 		return l.Err()
 	default:
@@ -461,7 +466,7 @@ func (l *Lease) settle(tSend time.Time, err error) error {
 		l.mu.Lock()
 		l.lastErr = err
 		l.mu.Unlock()
-		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, err)
+		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.fence, err)
 	}
 }
 
@@ -630,7 +635,7 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 	case interrupted && !definite(err):
 		return driver.UnknownOutcome(err), false
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
-		return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err), true
+		return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err), true
 	case !transient(err):
 		// A closed or unusable store never gets better: no retries.
 		return l.unconfirmed(err), true
@@ -643,7 +648,7 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 // background.
 func (l *Lease) notConfirmedBeforeGivingUp(ctx context.Context, last *lastError) error {
 	err := fmt.Errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
-		l.resource, l.token, context.Cause(ctx), l.ttl)
+		l.resource, l.fence, context.Cause(ctx), l.ttl)
 	if e := last.get(); e != nil {
 		err = fmt.Errorf("%w: %w", err, e)
 	}
@@ -706,11 +711,11 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 				// now confirms that this grant does not hold it.
 				return nil
 			}
-			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
+			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err)
 		case errors.Is(err, ErrUnknownOutcome):
 			unknown = true
 		case errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
-			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
+			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err)
 		case !transient(err):
 			// A closed or unusable store never gets better: no retries.
 			return l.unconfirmed(err)
@@ -730,7 +735,7 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 // unconfirmed is Release's error when the store did not confirm the
 // release before the lease would expire: err is the last failure.
 func (l *Lease) unconfirmed(err error) error {
-	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.token, l.ttl, err)
+	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.fence, l.ttl, err)
 }
 
 // ReleaseAfter ends the lease like Release (its context is cancelled with
@@ -791,7 +796,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d)
 	}
 	if err != nil {
-		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v after the store applies the hold, if it does: %w", l.resource, d, l.token, l.ttl, d, err)
+		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v after the store applies the hold, if it does: %w", l.resource, d, l.fence, l.ttl, d, err)
 	}
 	return nil
 }
@@ -839,5 +844,5 @@ func LeaseFromContext(ctx context.Context) *Lease {
 }
 
 func (c *leaseContext) String() string {
-	return fmt.Sprintf("tenure.Lease(%q, token %d).Context", c.l.resource, c.l.token)
+	return fmt.Sprintf("tenure.Lease(%q, token %d).Context", c.l.resource, c.l.fence)
 }

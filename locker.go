@@ -59,9 +59,10 @@ type Locker struct {
 	held     map[string]*Lease // nil value: an acquire is in flight
 	live     int               // leases in held
 	closed   bool
-	closeCh  chan struct{} // closed by Close: wakes waiting Acquires
-	watching bool          // the suspend watch runs
-	probe    atomic.Bool   // an acquire ended with its outcome unknown: read before writing
+	closeCh  chan struct{}         // closed by Close: wakes waiting Acquires
+	watching bool                  // the suspend watch runs
+	gates    map[string]*localGate // RWLock shared requests queued for a gate, by resource
+	probe    atomic.Bool           // an acquire ended with its outcome unknown: read before writing
 
 	// Store work in flight, which Close waits for: every call or job that
 	// may call the store (acquires, renewals, releases, clean-ups, reads)
@@ -301,6 +302,20 @@ func (lk *Locker) CheckTTL(ttl time.Duration) error {
 // cancellation: cancelling ctx after TryAcquire returns does not end the
 // lease.
 func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
+	return lk.tryAcquireWith(ctx, resource, ttl, grantOpts{})
+}
+
+// grantOpts are what a shared/exclusive lock (RWLock) asks of a grant
+// beyond a plain lease's; the zero value is a plain lease.
+type grantOpts struct {
+	// mark ends the grant's owner string (see IsSharedRequest).
+	mark string
+	// fence, when not zero, is the fencing token the lease reports
+	// (Lease.Token) instead of the store's token of its own name.
+	fence uint64
+}
+
+func (lk *Locker) tryAcquireWith(ctx context.Context, resource string, ttl time.Duration, g grantOpts) (*Lease, error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
@@ -312,7 +327,7 @@ func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Dura
 	}
 	defer lk.done()
 	sctx, span := lk.tel.start(ctx, "tenure.acquire", resource)
-	lease, err := lk.tryAcquire(ctx, sctx, resource, ttl)
+	lease, err := lk.tryAcquire(ctx, sctx, resource, ttl, g)
 	lk.tel.acquired(sctx, span, resource, lease, err)
 	if err != nil {
 		err = lk.ownHolder(err)
@@ -343,11 +358,11 @@ func (lk *Locker) ownHolder(err error) error {
 
 // tryAcquire makes the store calls with ctx (which carries tenure's span)
 // and derives the lease's context from parent (the caller's).
-func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
+func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl time.Duration, g grantOpts) (*Lease, error) {
 	if err := lk.reserve(resource); err != nil {
 		return nil, err
 	}
-	owner := lk.newGrant()
+	owner := lk.newGrant() + g.mark
 	trust := lk.trust(ttl)
 	if lk.probe.Load() {
 		// An earlier acquire's answers were lost and never resolved: write
@@ -376,7 +391,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 	interrupted := cctx.Err() != nil
 	cancel()
 	if err == nil {
-		return lk.grantLease(parent, resource, owner, ttl, rec, tSend)
+		return lk.grantLease(parent, resource, owner, ttl, rec, tSend, g.fence)
 	}
 	if interrupted && !definite(err) {
 		// The call ended with its context (the caller gave up, or the
@@ -392,7 +407,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		}
 		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, err)
 	}
-	return lk.resolveAcquire(parent, ctx, resource, owner, ttl, tSend, err)
+	return lk.resolveAcquire(parent, ctx, resource, owner, ttl, tSend, err, g.fence)
 }
 
 // resolveAcquire settles an acquire whose answer was lost (design rule 6):
@@ -401,7 +416,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 // the first attempt was applied, its lease lives at least until tSend+TTL,
 // so any answer before tSend+TTL·(1−ρ) that names another holder proves it
 // was not.
-func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner string, ttl time.Duration, tSend time.Time, cause error) (*Lease, error) {
+func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner string, ttl time.Duration, tSend time.Time, cause error, fence uint64) (*Lease, error) {
 	until := tSend.Add(lk.trust(ttl))
 	lk.log.Warn("acquire outcome unknown; resolving", "resource", resource, "err", cause)
 	lk.tel.unknownOutcome(ctx, resource, "acquire")
@@ -440,7 +455,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 		cancel()
 		if err == nil {
 			lk.log.Info("acquire outcome resolved: granted", "resource", resource, "token", rec.Token)
-			return lk.grantLease(parent, resource, owner, ttl, rec, now)
+			return lk.grantLease(parent, resource, owner, ttl, rec, now, fence)
 		}
 		if errors.As(err, &held) {
 			lk.log.Info("acquire outcome resolved: not granted", "resource", resource, "holder", held.Holder.Owner)
@@ -494,8 +509,8 @@ func (lk *Locker) cleanup(resource, owner string, ttl time.Duration) {
 }
 
 // grantLease turns a store's confirmation into a Lease trusted until
-// tSend+TTL·(1−ρ).
-func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl time.Duration, rec Record, tSend time.Time) (*Lease, error) {
+// tSend+TTL·(1−ρ). fence, when not zero, is the token the lease reports.
+func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl time.Duration, rec Record, tSend time.Time, fence uint64) (*Lease, error) {
 	if rec.Owner != owner || rec.Resource != resource {
 		lk.unreserve(resource)
 		return nil, fmt.Errorf("tenure: acquire %q: the store answered with a lease of %q on %q", resource, rec.Owner, rec.Resource)
@@ -510,6 +525,9 @@ func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl ti
 		return nil, fmt.Errorf("tenure: acquire %q: %w: the store's answer arrived %v after the request, past the lease's deadline", resource, ErrLeaseLost, now.Sub(tSend))
 	}
 	l := newLease(lk, ctx, resource, owner, ttl, rec.Token, tSend, deadline)
+	if fence != 0 {
+		l.fence = fence
+	}
 	lk.mu.Lock()
 	closed := lk.closed
 	lk.held[resource] = l
@@ -519,7 +537,9 @@ func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl ti
 	}
 	lk.mu.Unlock()
 	l.start(now)
-	if lk.cfg.watchRelease {
+	if lk.cfg.watchRelease && !IsSharedRequest(owner) {
+		// A shared request holds an RWLock's gate for two store calls:
+		// not worth a watch.
 		lk.watchRelease(l)
 	}
 	if closed {
@@ -569,8 +589,10 @@ func (lk *Locker) watchRelease(l *Lease) {
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
-	onWait      func(holder *HeldError, waited time.Duration)
-	onSlotsWait func(held *SlotsHeldError, waited time.Duration)
+	onWait       func(holder *HeldError, waited time.Duration)
+	onSlotsWait  func(held *SlotsHeldError, waited time.Duration)
+	onSharedWait func(held *SharedHeldError, waited time.Duration)
+	grant        grantOpts // set by RWLock for its gate
 }
 
 // OnWait sets a function that Acquire calls after each attempt that found
@@ -615,13 +637,13 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	var held *HeldError
 	var lastErr error
 	for attempt := 0; ; attempt++ {
-		lease, err := lk.TryAcquire(ctx, resource, ttl)
+		lease, err := lk.tryAcquireWith(ctx, resource, ttl, ac.grant)
 		if err == nil {
 			w.settled()
 			return lease, nil
 		}
 		if !w.subscribed && errors.As(err, &held) && w.subscribe(ctx, lk, resource) {
-			if lease, err = lk.TryAcquire(ctx, resource, ttl); err == nil {
+			if lease, err = lk.tryAcquireWith(ctx, resource, ttl, ac.grant); err == nil {
 				w.settled()
 				return lease, nil
 			}

@@ -191,7 +191,7 @@ func (t *telemetry) acquired(ctx context.Context, s span, resource string, l *Le
 	if err == nil {
 		outcome = "granted"
 		if s != nil {
-			s.SetAttributes(AttrToken.Int64(int64(l.token)))
+			s.SetAttributes(AttrToken.Int64(int64(l.fence)))
 		}
 	}
 	t.acquisitions.Add(ctx, 1, outcomeOpts[outcome]...)

@@ -35,6 +35,14 @@ type leaseJSON struct {
 	Slots     int         `json:"slots,omitempty"`
 	SlotsHeld int         `json:"slots_held,omitempty"`
 	Holders   []leaseJSON `json:"holders,omitempty"`
+
+	// Mode is "shared" for a shared holder's lease (Lock names the resource
+	// it shares); in status, the mode of the holder of RESOURCE's own lease
+	// (see gateMode).
+	Mode          string      `json:"mode,omitempty"`
+	Lock          string      `json:"lock,omitempty"`
+	SharedHeld    int         `json:"shared_held,omitempty"`
+	SharedHolders []leaseJSON `json:"shared_holders,omitempty"`
 }
 
 func toJSON(rec tenure.Record) leaseJSON {
@@ -53,6 +61,8 @@ func toJSON(rec tenure.Record) leaseJSON {
 		j.Semaphore, j.Slot, j.Slots = sem, slot, slots
 	} else if sem, slots, ok := markerOf(rec); ok {
 		j.Semaphore, j.Slots = sem, slots
+	} else if of, ok := tenure.ParseSharedName(rec.Resource); ok {
+		j.Mode, j.Lock = "shared", of
 	}
 	return j
 }

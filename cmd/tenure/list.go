@@ -20,12 +20,13 @@ func (a *app) newListCmd() *cobra.Command {
 name starts with it: a table of RESOURCE, OWNER, TOKEN, TTL and LEFT (the
 time before the store expires the lease unless it is renewed). The slots
 of a semaphore ("tenure run --slots N R", leases named R/slot-I-of-N) are
-grouped under a line such as "R  (2 of 3 slots held)". List changes
-nothing and creates no store.
+grouped under a line such as "R  (2 of 3 slots held)", and the shared
+holders of R ("tenure run --shared R", R/shared-ID) under "R  (2 shared
+holders)". List changes nothing and creates no store.
 
 --json prints an array of objects with the fields resource, held, owner,
 owner_id, value, token, ttl_ms and remaining_ms (and semaphore, slot and
-slots for a semaphore's slots).
+slots for a semaphore's slots; mode "shared" and lock for a shared holder).
 
 Exit codes: 0 (also when no lease is held), 66 no store at the URL, 69 the
 store cannot be used (tenure help exit-codes).`,
@@ -61,11 +62,15 @@ store cannot be used (tenure help exit-codes).`,
 				// The slots of each semaphore, whatever their number of slots,
 				// under one line that says how many are held.
 				bySem := map[string][]tenure.Record{}
+				byLock := map[string]int{}
 				for _, r := range recs {
 					if sem, _, _, ok := semaphoreOf(r.Resource); ok {
 						bySem[sem] = append(bySem[sem], r)
+					} else if of, ok := tenure.ParseSharedName(r.Resource); ok {
+						byLock[of]++
 					}
 				}
+				sharedShown := map[string]bool{}
 				// A semaphore's marker (R/slots) without a slot held shows
 				// as a semaphore with none held.
 				grouped := map[string]bool{}
@@ -78,6 +83,9 @@ store cannot be used (tenure help exit-codes).`,
 					} else if sem, n, ok := markerOf(r); ok && !grouped[sem] {
 						fmt.Fprintf(tw, "%s\t(0 of %d slots held)\t-\t-\t-\n", display(sem), n)
 						grouped[sem] = true
+					} else if of, ok := tenure.ParseSharedName(r.Resource); ok && !sharedShown[of] {
+						fmt.Fprintf(tw, "%s\t(%s)\t-\t-\t-\n", display(of), sharedSummary(byLock[of]))
+						sharedShown[of] = true
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", display(r.Resource), display(r.Owner), tokenCell(r.Token), durCell(r.TTL), durCell(r.Remaining))
 				}

@@ -526,6 +526,9 @@ func describeHolder(rec tenure.Record) string {
 	if rec.Remaining > 0 {
 		parts = append(parts, fmtDur(rec.Remaining)+" left")
 	}
+	if tenure.IsSharedRequest(rec.Owner) {
+		parts = append(parts, "a shared run passing through")
+	}
 	return s + " (" + strings.Join(parts, ", ") + ")"
 }
 

@@ -25,13 +25,16 @@ type runFlags struct {
 	owner       string
 	slots       int
 	holdAtLeast time.Duration
+	shared      bool
+	exclusive   bool
 }
 
 const runLong = `Acquire the lease on RESOURCE, run COMMAND while holding it, and release
 it when COMMAND exits: at most one "tenure run" per resource runs its
 command at a time, across every process that uses the store (with --slots
-N, at most N). run waits for the lease as long as it takes, unless --wait
-or --no-wait says otherwise.
+N, at most N; with --shared, any number of --shared runs at once, never
+beside an exclusive one, the default). run waits for the lease as long as
+it takes, unless --wait or --no-wait says otherwise.
 
 COMMAND runs directly (no shell) in a process group of its own, with
 TENURE_RESOURCE, TENURE_OWNER and TENURE_TOKEN (the fencing token: pass it
@@ -53,6 +56,10 @@ const runExample = `  # Run the nightly backup; wait while another backup holds 
 
   # Wait at most five minutes; a 2-minute TTL survives short store outages.
   tenure run --wait 5m --ttl 2m db-migrate -- ./migrate up
+
+  # Readers share the lease; the writer waits for them and holds it alone.
+  tenure run --shared reports -- ./read-reports
+  tenure run reports -- ./rebuild-reports
 
   # At most 3 backups at once across the fleet; $TENURE_SLOT is 1, 2 or 3.
   tenure run --slots 3 backups -- /usr/local/bin/backup --part "$HOSTNAME"
@@ -86,6 +93,8 @@ func (a *app) newRunCmd() *cobra.Command {
 	fl.StringVar(&f.owner, "owner", "", "readable owner id (default HOST:PID)")
 	fl.IntVar(&f.slots, "slots", 0, fmt.Sprintf("a semaphore of N slots (1 to %d)", tenure.MaxSlots))
 	fl.DurationVar(&f.holdAtLeast, "hold-at-least", 0, "keep the lease this long (tenure help cron)")
+	fl.BoolVar(&f.shared, "shared", false, "hold RESOURCE shared with other --shared runs")
+	fl.BoolVar(&f.exclusive, "exclusive", false, "hold RESOURCE alone (the default)")
 	return c
 }
 
@@ -108,6 +117,16 @@ func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string,
 		return "", nil, "", usage("run: --slots %d: the number of slots must be 1 to %d", f.slots, tenure.MaxSlots)
 	case f.holdAtLeast < 0:
 		return "", nil, "", usage("run: --hold-at-least %v: cannot be negative", f.holdAtLeast)
+	case f.shared && f.exclusive:
+		return "", nil, "", usage("run: --shared and --exclusive cannot be used together")
+	case f.slots > 0 && (f.shared || f.exclusive):
+		return "", nil, "", usage("run: --slots cannot be used with --shared or --exclusive: a semaphore's holders share it by its number of slots")
+	}
+	if f.shared {
+		if err := driver.ValidateResource(tenure.SharedName(resource, strings.Repeat("0", 16))); err != nil {
+			return "", nil, "", usage("run: --shared: the shared holders of %s hold leases named %s, which is not a valid name: %s",
+				quoteName(resource), quoteName(tenure.SharedName(resource, "<16 hex digits>")), errText(err))
+		}
 	}
 	if f.slots > 0 {
 		if err := driver.ValidateResource(tenure.SlotName(resource, f.slots, f.slots)); err != nil {
@@ -218,12 +237,28 @@ func (a *app) acquire(ctx context.Context, lk *tenure.Locker, resource string, f
 		}
 		return sl.Lease, sl.Slot, false, nil
 	}
-	if once {
-		lease, err = lk.TryAcquire(wctx, resource, f.ttl)
-		return lease, 0, false, err
+	rw, err := lk.RWLock(resource)
+	if err != nil {
+		// A name too long for shared holders' leases can have none: the
+		// plain lease is exclusive.
+		if once {
+			lease, err = lk.TryAcquire(wctx, resource, f.ttl)
+			return lease, 0, false, err
+		}
+		lease, err = lk.Acquire(wctx, resource, f.ttl, tenure.OnWait(st.update))
+		return lease, 0, err != nil && errors.Is(context.Cause(wctx), errWaitTimeout), err
 	}
-	lease, err = lk.Acquire(wctx, resource, f.ttl, tenure.OnWait(st.update))
-	return lease, 0, err != nil && errors.Is(context.Cause(wctx), errWaitTimeout), err
+	switch {
+	case f.shared && once:
+		lease, err = rw.TryAcquireShared(wctx, f.ttl)
+	case f.shared:
+		lease, err = rw.AcquireShared(wctx, f.ttl, tenure.OnWait(st.update))
+	case once:
+		lease, err = rw.TryAcquireExclusive(wctx, f.ttl)
+	default:
+		lease, err = rw.AcquireExclusive(wctx, f.ttl, tenure.OnWait(st.update), tenure.OnSharedWait(st.updateShared))
+	}
+	return lease, 0, err != nil && !once && errors.Is(context.Cause(wctx), errWaitTimeout), err
 }
 
 // notAcquired turns a failed acquire into an exit code and a message.
@@ -235,6 +270,10 @@ func (a *app) notAcquired(st driver.Store, resource string, f *runFlags, timedOu
 	var slots *tenure.SlotsHeldError
 	if errors.As(err, &slots) {
 		return fail(exitNotAcquired, "%s%s", describeSlotsHeld(slots), gaveUp)
+	}
+	var shared *tenure.SharedHeldError
+	if errors.As(err, &shared) {
+		return fail(exitNotAcquired, "%s%s", describeSharedHeld(shared), gaveUp)
 	}
 	if errors.Is(err, tenure.ErrSlotsMismatch) {
 		return fail(exitSlotsMismatch, "run: --slots %d: %s", f.slots, errText(err))
@@ -285,6 +324,31 @@ func describeSlotsHeld(e *tenure.SlotsHeldError) string {
 	return b.String()
 }
 
+// describeSharedHeld says that RESOURCE has shared holders, and which;
+// the names come from the store and are quoted.
+func describeSharedHeld(e *tenure.SharedHeldError) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s has %d shared holder", quoteName(e.Resource), len(e.Holders))
+	if len(e.Holders) != 1 {
+		b.WriteString("s")
+	}
+	b.WriteString(":")
+	for i, h := range e.Holders {
+		if i == maxHoldersShown {
+			fmt.Fprintf(&b, ", and %d more", len(e.Holders)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s", quoteName(h.Owner))
+		if h.Remaining > 0 {
+			fmt.Fprintf(&b, " (%s left)", fmtDur(h.Remaining))
+		}
+	}
+	return b.String()
+}
+
 func tokenText(t uint64) string {
 	if t == 0 {
 		return "no fencing token"
@@ -324,6 +388,19 @@ func (w *waitStatus) updateSlots(h *tenure.SlotsHeldError, waited time.Duration)
 		w.last = key.String()
 	}
 	w.show(waited, describeSlotsHeld(h))
+}
+
+func (w *waitStatus) updateShared(h *tenure.SharedHeldError, waited time.Duration) {
+	var key strings.Builder
+	for _, r := range h.Holders {
+		fmt.Fprint(&key, r.Resource, r.Owner, ";")
+	}
+	if key.String() != w.last {
+		w.clear()
+		w.a.log.Info("shared holders hold the resource; holding it for the exclusive run, waiting for them to end", "resource", w.resource, "shared_holders", len(h.Holders))
+		w.last = key.String()
+	}
+	w.show(waited, describeSharedHeld(h))
 }
 
 func (w *waitStatus) show(waited time.Duration, what string) {

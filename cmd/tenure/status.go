@@ -21,14 +21,17 @@ func (a *app) newStatusCmd() *cobra.Command {
 		Long: `Show the holder of the lease on RESOURCE: its owner, fencing token, TTL and
 the time left before the store expires it unless it is renewed. For a
 semaphore ("tenure run --slots N"), how many of its slots are held and who
-holds each. Status changes nothing and creates no store.
+holds each; for shared holders ("tenure run --shared"), how many and who.
+Status changes nothing and creates no store.
 
 --json prints an object with the fields resource, held, owner, owner_id,
 value (what a "tenure elect --value" leader publishes), token, ttl_ms and
 remaining_ms; for a semaphore also slots, slots_held and holders (one such
-object per slot held, with semaphore, slot and slots).
+object per slot held, with semaphore, slot and slots); with shared holders
+shared_held and shared_holders (objects with mode "shared" and lock), and
+mode: exclusive, exclusive-waiting or shared-request (RESOURCE's holder).
 
-Exit codes: 0 held (a semaphore: at least one slot), 1 free, 66 no store
+Exit codes: 0 held (a semaphore: at least one slot; shared), 1 free, 66 no store
 at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 		Example: `  tenure status nightly-backup
   tenure status nightly-backup --json | jq .owner_id
@@ -60,7 +63,11 @@ at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 				if err != nil {
 					return storeErr(err, "status %s: read its semaphore's marker", quoteName(resource))
 				}
-				if !held && len(slots) == 0 && markerN > 0 {
+				shared, err := sharedHolders(ctx, s, resource)
+				if err != nil {
+					return storeErr(err, "status %s: list its shared holders", quoteName(resource))
+				}
+				if !held && len(slots) == 0 && len(shared) == 0 && markerN > 0 {
 					// A semaphore with no slot held: free, but its number of
 					// slots is fixed until its marker expires.
 					if asJSON {
@@ -77,7 +84,7 @@ at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 					}
 					return exitWith(exitFree)
 				}
-				if !held && len(slots) == 0 {
+				if !held && len(slots) == 0 && len(shared) == 0 {
 					if asJSON {
 						if err := a.printJSON(leaseJSON{Resource: resource}); err != nil {
 							return err
@@ -91,6 +98,16 @@ at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 					j := leaseJSON{Resource: resource}
 					if held {
 						j = toJSON(rec)
+						if len(shared) > 0 || tenure.IsSharedRequest(rec.Owner) {
+							j.Mode = gateMode(rec, len(shared))
+						}
+					}
+					if len(shared) > 0 {
+						j.Held = true
+						j.SharedHeld = len(shared)
+						for _, r := range shared {
+							j.SharedHolders = append(j.SharedHolders, toJSON(r))
+						}
 					}
 					if len(slots) > 0 {
 						j.Held = true
@@ -111,6 +128,16 @@ at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 					fmt.Fprintf(tw, "token:\t%s\n", tokenCell(rec.Token))
 					fmt.Fprintf(tw, "ttl:\t%s\n", durCell(rec.TTL))
 					fmt.Fprintf(tw, "left:\t%s\n", durCell(rec.Remaining))
+					if len(shared) > 0 || tenure.IsSharedRequest(rec.Owner) {
+						fmt.Fprintf(tw, "mode:\t%s\n", gateModeText(rec, len(shared)))
+					}
+				}
+				if len(shared) > 0 {
+					fmt.Fprintf(tw, "shared:\t%s\n", sharedSummary(len(shared)))
+					for _, r := range shared {
+						fmt.Fprintf(tw, "shared holder:\towner %s, token %s, ttl %s, left %s\n",
+							display(r.Owner), tokenCell(r.Token), durCell(r.TTL), durCell(r.Remaining))
+					}
 				}
 				if len(slots) > 0 {
 					fmt.Fprintf(tw, "slots:\t%s\n", slotsSummary(slots))

@@ -24,6 +24,7 @@ type History struct {
 	Workload string // lease, reacquire or semaphore
 	Sem      string // the semaphore's resource (semaphore workload)
 	Slots    int    // its number of slots
+	RW       string // the shared/exclusive lock's resource (rwlock workload)
 	Events   []Event
 	Gone     *Event // when the orchestrator reaped the process
 	Torn     int    // lines that could not be parsed (a write cut by a kill)
@@ -55,7 +56,7 @@ func ReadHistory(path string) (*History, error) {
 		switch e.Ev {
 		case EvStart:
 			h.Owner, h.PID, h.Worker, h.TTL, h.Unsafe = e.Owner, e.PID, e.Worker, time.Duration(e.TTL), e.Unsafe
-			h.Workload, h.Sem, h.Slots = e.Workload, e.Sem, e.Slots
+			h.Workload, h.Sem, h.Slots, h.RW = e.Workload, e.Sem, e.Slots, e.RW
 		case EvGone:
 			g := e
 			h.Gone = &g
@@ -131,6 +132,9 @@ type Tenure struct {
 	Sem      string // for a semaphore slot: the semaphore's resource
 	Slots    int    // and its number of slots
 	Slot     int    // and the slot's number
+	RW       string // for a shared/exclusive lock's holder: the lock's resource
+	Mode     string // and its mode, shared or exclusive
+	Granted  int64  // when Acquire returned the lease (an exclusive holder trusts it from then: see rwHolders)
 	Token    uint64
 	Send     int64   // the granting acquire was sent
 	Reply    int64   // and answered
@@ -159,7 +163,7 @@ func (t *Tenure) group() (string, int) {
 
 // Violation is one broken invariant.
 type Violation struct {
-	Kind   string `json:"kind"` // exclusion-work, exclusion-trust, semaphore-trust, semaphore-work, token-order, work-after-deadline, linearizability, history
+	Kind   string `json:"kind"` // exclusion-work, exclusion-trust, semaphore-trust, semaphore-work, rw-trust, rw-work, rw-token-order, token-order, work-after-deadline, linearizability, history
 	Detail string `json:"detail"`
 }
 
@@ -182,6 +186,13 @@ type Report struct {
 	// Grants and Handoffs include.
 	SlotGrants   int `json:"slot_grants,omitempty"`
 	SlotHandoffs int `json:"slot_handoffs,omitempty"`
+	// RWWorkers hold a shared/exclusive lock; SharedGrants and
+	// ExclusiveGrants count their grants by mode (Grants includes them),
+	// MostShared the most shared holders that trusted at once.
+	RWWorkers       int `json:"rw_workers,omitempty"`
+	SharedGrants    int `json:"shared_grants,omitempty"`
+	ExclusiveGrants int `json:"exclusive_grants,omitempty"`
+	MostShared      int `json:"most_shared_at_once,omitempty"`
 	// Regrants counts grants to a process that had seen its previous lease
 	// of the same resource (or semaphore) lost, in the same Locker.
 	Regrants   int `json:"regrants_after_loss"`
@@ -288,7 +299,7 @@ func Tenures(hs []*History) []*Tenure {
 					owner = h.Owner
 				}
 				cur = &Tenure{File: h.File, Resource: e.Resource, Owner: owner, Process: h.Owner, Sem: e.Sem, Slots: e.Slots, Slot: e.Slot,
-					Token: e.Token, Send: e.Send, Reply: e.Reply, Deadline: e.Deadline}
+					RW: e.RW, Mode: e.Mode, Granted: e.T, Token: e.Token, Send: e.Send, Reply: e.Reply, Deadline: e.Deadline}
 			case EvDeadline:
 				if cur != nil && e.Token == cur.Token {
 					cur.Deadline = max(cur.Deadline, e.Deadline)
@@ -599,6 +610,7 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 		}
 	}
 	r.semaphoreHolders(ts, outside)
+	r.rwHolders(ts, deletions, outside)
 
 	// (4) Liveness.
 	r.liveness(hs, ts, faults, ttl, opt)
@@ -777,6 +789,9 @@ func complement(u []span, from, to int64) []span {
 // histGroup and tenureGroup are the group a history's waits and a tenure's
 // hold count in, for liveness: the semaphore, or the plain lease.
 func histGroup(h *History) string {
+	if h.RW != "" {
+		return "rwlock " + h.RW
+	}
 	if h.Sem != "" {
 		return "semaphore " + h.Sem
 	}
@@ -784,6 +799,9 @@ func histGroup(h *History) string {
 }
 
 func tenureGroup(t *Tenure) string {
+	if t.RW != "" {
+		return "rwlock " + t.RW
+	}
 	if t.Sem != "" {
 		return "semaphore " + t.Sem
 	}
@@ -929,8 +947,17 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 	// again first did not leave it free).
 	for _, h := range hs {
 		g := histGroup(h)
+		mode := ""
 		for _, e := range h.Events {
+			if e.Ev == EvGrant {
+				mode = e.Mode
+			}
 			if e.Ev != EvReleased || e.Err != "" || !someoneWaits(g, e.T) {
+				continue
+			}
+			if mode == "shared" {
+				// Other shared holders may hold on: the release of one
+				// share frees nothing for the waiters.
 				continue
 			}
 			next, proc, ok := nextGrant(g, e.T)
@@ -1030,6 +1057,9 @@ func (r *Report) Summary() string {
 	}
 	if r.SemWorkers > 0 || r.SlotGrants > 0 {
 		s += fmt.Sprintf(" slot-grants=%d slot-handoffs=%d", r.SlotGrants, r.SlotHandoffs)
+	}
+	if r.RWWorkers > 0 || r.SharedGrants+r.ExclusiveGrants > 0 {
+		s += fmt.Sprintf(" shared-grants=%d exclusive-grants=%d most-shared-at-once=%d", r.SharedGrants, r.ExclusiveGrants, r.MostShared)
 	}
 	if r.Regrants > 0 {
 		s += fmt.Sprintf(" regrants-after-loss=%d", r.Regrants)

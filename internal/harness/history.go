@@ -65,11 +65,11 @@ const MonoOfError = 2 * time.Microsecond
 
 // Event kinds of a worker history.
 const (
-	EvStart    = "start"    // the worker started: Owner (the Locker's), PID, Worker, TTL, Unsafe, Workload, Sem, Slots
+	EvStart    = "start"    // the worker started: Owner (the Locker's), PID, Worker, TTL, Unsafe, Workload, Sem, Slots, RW
 	EvCall     = "call"     // a store call was sent: ID, Op, Resource, Owner (the grant's owner string), Token (renew, release), TTL
 	EvReturn   = "ret"      // a store call returned: ID, Res, Token, Holder, HolderToken, Err
 	EvWait     = "wait"     // a blocking Acquire started
-	EvGrant    = "grant"    // Acquire returned a lease: Resource, Owner (the grant's), Token, Send, Reply, Deadline; Sem, Slots, Slot for a semaphore slot
+	EvGrant    = "grant"    // Acquire returned a lease: Resource, Owner (the grant's), Token, Send, Reply, Deadline; Sem, Slots, Slot for a semaphore slot; RW, Mode for a shared/exclusive lock
 	EvDeadline = "deadline" // the lease's deadline changed: Token, Deadline
 	EvStep     = "step"     // a work step, stamped before the check that passed: Token, Deadline
 	EvLost     = "lost"     // the worker saw the lease lost: Token, Err
@@ -126,10 +126,12 @@ type Event struct {
 	Resource    string `json:"r,omitempty"` // call, grant: the lease's name (a slot's name for a semaphore slot)
 	Owner       string `json:"owner,omitempty"`
 	Keeper      string `json:"keeper,omitempty"`   // call of keep: the owner string that keeps the lease
-	Workload    string `json:"workload,omitempty"` // start: lease, reacquire or semaphore
+	Workload    string `json:"workload,omitempty"` // start: lease, reacquire, semaphore or rwlock
 	Sem         string `json:"sem,omitempty"`      // start (semaphore workload), grant of a slot: the semaphore's resource
 	Slots       int    `json:"slots,omitempty"`    // the same: its number of slots
 	Slot        int    `json:"slot,omitempty"`     // grant of a slot: its number
+	RW          string `json:"rw,omitempty"`       // start (rwlock workload), grant: the shared/exclusive lock's resource
+	Mode        string `json:"mode,omitempty"`     // grant of a shared/exclusive lock: shared or exclusive
 	Token       uint64 `json:"token,omitempty"`
 	TTL         int64  `json:"ttl,omitempty"` // nanoseconds
 	Res         string `json:"res,omitempty"`

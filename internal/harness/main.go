@@ -85,6 +85,7 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.IntVar(&cfg.SemWorkers, "sem-workers", 3, "workers that hold slots of a semaphore (on a resource of their own), besides the -workers workers")
 	fs.BoolVar(&cfg.SemMixed, "sem-mixed", false, "start the semaphore workers with different settings: every other one with twice the TTL, the last one with one slot more (the marker must keep it apart)")
 	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots")
+	fs.IntVar(&cfg.RWWorkers, "rw-workers", 3, "workers that hold a shared/exclusive lock (on a resource of their own), each round shared or, one time in three, exclusive, besides the -workers and -sem-workers workers")
 	fs.StringVar(&out, "out", "", "output directory for histories, logs and report.json (default: a new temporary directory)")
 	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability that a worker exits without releasing after a piece of work")
 	fs.Float64Var(&cfg.HoldProb, "hold-prob", 0.15, "probability that a worker ends a round with Lease.ReleaseAfter, a hold of two TTLs that nobody may be granted within, instead of Release (not with -shared-owner)")

@@ -40,10 +40,11 @@ type Profile struct {
 	// answer (the write's condition can no longer hold afterwards).
 	ResolvedAnswers bool
 	// ExpiryFromEffect says that the store counts a lease's TTL from the
-	// operation's linearization point (SQLite reads its clock inside the
-	// writing transaction). Otherwise the TTL is only known to count from
-	// some time after the request was sent (a Paxos round completed later
-	// keeps the time of its proposal).
+	// operation's linearization point (a Redis script reads the server's
+	// clock and its write is visible at once). Otherwise the TTL is only
+	// known to count from some time after the request was sent (a Paxos
+	// round completed later keeps the time of its proposal; SQLite reads
+	// its clock before the COMMIT that makes the write visible).
 	ExpiryFromEffect bool
 	// LeaderExtension is how much longer than its TTL a lease may live
 	// after a leader election (OpTerm): etcd's new leader renews every
@@ -77,11 +78,17 @@ func ceilMillis(ttl time.Duration) time.Duration {
 // on CLOCK_BOOTTIME (which runs at CLOCK_MONOTONIC's rate) inside the
 // writing transaction. The lease is therefore live for more than
 // ceil(ttl)−1ms and at most ceil(ttl) after the write's clock reading.
+//
+// That reading is not the write's linearization point: other processes
+// read the row as it was until the transaction's COMMIT, which comes after
+// the rest of the batch's operations and an fsync of the write-ahead log,
+// so a reader can see no lease after the clock reading that the lease's
+// TTL counts from. The reading lies between the call and the
+// linearization point, hence ExpiryFromEffect is false.
 var SQLiteProfile = Profile{
-	Name:             "sqlite",
-	MinTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - time.Millisecond },
-	MaxTTL:           ceilMillis,
-	ExpiryFromEffect: true,
+	Name:   "sqlite",
+	MinTTL: func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - time.Millisecond },
+	MaxTTL: ceilMillis,
 }
 
 // ProfileFor returns the profile of a store URL scheme.

@@ -130,6 +130,16 @@ func TestModel(t *testing.T) {
 			granted("B", 1010, 1020, 2), // A's lease expired after 1s
 			renew("A", 1, 1030, 1040, ResLost),
 		}, "Ok"},
+		// SQLite reads the clock for a grant's expiry inside the writing
+		// transaction, but readers see the grant only at its COMMIT (the
+		// rest of the batch and an fsync later): here a Get sees no lease
+		// after A's clock reading, and A's lease ends a TTL after that
+		// reading, less than a TTL after the Get.
+		{"a grant's TTL counts from a clock reading before readers see it", SQLiteProfile, nil, []op{
+			granted("A", 0, 100, 1),
+			get(60, 70, ResNotHeld, "", 0),
+			granted("B", 1030, 1040, 2),
+		}, "Ok"},
 		{"concurrent calls linearize in a different order than they were sent", SQLiteProfile, nil, []op{
 			granted("A", 0, 10, 1),
 			release("A", 1, 100, 200, ResReleased),

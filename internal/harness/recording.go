@@ -24,13 +24,27 @@ type RecordingStore struct {
 }
 
 // NewRecordingStore wraps inner. When inner is a driver.Notifier, so is the
-// result.
+// result, and a driver.Watcher when inner is one.
 func NewRecordingStore(inner driver.Store, rec *Recorder) driver.Store {
 	s := &RecordingStore{inner: inner, rec: rec, lastGrant: map[string]Event{}}
 	if n, ok := inner.(driver.Notifier); ok {
+		if w, ok := inner.(driver.Watcher); ok {
+			return &recordingWatcher{recordingNotifier: &recordingNotifier{RecordingStore: s, n: n}, w: w}
+		}
 		return &recordingNotifier{RecordingStore: s, n: n}
 	}
 	return s
+}
+
+// recordingWatcher passes Watch through: a shared/exclusive lock's
+// exclusive request watches the shared holders' leases.
+type recordingWatcher struct {
+	*recordingNotifier
+	w driver.Watcher
+}
+
+func (s *recordingWatcher) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.w.Watch(ctx, resource)
 }
 
 type recordingNotifier struct {
@@ -51,6 +65,8 @@ func LastGrant(s driver.Store, resource string) (send, reply int64, owner string
 	case *RecordingStore:
 		rs = v
 	case *recordingNotifier:
+		rs = v.RecordingStore
+	case *recordingWatcher:
 		rs = v.RecordingStore
 	default:
 		return 0, 0, "", 0
@@ -193,7 +209,8 @@ func (s *RecordingStore) Get(ctx context.Context, resource string) (tenure.Recor
 }
 
 // List implements driver.Store. It is not recorded: the checker's model
-// covers point operations (Semaphore.Holders lists, a worker never calls it).
+// covers point operations (a semaphore's and a shared/exclusive lock's
+// acquires list; the checks of those invariants use the grants).
 func (s *RecordingStore) List(ctx context.Context, prefix string) ([]tenure.Record, error) {
 	return s.inner.List(ctx, prefix)
 }

@@ -57,6 +57,9 @@ type Config struct {
 	// ErrSlotsMismatch). The kind of the marker-TTL bug, where a short-TTL
 	// holder shortened the shared marker.
 	SemMixed bool
+	// RWWorkers more workers hold a shared/exclusive lock on a resource of
+	// their own (WorkloadRW), each round in a mode drawn at random.
+	RWWorkers int
 
 	// ServerFaults allows faults that crash and restart the store's server
 	// (server-restart on PostgreSQL and MySQL, through PostgresScript and
@@ -112,6 +115,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.SemWorkers < 0 || cfg.SemWorkers > 0 && (cfg.Slots < 1 || cfg.Slots >= cfg.SemWorkers) {
 		return nil, fmt.Errorf("harness: %d semaphore workers for %d slots: want more workers than slots, and at least one slot", cfg.SemWorkers, cfg.Slots)
 	}
+	if cfg.RWWorkers < 0 {
+		return nil, fmt.Errorf("harness: %d shared/exclusive workers", cfg.RWWorkers)
+	}
 	if cfg.TTL <= 0 || cfg.Retry <= 0 || cfg.Duration <= 0 {
 		return nil, errors.New("harness: TTL, retry and duration must be positive")
 	}
@@ -158,10 +164,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		changed:  make(chan struct{}, 1),
 		resource: fmt.Sprintf("harness-%d-%d", cfg.Seed, MonoNow()),
 	}
-	fmt.Fprintf(cfg.Log, "harness: store=%s seed=%d workers=%d (%s) semaphore-workers=%d slots=%d ttl=%v duration=%v faults=%s out=%s\n",
-		env.scheme, cfg.Seed, cfg.Workers, cfg.Workload, cfg.SemWorkers, cfg.Slots, cfg.TTL, cfg.Duration, strings.Join(kinds, ","), cfg.Out)
-	for i := 0; i < cfg.Workers+cfg.SemWorkers; i++ {
-		s := &slot{idx: i, sem: i >= cfg.Workers}
+	fmt.Fprintf(cfg.Log, "harness: store=%s seed=%d workers=%d (%s) semaphore-workers=%d slots=%d rw-workers=%d ttl=%v duration=%v faults=%s out=%s\n",
+		env.scheme, cfg.Seed, cfg.Workers, cfg.Workload, cfg.SemWorkers, cfg.Slots, cfg.RWWorkers, cfg.TTL, cfg.Duration, strings.Join(kinds, ","), cfg.Out)
+	for i := 0; i < cfg.Workers+cfg.SemWorkers+cfg.RWWorkers; i++ {
+		s := &slot{idx: i, sem: i >= cfg.Workers && i < cfg.Workers+cfg.SemWorkers, rw: i >= cfg.Workers+cfg.SemWorkers}
 		o.slots = append(o.slots, s)
 		if err := o.start(s); err != nil {
 			o.shutdown()
@@ -208,7 +214,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Store = fmt.Sprintf("etcd-%dmembers", len(env.nodes))
 	}
 	rep.Seed, rep.Workers, rep.TTL, rep.Duration, rep.Unsafe = cfg.Seed, cfg.Workers, cfg.TTL.String(), cfg.Duration.String(), cfg.Unsafe
-	rep.Workload, rep.SemWorkers, rep.SharedOwner = cfg.Workload, cfg.SemWorkers, cfg.SharedOwner
+	rep.Workload, rep.SemWorkers, rep.SharedOwner, rep.RWWorkers = cfg.Workload, cfg.SemWorkers, cfg.SharedOwner, cfg.RWWorkers
 	if cfg.SemWorkers > 0 {
 		rep.Slots = cfg.Slots
 	}
@@ -235,7 +241,7 @@ type orch struct {
 	cfg      Config
 	env      *storeEnv
 	rng      *rand.Rand // the schedule: kinds, durations, gaps, nodes
-	lastSem  bool       // the last holder struck was a semaphore worker
+	lastKind int        // the kind of the last holder struck (slot.kind)
 	targets  *rand.Rand // workers picked among holders, or when none holds a lease (timing-dependent, so apart from the schedule)
 	faultsF  *os.File
 	operator *Recorder
@@ -251,6 +257,7 @@ type orch struct {
 type slot struct {
 	idx      int
 	sem      bool // a semaphore worker
+	rw       bool // a shared/exclusive lock's worker
 	gen      int
 	pid      int
 	proc     *os.Process
@@ -293,6 +300,9 @@ func (o *orch) resources() []string {
 		}
 		rs = append(rs, tenure.MarkerName(o.semResource()))
 	}
+	if o.cfg.RWWorkers > 0 {
+		rs = append(rs, o.rwResource()) // the gate; shared holders' leases: rwShared
+	}
 	return rs
 }
 
@@ -321,6 +331,9 @@ func (o *orch) startLocked(s *slot) error {
 		if o.cfg.SemMixed {
 			ttl, slots = o.semSettings(s.idx)
 		}
+	}
+	if s.rw {
+		resource, workload = o.rwResource(), WorkloadRW
 	}
 	workerURL := o.env.workerURL
 	if len(o.env.workerURLs) > 0 {
@@ -520,21 +533,21 @@ func (o *orch) holder(ctx context.Context, d time.Duration) *slot {
 			}
 		}
 		if len(holders) > 0 {
-			// Strike the lease's holders and the semaphore's in turn, so
-			// that every fault kind meets both workloads (a slot holder
-			// drawn at random among three holders was missed by three
-			// pauses in a row often enough to fail a short test).
+			// Strike the holders of each workload in turn (the lease's,
+			// the semaphore's, the shared/exclusive lock's), so that every
+			// fault kind meets every workload (a slot holder drawn at
+			// random among three holders was missed by three pauses in a
+			// row often enough to fail a short test).
 			var turn []*slot
-			for _, s := range holders {
-				if s.sem != o.lastSem {
-					turn = append(turn, s)
+			for k := 1; k <= 3 && len(turn) == 0; k++ {
+				for _, s := range holders {
+					if s.kind() == (o.lastKind+k)%3 {
+						turn = append(turn, s)
+					}
 				}
 			}
-			if len(turn) == 0 {
-				turn = holders
-			}
 			s := turn[o.targets.IntN(len(turn))]
-			o.lastSem = s.sem
+			o.lastKind = s.kind()
 			o.mu.Unlock()
 			return s
 		}
@@ -856,6 +869,16 @@ func (o *orch) operatorFault(ctx context.Context, f Fault) (Fault, error) {
 		if all {
 			targets, prefix = o.resources(), o.resource
 			f.Target = "every lease of the run"
+			if o.cfg.RWWorkers > 0 {
+				// The shared holders' leases have names of their own:
+				// delete those live now, by name, so that every deletion
+				// is in the operator's history.
+				shared, err := o.rwShared(bg)
+				if err != nil {
+					return f, err
+				}
+				targets, prefix = append(targets, shared...), ""
+			}
 		}
 		f.Start = MonoNow()
 		for _, r := range targets {

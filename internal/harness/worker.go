@@ -32,7 +32,7 @@ type WorkerConfig struct {
 	// work without releasing its lease, as a crashed process would.
 	ExitProb float64
 	// Workload is what the worker does (WorkloadLease, WorkloadReacquire,
-	// WorkloadSemaphore; default WorkloadLease).
+	// WorkloadSemaphore, WorkloadRW; default WorkloadLease).
 	Workload string
 	// Slots is the semaphore's number of slots (WorkloadSemaphore).
 	Slots int
@@ -71,7 +71,7 @@ const (
 )
 
 // Workloads lists the workloads.
-var Workloads = []string{WorkloadLease, WorkloadReacquire, WorkloadSemaphore}
+var Workloads = []string{WorkloadLease, WorkloadReacquire, WorkloadSemaphore, WorkloadRW}
 
 // Status lines a worker writes on its status output for the orchestrator:
 // "G <token> <resource>" when it starts trusting a lease, "E" when it
@@ -135,6 +135,13 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 		}
 		w.sem = sem
 		start.Sem, start.Slots = cfg.Resource, cfg.Slots
+	case WorkloadRW:
+		rw, err := lk.RWLock(cfg.Resource)
+		if err != nil {
+			return err
+		}
+		w.rw = rw
+		start.RW = cfg.Resource
 	default:
 		return fmt.Errorf("harness: unknown workload %q (want %v)", cfg.Workload, Workloads)
 	}
@@ -178,6 +185,7 @@ type worker struct {
 	rs     driver.Store
 	lk     *tenure.Locker
 	sem    *tenure.Semaphore // WorkloadSemaphore
+	rw     *tenure.RWLock    // WorkloadRW
 	status io.Writer
 	rng    *rand.Rand
 	step   time.Duration
@@ -188,6 +196,9 @@ func (w *worker) say(s string) { fmt.Fprintln(w.status, s) }
 // acquire acquires the resource (blocking), or a slot of the semaphore.
 func (w *worker) acquire(ctx context.Context) (*tenure.Lease, Event, error) {
 	g := Event{Ev: EvGrant}
+	if w.rw != nil {
+		return w.acquireRW(ctx)
+	}
 	if w.sem != nil {
 		sl, err := w.sem.Acquire(ctx, w.cfg.TTL)
 		if err != nil {
@@ -217,7 +228,9 @@ func (w *worker) round(ctx context.Context) (lost bool, err error) {
 	}
 	res := lease.Resource()
 	send, reply, owner, token := LastGrant(w.rs, res)
-	if token != lease.Token() || owner != lease.Owner() {
+	if owner != lease.Owner() || (token != lease.Token() && g.Mode != "shared") {
+		// (A shared holder's lease reports its gate grant's token, not its
+		// own lease's.)
 		return false, fmt.Errorf("harness: the recorded grant of %q is %s with token %d, the lease %s with %d", res, owner, token, lease.Owner(), lease.Token())
 	}
 	tok := lease.Token()

@@ -125,11 +125,14 @@ func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}
 }
 
 // Watch implements driver.Watcher: every release notification of resource
-// wakes the watcher (Subscribe wakes one waiter per release). It marks the
-// lease on resource, if any, in the background, so that its release
+// wakes the watcher (Subscribe wakes one waiter per release). Before it
+// returns, it marks the lease on resource, if any, so that its release
 // publishes: a holder that watches its own lease learns at once that
-// someone else freed it. Ending the subscription cuts the mark short and
-// waits for it, so that no call of the subscription outlives it.
+// someone else freed it, and an exclusive request of a tenure.RWLock that
+// watches a shared holder's lease learns at once that it left. The mark is
+// best effort, bounded by ctx and the dial timeout: when it fails, the
+// watcher learns of a release at its next look. No call of the watch
+// outlives Watch's return but the subscription itself.
 func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
 	ch, stop, err := s.hub.Watch(ctx, resource, 2*s.dial+time.Second)
 	if err != nil {
@@ -138,17 +141,8 @@ func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, fu
 		}
 		return ch, stop, err
 	}
-	mctx, cancel := context.WithTimeout(context.Background(), s.dial+5*time.Second)
-	marked := make(chan struct{})
-	go func() {
-		defer close(marked)
-		// Best effort: a failure leaves the holder to learn it at its next
-		// renewal.
-		_, _ = s.eval(mctx, markScript, []string{s.leaseKey(resource)})
-	}()
-	return ch, func() {
-		stop()
-		cancel()
-		<-marked
-	}, nil
+	mctx, cancel := context.WithTimeout(ctx, s.dial+5*time.Second)
+	_, _ = s.eval(mctx, markScript, []string{s.leaseKey(resource)})
+	cancel()
+	return ch, stop, nil
 }

@@ -11,7 +11,8 @@
 // owner, renew, release, expiry, stale owners and tokens, fencing tokens
 // that strictly increase across release and expiry, bad input rejected
 // before any write, many goroutines contending with at most one holder at a
-// time, Get and List) and every failure scenario of the field
+// time, Get and List; semaphores and shared/exclusive locks, which are
+// built on those operations) and every failure scenario of the field
 // (docs/cases.md) that applies, each named after its id:
 //
 //	go test -run 'TestConformance/C03_SubSecondTTL' ./store/sqlite/
@@ -159,6 +160,12 @@ var tests = []test{
 	{name: "SemaphoreSlotTrustedAtAnyTTL", f: testSemaphoreSlotTrustedAtAnyTTL},
 	{name: "SemaphoreKeptSlotsKeepTheCount", f: testSemaphoreKeptSlotsKeepTheCount},
 	{name: "SemaphoreClosedLockerWritesNothing", f: testSemaphoreClosedLockerWritesNothing},
+	{name: "RWSharedTogether", f: testRWSharedTogether},
+	{name: "RWNeverSharedBesideExclusive", f: testRWNeverSharedBesideExclusive},
+	{name: "RWExclusiveWaiterNotStarved", f: testRWExclusiveWaiterNotStarved},
+	{name: "RWLastSharedReleaseWakesExclusive", f: testRWLastSharedReleaseWakesExclusive},
+	{name: "RWKilledSharedHolderFreedByTTL", f: testRWKilledSharedHolderFreedByTTL},
+	{name: "RWClosedLockerWritesNothing", f: testRWClosedLockerWritesNothing},
 	{name: "C01_CleanShutdown", id: "C01", f: caseC01CleanShutdown},
 	{name: "C02_UnknownOutcome", id: "C02", f: caseC02UnknownOutcome},
 	{name: "C03_SubSecondTTL", id: "C03", f: caseC03SubSecondTTL},
