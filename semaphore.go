@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // MaxSlots is the largest number of slots of a Semaphore.
-const MaxSlots = 1000
+const MaxSlots = naming.MaxSlots
 
 // ErrSlotsMismatch means that holders of a semaphore disagree on its number
 // of slots: the resource has slots held or kept (Lease.ReleaseAfter) by
@@ -29,37 +29,39 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 
 // Semaphore is a counting lease: at most Slots holders of one resource at
 // once, across every process that uses the same store, resource and number
-// of slots. Each slot is a lease of its own (see SlotName), with the
-// lease's whole contract, renewed, trusted and lost by the same rules as a
-// plain lease of the same TTL: a context cancelled the moment it can no
-// longer be trusted, and a fencing token that strictly increases per slot.
-// A resource protected by a semaphore keeps the highest token it has seen
-// for each slot lease name (SlotLease.Resource(), which names the number of
-// slots too) and rejects lower ones for that name. On stores whose tokens
-// come from one counter per store or cluster (SQLite, PostgreSQL, Redis,
-// Cassandra's native mode, etcd's revisions) tokens also increase across
-// names, so a slot's token never goes back when the number of slots
-// changes; on the memory store, tokens count per name.
+// of slots. Each slot is a lease of its own, named R/slot-I-of-N (slot I of
+// a semaphore of N slots on resource R, as `tenure list` shows it: for
+// example "backups/slot-2-of-3"), with the lease's whole contract, renewed,
+// trusted and lost by the same rules as a plain lease of the same TTL: a
+// context cancelled the moment it can no longer be trusted, and a fencing
+// token that strictly increases per slot. A resource protected by a
+// semaphore keeps the highest token it has seen for each slot lease name
+// (SlotLease.Resource(), which names the number of slots too) and rejects
+// lower ones for that name. On stores whose tokens come from one counter per
+// store or cluster (SQLite, PostgreSQL, Redis, Cassandra's native mode,
+// etcd's revisions) tokens also increase across names, so a slot's token
+// never goes back when the number of slots changes; on the memory store,
+// tokens count per name.
 //
-// A Semaphore works on every store, without store code: a slot is granted
-// by the store's own atomic acquire, with point operations and one List.
+// A Semaphore works on every store, without store code: a slot is granted by
+// the store's own atomic acquire, with point operations and one List.
 // Holders agree on the number of slots in two ways. (1) A marker lease,
-// MarkerName(resource) ("R/slots"), that every holder of N slots acquires
-// with the same owner string ("tenure semaphore of N slots") before it
-// takes a slot: a store renews a live lease for the owner string that holds
-// it, so holders of one number share the marker, and one of another number
-// finds it held and gets ErrSlotsMismatch. A slot is granted only within
-// MarkerTTL·(1−ρ) of that marker acquire, while no other number can hold
-// the marker. (2) After the marker, before it takes a slot, a holder lists
-// the resource's slot leases and gets ErrSlotsMismatch when any slot of
-// another number is held or kept. Together these keep the number for as
-// long as any slot of it is held or kept, whatever the slots' TTLs and
-// however long ago the marker was last renewed: a holder of another number
-// that takes the marker after it expired still finds their slots. While a
-// slot is held, its holder also renews the marker (with its slot's TTL, at
-// least MarkerTTL), so that holders of another number are refused by the
-// marker itself; the marker expires at most MarkerTTL (or the longest slot
-// TTL) after the last holder stopped, and is never released.
+// named R/slots, that every holder of N slots acquires with the same owner
+// string ("tenure semaphore of N slots") before it takes a slot: a store
+// renews a live lease for the owner string that holds it, so holders of one
+// number share the marker, and one of another number finds it held and gets
+// ErrSlotsMismatch. A slot is granted only within MarkerTTL·(1−ρ) of that
+// marker acquire, while no other number can hold the marker. (2) After the
+// marker, before it takes a slot, a holder lists the resource's slot leases
+// and gets ErrSlotsMismatch when any slot of another number is held or kept.
+// Together these keep the number for as long as any slot of it is held or
+// kept, whatever the slots' TTLs and however long ago the marker was last
+// renewed: a holder of another number that takes the marker after it expired
+// still finds their slots. While a slot is held, its holder also renews the
+// marker (with its slot's TTL, at least MarkerTTL), so that holders of
+// another number are refused by the marker itself; the marker expires at
+// most MarkerTTL (or the longest slot TTL) after the last holder stopped,
+// and is never released.
 //
 // It is safe for concurrent use. Make one with Locker.Semaphore.
 type Semaphore struct {
@@ -92,7 +94,7 @@ func (e *SlotsHeldError) Error() string {
 		if i > 0 {
 			b.WriteString(",")
 		}
-		slot, _, _ := ParseSlotName(h.Resource)
+		slot, _, _ := naming.ParseSlotName(h.Resource)
 		fmt.Fprintf(&b, " slot %d by %q (token %d", slot, h.Owner, h.Token)
 		if h.Remaining > 0 {
 			fmt.Fprintf(&b, ", %s left", h.Remaining.Round(time.Millisecond))
@@ -105,62 +107,9 @@ func (e *SlotsHeldError) Error() string {
 // Is reports whether target is ErrHeld.
 func (e *SlotsHeldError) Is(target error) bool { return target == ErrHeld }
 
-// SlotName returns the name of the lease that slot (1 to slots) of a
-// semaphore of slots slots on resource is kept under: resource +
-// "/slot-" + slot + "-of-" + slots, for example "backups/slot-2-of-3".
-// Holders of the same semaphore agree on these names; an operator sees
-// them in `tenure list`.
-func SlotName(resource string, slot, slots int) string {
-	return resource + "/slot-" + strconv.Itoa(slot) + "-of-" + strconv.Itoa(slots)
-}
-
-// MarkerName returns the name of the marker lease through which the holders
-// of a semaphore on resource agree on its number of slots: resource +
-// "/slots".
-func MarkerName(resource string) string { return resource + "/slots" }
-
-// markerPrefix starts the owner string of a marker lease.
-const markerPrefix = "tenure semaphore of "
-
-func markerOwner(slots int) string { return markerPrefix + strconv.Itoa(slots) + " slots" }
-
-// markerSlots returns the number of slots a marker's owner string names, or
-// 0 when it is not a marker's.
-func markerSlots(owner string) int {
-	rest, ok := strings.CutPrefix(owner, markerPrefix)
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(strings.TrimSuffix(rest, " slots"))
-	if err != nil || n < 1 {
-		return 0
-	}
-	return n
-}
-
 // slotsPrefix is the prefix of every slot name of resource, whatever the
 // number of slots.
 func slotsPrefix(resource string) string { return resource + "/slot-" }
-
-// ParseSlotName splits a lease name made by SlotName into its slot number
-// and number of slots; ok is false for other names.
-func ParseSlotName(name string) (slot, slots int, ok bool) {
-	i := strings.LastIndex(name, "/slot-")
-	if i < 0 {
-		return 0, 0, false
-	}
-	a, b, found := strings.Cut(name[i+len("/slot-"):], "-of-")
-	if !found {
-		return 0, 0, false
-	}
-	slot, err1 := strconv.Atoi(a)
-	slots, err2 := strconv.Atoi(b)
-	if err1 != nil || err2 != nil || slots < 1 || slots > MaxSlots || slot < 1 || slot > slots ||
-		strconv.Itoa(slot) != a || strconv.Itoa(slots) != b {
-		return 0, 0, false
-	}
-	return slot, slots, true
-}
 
 // Semaphore returns a semaphore of slots slots (1 to MaxSlots) on resource.
 // The resource's slot names must be valid resource names (so the resource
@@ -173,7 +122,7 @@ func (lk *Locker) Semaphore(resource string, slots int) (*Semaphore, error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateResource(SlotName(resource, slots, slots)); err != nil {
+	if err := driver.ValidateResource(naming.SlotName(resource, slots, slots)); err != nil {
 		return nil, fmt.Errorf("tenure: semaphore %q: its slot names are too long: %w", resource, err)
 	}
 	return &Semaphore{lk: lk, resource: resource, slots: slots}, nil
@@ -199,7 +148,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	out := recs[:0]
 	for _, r := range recs {
 		if i := strings.LastIndex(r.Resource, "/slot-"); i == len(s.resource) {
-			if _, _, ok := ParseSlotName(r.Resource); ok {
+			if _, _, ok := naming.ParseSlotName(r.Resource); ok {
 				out = append(out, r)
 			}
 		}
@@ -234,7 +183,7 @@ func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, erro
 	var rec Record
 	var err error
 	for try := 0; try < 3; try++ {
-		rec, err = s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), ttl)
+		rec, err = s.lk.store.Acquire(ctx, naming.MarkerName(s.resource), naming.MarkerOwner(s.slots), ttl)
 		if !errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
 			break
 		}
@@ -244,11 +193,11 @@ func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, erro
 	case err == nil:
 		return rec, nil
 	case errors.As(err, &held):
-		if n := markerSlots(held.Holder.Owner); n > 0 {
+		if n := naming.MarkerSlots(held.Holder.Owner); n > 0 {
 			return Record{}, fmt.Errorf("%w: %q is a semaphore of %d slots (its marker %q says so), and this one was asked for %d; the number of slots changes only once no slot of the other number is held or kept and the marker expired",
-				ErrSlotsMismatch, s.resource, n, MarkerName(s.resource), s.slots)
+				ErrSlotsMismatch, s.resource, n, naming.MarkerName(s.resource), s.slots)
 		}
-		return Record{}, fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, MarkerName(s.resource), held.Holder.Owner, err)
+		return Record{}, fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, naming.MarkerName(s.resource), held.Holder.Owner, err)
 	default:
 		return Record{}, fmt.Errorf("tenure: semaphore %q: marker: %w", s.resource, err)
 	}
@@ -267,7 +216,7 @@ func (s *Semaphore) slotsHeld(ctx context.Context) (map[int]Record, error) {
 		if strings.LastIndex(r.Resource, "/slot-") != len(s.resource) {
 			continue
 		}
-		slot, n, ok := ParseSlotName(r.Resource)
+		slot, n, ok := naming.ParseSlotName(r.Resource)
 		switch {
 		case !ok:
 		case n != s.slots:
@@ -333,7 +282,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	}
 	e := &SlotsHeldError{Resource: s.resource, Slots: s.slots}
 	for _, slot := range order {
-		l, err := lk.TryAcquire(wctx, SlotName(s.resource, slot, s.slots), ttl)
+		l, err := lk.TryAcquire(wctx, naming.SlotName(s.resource, slot, s.slots), ttl)
 		var h *HeldError
 		switch {
 		case err == nil:
@@ -477,7 +426,7 @@ func (w *slotWaker) subscribe(ctx context.Context, s *Semaphore) bool {
 	w.cancel = cancel
 	for slot := 1; slot <= s.slots; slot++ {
 		sctx, giveUp := context.WithCancel(ctx)
-		ch, stop, err := n.Subscribe(sctx, SlotName(s.resource, slot, s.slots))
+		ch, stop, err := n.Subscribe(sctx, naming.SlotName(s.resource, slot, s.slots))
 		if err != nil {
 			giveUp()
 			s.lk.log.Warn("release notifications unavailable; polling", "resource", s.resource, "err", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // delayKV holds back a Store's move Txns (a put conditioned on three or
@@ -110,7 +111,7 @@ func TestLateMarkerMoveAfterARenewalIsRefused(t *testing.T) {
 	dk.hold = true
 	dk.mu.Unlock()
 	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-	_, err = sA.Acquire(actx, tenure.MarkerName(r), markerOwnerOf(2), tenure.MarkerTTL)
+	_, err = sA.Acquire(actx, naming.MarkerName(r), markerOwnerOf(2), tenure.MarkerTTL)
 	acancel()
 	dk.mu.Lock()
 	dk.hold = false

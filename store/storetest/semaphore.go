@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // The semaphore cases: Locker.Semaphore is built on the lease contract
@@ -234,7 +235,7 @@ func testSemaphoreKeptSlotsKeepTheCount(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	freeMarker := func() {
-		rec, err := e.store.Get(ctx, tenure.MarkerName(r))
+		rec, err := e.store.Get(ctx, naming.MarkerName(r))
 		if err != nil {
 			t.Fatalf("the marker: %v", err)
 		}
