@@ -24,7 +24,8 @@ const MaxSlots = naming.MaxSlots
 // was acquired. Changing the number of slots is an operator action: stop
 // the holders (or wait until none is left, or free their slots with
 // `tenure release --force`), then start them all with the new number once
-// the marker expired (MarkerTTL at most after the last holder stopped).
+// the marker expired (30 s at most after the last holder stopped, or the
+// longest slot TTL when that is longer).
 var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the number of slots")
 
 // Semaphore is a counting lease: at most Slots holders of one resource at
@@ -50,7 +51,7 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 // string ("tenure semaphore of N slots") before it takes a slot: a store
 // renews a live lease for the owner string that holds it, so holders of one
 // number share the marker, and one of another number finds it held and gets
-// ErrSlotsMismatch. A slot is granted only within MarkerTTL·(1−ρ) of that
+// ErrSlotsMismatch. A slot is granted only within 30 s·(1−ρ) of that
 // marker acquire, while no other number can hold the marker. (2) After the
 // marker, before it takes a slot, a holder lists the resource's slot leases
 // and gets ErrSlotsMismatch when any slot of another number is held or kept.
@@ -58,9 +59,9 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 // kept, whatever the slots' TTLs and however long ago the marker was last
 // renewed: a holder of another number that takes the marker after it expired
 // still finds their slots. While a slot is held, its holder also renews the
-// marker (with its slot's TTL, at least MarkerTTL), so that holders of
+// marker (with its slot's TTL, at least 30 s), so that holders of
 // another number are refused by the marker itself; the marker expires at
-// most MarkerTTL (or the longest slot TTL) after the last holder stopped,
+// most 30 s (or the longest slot TTL) after the last holder stopped,
 // and is never released.
 //
 // It is safe for concurrent use. Make one with Locker.Semaphore.
@@ -156,19 +157,10 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// MarkerTTL is the shortest TTL of a semaphore's marker lease (see
-// Semaphore): holders acquire and renew the marker with their slot's TTL,
-// or MarkerTTL when that is shorter, so a slot is granted only within
-// MarkerTTL·(1−ρ) of its marker acquire, and the number of slots can
-// change MarkerTTL after the last holder stopped renewing the marker (or
-// the longest slot TTL, or once the last slot kept by ReleaseAfter expired,
-// whichever is later).
-const MarkerTTL = 30 * time.Second
-
 // markerTTL is the TTL with which a holder of a slot of ttl acquires and
-// renews the marker: never below MarkerTTL, so that no holder shortens the
-// marker under a slot grant in progress.
-func markerTTL(ttl time.Duration) time.Duration { return max(MarkerTTL, ttl) }
+// renews the marker: never below naming.MarkerTTL, so that no holder
+// shortens the marker under a slot grant in progress.
+func markerTTL(ttl time.Duration) time.Duration { return max(naming.MarkerTTL, ttl) }
 
 // marker acquires (or renews, for the owner string every holder of this
 // number of slots shares) the semaphore's marker lease for ttl. It returns
@@ -251,10 +243,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLease, error) {
 	lk := s.lk
 	// A slot may be granted until window: while the marker is this
-	// number's, whoever renewed it since (each with MarkerTTL at least).
+	// number's, whoever renewed it since (each with naming.MarkerTTL at least).
 	tMarker := lk.clock.Now()
-	window := tMarker.Add(lk.trust(MarkerTTL))
-	wctx, cancel := lk.bounded(ctx, lk.trust(MarkerTTL))
+	window := tMarker.Add(lk.trust(naming.MarkerTTL))
+	wctx, cancel := lk.bounded(ctx, lk.trust(naming.MarkerTTL))
 	defer cancel()
 	mttl := markerTTL(ttl)
 	mrec, err := s.marker(wctx, mttl)
@@ -292,7 +284,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 				// number may hold the marker now. Free the slot.
 				_ = l.Release(context.WithoutCancel(ctx))
 				return nil, fmt.Errorf("tenure: semaphore %q: slot %d was granted %v after the marker was acquired, past the %v within which the number of slots is sure; released it: %w",
-					s.resource, slot, now.Sub(tMarker), lk.trust(MarkerTTL), ErrLeaseLost)
+					s.resource, slot, now.Sub(tMarker), lk.trust(naming.MarkerTTL), ErrLeaseLost)
 			}
 			m := newLease(lk, context.WithoutCancel(ctx), mrec.Resource, mrec.Owner, mttl, mrec.Token, tMarker, tMarker.Add(lk.trust(mttl)))
 			m.isMarker = true

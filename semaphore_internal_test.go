@@ -25,7 +25,7 @@ type lateSlotStore struct {
 func (s *lateSlotStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	rec, err := s.Store.Acquire(ctx, resource, owner, ttl)
 	if strings.Contains(resource, "/slot-") {
-		s.fc.Advance(MarkerTTL)
+		s.fc.Advance(naming.MarkerTTL)
 	}
 	return rec, err
 }
@@ -136,7 +136,7 @@ func TestMarkerRenewedLikeAnyLease(t *testing.T) {
 		t.Fatalf("the marker was released with the slot: %v", err)
 	}
 	before := st.count(naming.MarkerName("r"))
-	fc.Advance(MarkerTTL + time.Second)
+	fc.Advance(naming.MarkerTTL + time.Second)
 	time.Sleep(10 * time.Millisecond)
 	if n := st.count(naming.MarkerName("r")); n != before {
 		t.Fatalf("the marker was renewed %d times after its slot was released", n-before)

@@ -1,18 +1,28 @@
 // Package naming holds what the holders of a lease, the stores and the
 // tenure command must agree on without it being part of tenure's API: how
-// an owner string is made and read, and the names and owner strings of a
-// semaphore's leases. The layouts are part of the stores' key layout
+// an owner string is made and read, and the names, owner strings and
+// shortest marker TTL of a semaphore's leases. The layouts are part of the stores' key layout
 // (docs/compatibility.md): changing one is a breaking change.
 package naming
 
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxSlots is the largest number of slots of a semaphore
 // (tenure.MaxSlots).
 const MaxSlots = 1000
+
+// MarkerTTL is the shortest TTL of a semaphore's marker lease (see
+// tenure.Semaphore): holders acquire and renew the marker with their slot's
+// TTL, or MarkerTTL when that is shorter, so a slot is granted only within
+// MarkerTTL·(1−ρ) of its marker acquire, and the number of slots can
+// change MarkerTTL after the last holder stopped renewing the marker (or
+// the longest slot TTL, or once the last slot kept by ReleaseAfter expired,
+// whichever is later).
+const MarkerTTL = 30 * time.Second
 
 // SlotName returns the name of the lease that slot (1 to slots) of a
 // semaphore of slots slots on resource is kept under: resource +
