@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -715,7 +716,7 @@ func TestDoContextReadsTheClock(t *testing.T) {
 }
 
 // ReleaseAfter's hold outlives a renewal of the grant delivered late: the
-// store keeps the lease under KeptOwner, so a renewal that was sent before
+// store keeps the lease under naming.KeptOwner, so a renewal that was sent before
 // the hold, held up in the network, and applied after it finds another
 // holder and cannot cut the hold back to the lease's TTL (found by an
 // adversarial review, on Redis and PostgreSQL: the hold was one renewal
@@ -740,8 +741,8 @@ func TestReleaseAfterOutlivesLateRenewal(t *testing.T) {
 	}
 	f.clock.Advance(2 * short) // past the lease's TTL, within the hold
 	rec, err := f.mem.Get(ctx, "cron")
-	if err != nil || rec.Owner != tenure.KeptOwner(l.Owner()) || rec.Token != l.Token() {
-		t.Fatalf("%v after ReleaseAfter(%v) and a late renewal: %+v, %v; want held by %s, token %d", 2*short, hold, rec, err, tenure.KeptOwner(l.Owner()), l.Token())
+	if err != nil || rec.Owner != naming.KeptOwner(l.Owner()) || rec.Token != l.Token() {
+		t.Fatalf("%v after ReleaseAfter(%v) and a late renewal: %+v, %v; want held by %s, token %d", 2*short, hold, rec, err, naming.KeptOwner(l.Owner()), l.Token())
 	}
 	other, _ := tenure.New(f.mem, tenure.WithClock(f.clock))
 	if _, err := other.TryAcquire(ctx, "cron", short); !errors.Is(err, tenure.ErrHeld) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 type leaseState int
@@ -740,7 +741,7 @@ func (l *Lease) unconfirmed(err error) error {
 // how a job run from cron on several hosts whose clocks differ by a few
 // seconds runs once per tick (ShedLock's lockAtLeastFor).
 //
-// The store keeps the lease under another owner string, KeptOwner(Owner()),
+// The store keeps the lease under another owner string, Owner() + "/kept",
 // with the same token (driver.Keeper; every store of this module has it),
 // so that a renewal of this grant that reaches the store after the hold
 // began (a request delivered after its sender gave up) finds another holder
@@ -786,7 +787,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 		defer stop()
 	}
 	if k, ok := l.lk.store.(driver.Keeper); ok {
-		err = k.Keep(cctx, l.resource, l.owner, l.token, KeptOwner(l.owner), d)
+		err = k.Keep(cctx, l.resource, l.owner, l.token, naming.KeptOwner(l.owner), d)
 	} else {
 		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d)
 	}
@@ -795,11 +796,6 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	}
 	return nil
 }
-
-// KeptOwner returns the owner string under which ReleaseAfter leaves a
-// grant's lease held: the grant's owner string and "/kept". Locker.Owns
-// recognises it as the Locker's; nothing renews or releases it.
-func KeptOwner(owner string) string { return owner + "/kept" }
 
 // leaseContext is the lease's context. Err, Done and Value check the
 // deadline on every call, so that a caller that was paused past the

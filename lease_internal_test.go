@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 )
 
@@ -355,8 +356,8 @@ func TestReleaseAfterOnTheLeasesOwnContext(t *testing.T) {
 		t.Fatalf("ReleaseAfter(lease.Context()): %v", err)
 	}
 	rec, err := mem.Get(context.Background(), "r")
-	if err != nil || rec.Owner != KeptOwner(l.Owner()) {
-		t.Fatalf("the store has %+v (%v); want it kept by %q", rec, err, KeptOwner(l.Owner()))
+	if err != nil || rec.Owner != naming.KeptOwner(l.Owner()) {
+		t.Fatalf("the store has %+v (%v); want it kept by %q", rec, err, naming.KeptOwner(l.Owner()))
 	}
 }
 

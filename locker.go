@@ -37,6 +37,7 @@ import (
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/backoff"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // Locker acquires leases from a store on behalf of one owner. It is safe for
@@ -95,7 +96,7 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 	if c.ownerID == "" {
 		c.ownerID = DefaultOwnerID()
 	}
-	owner, err := NewOwner(c.ownerID)
+	owner, err := naming.NewOwner(c.ownerID)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +336,7 @@ func (lk *Locker) ownHolder(err error) error {
 		return fmt.Errorf("%w; the holder is this Locker's own acquire of it, still in flight (a Locker is not reentrant)", err)
 	case !lk.Owns(owner):
 		return err
-	case strings.HasSuffix(owner, KeptOwner("")):
+	case strings.HasSuffix(owner, naming.KeptOwner("")):
 		return fmt.Errorf("%w; the holder is this Locker's own earlier grant, kept by ReleaseAfter until it expires", err)
 	}
 	return fmt.Errorf("%w; the holder is this Locker's own earlier grant (a Locker is not reentrant: release that lease first)", err)

@@ -16,7 +16,7 @@ import (
 )
 
 // MaxSlots is the largest number of slots of a Semaphore.
-const MaxSlots = naming.MaxSlots
+const MaxSlots = 1000
 
 // ErrSlotsMismatch means that holders of a semaphore disagree on its number
 // of slots: the resource has slots held or kept (Lease.ReleaseAfter) by

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // MaxValueLen is the longest value a candidate may publish (Config.Value),
@@ -51,7 +52,8 @@ func ValidateValue(value string) error {
 
 // ValidateIdentity checks a candidate's identity and the value it
 // publishes, as New does, without any I/O: the identity as a readable owner
-// id (tenure.ValidateOwnerID) without ValueSeparator, the value with
+// id (tenure.WithOwnerID: 1 to tenure.MaxOwnerIDLen bytes of UTF-8 without
+// NUL or "#") without ValueSeparator, the value with
 // ValidateValue, and the two together, once the value is encoded, within
 // tenure.MaxOwnerIDLen bytes. An empty identity stands for
 // tenure.DefaultOwnerID(). The error wraps tenure.ErrInvalidOwner.
@@ -66,7 +68,7 @@ func lockerID(identity, value string) (string, error) {
 	if identity == "" {
 		identity = tenure.DefaultOwnerID()
 	}
-	if err := tenure.ValidateOwnerID(identity); err != nil {
+	if err := naming.ValidateOwnerID(identity); err != nil {
 		return "", err
 	}
 	if strings.Contains(identity, ValueSeparator) {

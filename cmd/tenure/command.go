@@ -19,6 +19,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // minTTL is the smallest --ttl of run and elect. A lease is renewed every
@@ -106,7 +107,7 @@ func validateCommand(name string, c *cobra.Command, args []string, ttl, grace ti
 	if !c.Flags().Changed("owner") {
 		ownerID = tenure.DefaultOwnerID()
 	}
-	if _, err := tenure.NewOwner(ownerID); err != nil {
+	if _, err := naming.NewOwner(ownerID); err != nil {
 		return "", nil, "", usage("%s: --owner %s: %s", name, quoteName(ownerID), errText(err))
 	}
 	if strings.Contains(ownerID, election.ValueSeparator) {

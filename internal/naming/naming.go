@@ -6,10 +6,75 @@
 package naming
 
 import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/tenure-go/tenure/driver"
 )
+
+// MaxOwnerIDLen is the longest readable owner id, in bytes
+// (tenure.MaxOwnerIDLen).
+const MaxOwnerIDLen = 200
+
+// OwnerSeparator separates the readable id from the nonce in an owner
+// string, as in "web-3:4711#9f86d081884c7d65".
+const OwnerSeparator = "#"
+
+// NewOwner returns id followed by OwnerSeparator and a 64-bit random nonce
+// from crypto/rand in hex. The nonce makes two Lockers exclude each other
+// even when they were given the same readable id (identical containers
+// share host name and process id). id must be 1 to MaxOwnerIDLen bytes of
+// valid UTF-8 without NUL or OwnerSeparator; otherwise the error wraps
+// driver.ErrInvalidOwner.
+func NewOwner(id string) (string, error) {
+	if err := ValidateOwnerID(id); err != nil {
+		return "", err
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("tenure: owner nonce: %w", err)
+	}
+	return fmt.Sprintf("%s%s%016x", id, OwnerSeparator, binary.BigEndian.Uint64(b[:])), nil
+}
+
+// OwnerID returns the readable id of an owner string made by NewOwner (the
+// part before the last OwnerSeparator), or the whole string when it has no
+// separator.
+func OwnerID(owner string) string {
+	if i := strings.LastIndex(owner, OwnerSeparator); i >= 0 {
+		return owner[:i]
+	}
+	return owner
+}
+
+// ValidateOwnerID checks a readable owner id: 1 to MaxOwnerIDLen bytes of
+// valid UTF-8 without NUL or OwnerSeparator. The error wraps
+// driver.ErrInvalidOwner.
+func ValidateOwnerID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty id", driver.ErrInvalidOwner)
+	case len(id) > MaxOwnerIDLen:
+		return fmt.Errorf("%w: id of %d bytes, the limit is %d", driver.ErrInvalidOwner, len(id), MaxOwnerIDLen)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: id is not valid UTF-8", driver.ErrInvalidOwner)
+	case strings.IndexByte(id, 0) >= 0:
+		return fmt.Errorf("%w: id contains NUL", driver.ErrInvalidOwner)
+	case strings.Contains(id, OwnerSeparator):
+		return fmt.Errorf("%w: id contains %q, which separates the id from the nonce", driver.ErrInvalidOwner, OwnerSeparator)
+	}
+	return nil
+}
+
+// KeptOwner returns the owner string under which Lease.ReleaseAfter leaves
+// a grant's lease held: the grant's owner string and "/kept".
+// Locker.Owns recognises it as the Locker's; nothing renews or releases it.
+func KeptOwner(owner string) string { return owner + "/kept" }
 
 // MaxSlots is the largest number of slots of a semaphore
 // (tenure.MaxSlots).

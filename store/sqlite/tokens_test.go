@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -67,7 +68,7 @@ func TestTokenPolicy(t *testing.T) {
 	wall := &wallAt{time.Unix(1_800_000_000, 0)}
 	_, path := open(t)
 	s := reopen(t, sqlite.Config{Path: path, WallClock: wall.now})
-	a, _ := tenure.NewOwner("a")
+	a, _ := naming.NewOwner("a")
 	rec, err := s.Acquire(ctx, "r", a, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestTokenFloorSurvivesLostFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "leases.db")
 	cfg := sqlite.Config{Path: path, WallClock: wall.now}
-	a, _ := tenure.NewOwner("a")
+	a, _ := naming.NewOwner("a")
 	grant := func(s *sqlite.Store, resource string) uint64 {
 		t.Helper()
 		wall.t = wall.t.Add(time.Millisecond)
@@ -218,8 +219,8 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	path := filepath.Join(t.TempDir(), "leases.db")
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	makeV1(t, path, clock, a)
 
 	// Inspection: reads work, writes say how to upgrade, nothing changes.
@@ -301,8 +302,8 @@ func TestPartialRows(t *testing.T) {
 	db := raw(t, path)
 	epoch, now, _ := clock.read()
 	ms := now.Milliseconds()
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	// Raise the counter with a grant, so that every case checks both
 	// floors.
 	first, err := s.Acquire(ctx, "first", a, time.Minute)
@@ -409,7 +410,7 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 	_, path := open(t)
 	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
 	db := raw(t, path)
-	a, _ := tenure.NewOwner("a")
+	a, _ := naming.NewOwner("a")
 	for i := 0; i < 5; i++ {
 		ttl := time.Second
 		if i == 0 {
@@ -443,8 +444,8 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 func TestNotHolderNamesTheHolder(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	ra, err := s.Acquire(ctx, "r", a, time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -192,7 +192,7 @@ func testSemaphoreSlotsMismatch(t *testing.T, cfg Config) {
 
 // testSemaphoreSlotTrustedAtAnyTTL: a slot of a long TTL is trusted as a
 // plain lease of that TTL is, TTL·(1−ρ) from its grant, not for as long as
-// the semaphore's marker (naming.MarkerTTL) only.
+// the semaphore's marker (30 s) only.
 func testSemaphoreSlotTrustedAtAnyTTL(t *testing.T, cfg Config) {
 	e := newEnv(t, cfg)
 	ctx := ctxT(t)

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/tools/bench"
 )
@@ -140,7 +141,7 @@ func (s *driverSystem) Ops() []string {
 }
 
 func (s *driverSystem) NewClient(id string) (bench.Client, error) {
-	owner, err := tenure.NewOwner(id)
+	owner, err := naming.NewOwner(id)
 	if err != nil {
 		return nil, err
 	}
