@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
@@ -584,7 +585,8 @@ func TestCloseWaitsForAcquiresInFlight(t *testing.T) {
 // answer.
 func TestBatchRenewal(t *testing.T) {
 	fc := clock.NewFake()
-	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	m, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	mem := &batchCounter{Store: m}
 	lost := make(chan *tenure.Lease, 16)
 	lk, _ := tenure.New(mem, tenure.WithClock(fc), tenure.WithOnLost(func(l *tenure.Lease, _ error) { lost <- l }))
 	ctx := ctxT(t)
@@ -756,3 +758,19 @@ func TestReleaseAfterOutlivesLateRenewal(t *testing.T) {
 		t.Fatalf("another owner after the hold: %v", err)
 	}
 }
+
+// batchCounter counts the RenewBatch calls that the memory store was asked
+// to answer (those made before their context ended).
+type batchCounter struct {
+	*memory.Store
+	n atomic.Int64
+}
+
+func (b *batchCounter) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	if ctx.Err() == nil {
+		defer b.n.Add(1)
+	}
+	return b.Store.RenewBatch(ctx, leases)
+}
+
+func (b *batchCounter) Batches() int { return int(b.n.Load()) }
