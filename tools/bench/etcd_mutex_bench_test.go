@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/internal/naming"
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/tools/bench"
 )
@@ -93,7 +95,7 @@ func (s *mutexSystem) Ops() []string {
 }
 
 func (s *mutexSystem) NewClient(id string) (bench.Client, error) {
-	sess, err := concurrency.NewSession(s.store.Client(), concurrency.WithTTL(10))
+	sess, err := concurrency.NewSession(storeclient.Of[*clientv3.Client](s.store), concurrency.WithTTL(10))
 	if err != nil {
 		return nil, err
 	}
