@@ -57,7 +57,7 @@ func TestRenewBatch(t *testing.T) {
 	clock := newFakeHostClock()
 	_, path := open(t)
 	n := countCommits(path)
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	a, _ := naming.NewOwner("a")
 	b, _ := naming.NewOwner("b")
 	var batch []driver.Renewal
@@ -235,8 +235,8 @@ func TestGateTimeout(t *testing.T) {
 		return clock.read()
 	}
 	_, path := open(t)
-	a := reopen(t, sqlite.Config{Path: path, Clock: pausing})
-	b := reopen(t, sqlite.Config{Path: path, Clock: clock.read, BusyTimeout: 200 * time.Millisecond})
+	a := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, pausing, nil))
+	b := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path, BusyTimeout: 200 * time.Millisecond}, clock.read, nil))
 	ownerA, _ := naming.NewOwner("a")
 	ownerB, _ := naming.NewOwner("b")
 	pauseNext.Store(true)

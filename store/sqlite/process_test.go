@@ -239,8 +239,8 @@ func TestCaseC06ClockJumps(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	_, path := open(t)
-	holder := reopen(t, sqlite.Config{Path: path, Clock: clock.read, WallClock: func() time.Time { return time.Now().Add(time.Hour) }})
-	ahead := reopen(t, sqlite.Config{Path: path, Clock: clock.read, WallClock: func() time.Time { return time.Now().Add(3 * time.Minute) }})
+	holder := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, func() time.Time { return time.Now().Add(time.Hour) }))
+	ahead := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, func() time.Time { return time.Now().Add(3 * time.Minute) }))
 	a, _ := naming.NewOwner("a")
 	b, _ := naming.NewOwner("b")
 	rec, err := holder.Acquire(ctx, "r", a, 5*time.Second)
@@ -297,8 +297,8 @@ func TestCaseC06cPauseInsideTransaction(t *testing.T) {
 		return e, now, err
 	}
 	_, path := open(t)
-	a := reopen(t, sqlite.Config{Path: path, Clock: pausing})
-	b := reopen(t, sqlite.Config{Path: path, Clock: clock.read, BusyTimeout: 30 * time.Second})
+	a := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, pausing, nil))
+	b := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path, BusyTimeout: 30 * time.Second}, clock.read, nil))
 	ownerA, _ := naming.NewOwner("a")
 	ownerB, _ := naming.NewOwner("b")
 	pauseNext.Store(true)

@@ -67,7 +67,7 @@ func TestTokenPolicy(t *testing.T) {
 	ctx := context.Background()
 	wall := &wallAt{time.Unix(1_800_000_000, 0)}
 	_, path := open(t)
-	s := reopen(t, sqlite.Config{Path: path, WallClock: wall.now})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, nil, wall.now))
 	a, _ := naming.NewOwner("a")
 	rec, err := s.Acquire(ctx, "r", a, time.Minute)
 	if err != nil {
@@ -119,7 +119,7 @@ func TestTokenFloorSurvivesLostFile(t *testing.T) {
 	wall := &wallAt{time.Unix(1_800_000_000, 0)}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "leases.db")
-	cfg := sqlite.Config{Path: path, WallClock: wall.now}
+	cfg := sqlite.WithClocks(sqlite.Config{Path: path}, nil, wall.now)
 	a, _ := naming.NewOwner("a")
 	grant := func(s *sqlite.Store, resource string) uint64 {
 		t.Helper()
@@ -224,7 +224,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	makeV1(t, path, clock, a)
 
 	// Inspection: reads work, writes say how to upgrade, nothing changes.
-	ins, err := sqlite.Open(ctx, sqlite.Config{Path: path, MustExist: true, Clock: clock.read})
+	ins, err := sqlite.Open(ctx, sqlite.WithClocks(sqlite.Config{Path: path, MustExist: true}, clock.read, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatalf("inspection created tenure_meta (%d, %v)", tables, err)
 	}
 
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	if c := counter(t, db); c != 57 {
 		t.Fatalf("counter after the upgrade %d; want 57, the largest token stored", c)
 	}
@@ -282,7 +282,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	// Opening again changes nothing.
 	c := counter(t, db)
-	reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	if c2 := counter(t, db); c2 != c {
 		t.Fatalf("counter %d -> %d after opening again", c, c2)
 	}
@@ -298,7 +298,7 @@ func TestPartialRows(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	_, path := open(t)
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	db := raw(t, path)
 	epoch, now, _ := clock.read()
 	ms := now.Milliseconds()
@@ -383,7 +383,7 @@ func TestPartialRows(t *testing.T) {
 		}
 	})
 	t.Run("counter", func(t *testing.T) {
-		reopen(t, sqlite.Config{Path: path, Clock: clock.read}) // puts the triggers back
+		reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil)) // puts the triggers back
 		for _, q := range []string{
 			`UPDATE tenure_meta SET value = 0 WHERE name = 'token'`,
 			`UPDATE tenure_meta SET value = 'x' WHERE name = 'token'`,
@@ -408,7 +408,7 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	_, path := open(t)
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	db := raw(t, path)
 	a, _ := naming.NewOwner("a")
 	for i := 0; i < 5; i++ {
