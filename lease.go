@@ -271,7 +271,7 @@ func (l *Lease) renewMarker(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &held):
-		return fmt.Errorf("tenure: semaphore marker %q: %w", l.resource, driver.NotHolder(&held.Holder))
+		return errorf("tenure: semaphore marker %q: %w", l.resource, driver.NotHolder(&held.Holder))
 	}
 	return err
 }
@@ -409,7 +409,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		if err := l.Err(); err != nil {
 			return err
 		}
-		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, ErrClosed)
+		return errorf("tenure: renew %q (token %d): %w", l.resource, l.token, ErrClosed)
 	}
 	defer l.lk.done()
 	l.mu.Lock()
@@ -462,7 +462,7 @@ func (l *Lease) settle(tSend time.Time, err error) error {
 		l.mu.Lock()
 		l.lastErr = err
 		l.mu.Unlock()
-		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, err)
+		return errorf("tenure: renew %q (token %d): %w", l.resource, l.token, err)
 	}
 }
 
@@ -515,11 +515,11 @@ func (l *Lease) end(op string) (time.Time, error) {
 		err := l.cause
 		l.mu.Unlock()
 		lk.mu.Unlock()
-		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, err)
+		return time.Time{}, errorf("tenure: %s %q: %w", op, l.resource, err)
 	case stateReleased:
 		l.mu.Unlock()
 		lk.mu.Unlock()
-		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, ErrReleased)
+		return time.Time{}, errorf("tenure: %s %q: %w", op, l.resource, ErrReleased)
 	}
 	l.state = stateReleased
 	l.cause = ErrReleased
@@ -631,7 +631,7 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 	case interrupted && !definite(err):
 		return driver.UnknownOutcome(err), false
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
-		return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err), true
+		return errorf("tenure: release %q (token %d): %w", l.resource, l.token, err), true
 	case !transient(err):
 		// A closed or unusable store never gets better: no retries.
 		return l.unconfirmed(err), true
@@ -643,7 +643,7 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 // ended before the store confirmed the release, which goes on in the
 // background.
 func (l *Lease) notConfirmedBeforeGivingUp(ctx context.Context, last *lastError) error {
-	err := fmt.Errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
+	err := errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
 		l.resource, l.token, context.Cause(ctx), l.ttl)
 	if e := last.get(); e != nil {
 		err = fmt.Errorf("%w: %w", err, e)
@@ -707,11 +707,11 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 				// now confirms that this grant does not hold it.
 				return nil
 			}
-			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
+			return errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
 		case errors.Is(err, ErrUnknownOutcome):
 			unknown = true
 		case errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
-			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
+			return errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
 		case !transient(err):
 			// A closed or unusable store never gets better: no retries.
 			return l.unconfirmed(err)
@@ -731,7 +731,7 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 // unconfirmed is Release's error when the store did not confirm the
 // release before the lease would expire: err is the last failure.
 func (l *Lease) unconfirmed(err error) error {
-	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.token, l.ttl, err)
+	return errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.token, l.ttl, err)
 }
 
 // ReleaseAfter ends the lease like Release (its context is cancelled with
@@ -764,7 +764,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	}
 	if c, ok := l.lk.store.(driver.TTLChecker); ok {
 		if err := c.CheckTTL(d); err != nil {
-			return fmt.Errorf("tenure: release %q after %v: %w", l.resource, d, err)
+			return errorf("tenure: release %q after %v: %w", l.resource, d, err)
 		}
 	}
 	until, err := l.end("release")
@@ -774,7 +774,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	defer l.lk.done()
 	now := l.lk.clock.Now()
 	if !now.Before(until) {
-		return fmt.Errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)
+		return errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)
 	}
 	cctx, cancel := l.lk.bounded(context.WithoutCancel(ctx), until.Sub(now))
 	defer cancel()
@@ -792,7 +792,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d)
 	}
 	if err != nil {
-		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v after the store applies the hold, if it does: %w", l.resource, d, l.token, l.ttl, d, err)
+		return errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v after the store applies the hold, if it does: %w", l.resource, d, l.token, l.ttl, d, err)
 	}
 	return nil
 }

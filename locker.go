@@ -102,13 +102,13 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 	}
 	switch {
 	case c.rho < 0 || c.rho >= 0.5 || c.rho != c.rho:
-		return nil, fmt.Errorf("tenure: drift bound %v is outside [0, 0.5)", c.rho)
+		return nil, errorf("tenure: drift bound %v is outside [0, 0.5)", c.rho)
 	case c.renewInterval < 0:
-		return nil, fmt.Errorf("tenure: renew interval %v is negative", c.renewInterval)
+		return nil, errorf("tenure: renew interval %v is negative", c.renewInterval)
 	case c.retry.Base <= 0 || c.retry.Cap < c.retry.Base:
-		return nil, fmt.Errorf("tenure: retry base %v and max %v: need 0 < base <= max", c.retry.Base, c.retry.Cap)
+		return nil, errorf("tenure: retry base %v and max %v: need 0 < base <= max", c.retry.Base, c.retry.Cap)
 	case c.maxRenewals <= 0:
-		return nil, fmt.Errorf("tenure: max concurrent renewals %d is not positive", c.maxRenewals)
+		return nil, errorf("tenure: max concurrent renewals %d is not positive", c.maxRenewals)
 	}
 	if c.clock == nil {
 		c.clock = clock.Real()
@@ -359,7 +359,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		switch {
 		case err != nil && !errors.Is(err, ErrNotHeld):
 			lk.unreserve(resource)
-			return nil, fmt.Errorf("tenure: acquire %q: not writing until the store answers (earlier answers were lost): %w", resource, err)
+			return nil, errorf("tenure: acquire %q: not writing until the store answers (earlier answers were lost): %w", resource, err)
 		case err == nil:
 			lk.probe.Store(false)
 			lk.unreserve(resource)
@@ -369,7 +369,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 	}
 	if ctx.Err() != nil {
 		lk.unreserve(resource)
-		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, context.Cause(ctx))
+		return nil, errorf("tenure: acquire %q: %w", resource, context.Cause(ctx))
 	}
 	tSend := lk.clock.Now()
 	cctx, cancel := lk.bounded(ctx, trust)
@@ -391,7 +391,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		if errors.As(err, &held) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, err)
+		return nil, errorf("tenure: acquire %q: %w", resource, err)
 	}
 	return lk.resolveAcquire(parent, ctx, resource, owner, ttl, tSend, err)
 }
@@ -450,7 +450,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 		}
 		if errors.Is(err, ErrInvalidTTL) || errors.Is(err, ErrInvalidResource) || errors.Is(err, ErrInvalidOwner) {
 			lk.unreserve(resource)
-			return nil, fmt.Errorf("tenure: acquire %q: %w", resource, err)
+			return nil, errorf("tenure: acquire %q: %w", resource, err)
 		}
 		lastErr = err
 	}
@@ -460,7 +460,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 	lk.probe.Store(true)
 	lk.unreserve(resource)
 	lk.cleanup(resource, owner, ttl)
-	return nil, fmt.Errorf("tenure: acquire %q: %w", resource, driver.UnknownOutcome(lastErr))
+	return nil, errorf("tenure: acquire %q: %w", resource, driver.UnknownOutcome(lastErr))
 }
 
 // cleanup frees, in the background, the lease that this grant (owner) may
@@ -499,7 +499,7 @@ func (lk *Locker) cleanup(resource, owner string, ttl time.Duration) {
 func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl time.Duration, rec Record, tSend time.Time) (*Lease, error) {
 	if rec.Owner != owner || rec.Resource != resource {
 		lk.unreserve(resource)
-		return nil, fmt.Errorf("tenure: acquire %q: the store answered with a lease of %q on %q", resource, rec.Owner, rec.Resource)
+		return nil, errorf("tenure: acquire %q: the store answered with a lease of %q on %q", resource, rec.Owner, rec.Resource)
 	}
 	deadline := tSend.Add(lk.trust(ttl))
 	now := lk.clock.Now()
@@ -508,7 +508,7 @@ func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl ti
 		// it may already belong to someone else. Free it and say so.
 		lk.unreserve(resource)
 		lk.cleanup(resource, owner, ttl)
-		return nil, fmt.Errorf("tenure: acquire %q: %w: the store's answer arrived %v after the request, past the lease's deadline", resource, ErrLeaseLost, now.Sub(tSend))
+		return nil, errorf("tenure: acquire %q: %w: the store's answer arrived %v after the request, past the lease's deadline", resource, ErrLeaseLost, now.Sub(tSend))
 	}
 	l := newLease(lk, ctx, resource, owner, ttl, rec.Token, tSend, deadline)
 	lk.mu.Lock()
@@ -879,7 +879,7 @@ func (lk *Locker) Close(ctx context.Context) error {
 	case <-lk.idle():
 	case <-ctx.Done():
 		lk.abandoned.Store(true)
-		errs = append(errs, fmt.Errorf("tenure: close: store calls still in flight (acquires, releases or clean-ups), which make no further attempts: %w", context.Cause(ctx)))
+		errs = append(errs, errorf("tenure: close: store calls still in flight (acquires, releases or clean-ups), which make no further attempts: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
 }
@@ -1136,4 +1136,4 @@ func (lk *Locker) bounded(ctx context.Context, d time.Duration) (context.Context
 
 func noCancel() {}
 
-var errCallBound = fmt.Errorf("tenure: store call ran out of lease time: %w", context.DeadlineExceeded)
+var errCallBound = errorf("tenure: store call ran out of lease time: %w", context.DeadlineExceeded)

@@ -118,13 +118,13 @@ func slotsPrefix(resource string) string { return resource + "/slot-" }
 // wraps ErrInvalidResource for a bad name and is plain for a bad number.
 func (lk *Locker) Semaphore(resource string, slots int) (*Semaphore, error) {
 	if slots < 1 || slots > MaxSlots {
-		return nil, fmt.Errorf("tenure: semaphore %q: %d slots; want 1 to %d", resource, slots, MaxSlots)
+		return nil, errorf("tenure: semaphore %q: %d slots; want 1 to %d", resource, slots, MaxSlots)
 	}
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
 	if err := driver.ValidateResource(naming.SlotName(resource, slots, slots)); err != nil {
-		return nil, fmt.Errorf("tenure: semaphore %q: its slot names are too long: %w", resource, err)
+		return nil, errorf("tenure: semaphore %q: its slot names are too long: %w", resource, err)
 	}
 	return &Semaphore{lk: lk, resource: resource, slots: slots}, nil
 }
@@ -189,9 +189,9 @@ func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, erro
 			return Record{}, fmt.Errorf("%w: %q is a semaphore of %d slots (its marker %q says so), and this one was asked for %d; the number of slots changes only once no slot of the other number is held or kept and the marker expired",
 				ErrSlotsMismatch, s.resource, n, naming.MarkerName(s.resource), s.slots)
 		}
-		return Record{}, fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, naming.MarkerName(s.resource), held.Holder.Owner, err)
+		return Record{}, errorf("tenure: semaphore %q: its marker is not a semaphore holder's: %w", s.resource, err)
 	default:
-		return Record{}, fmt.Errorf("tenure: semaphore %q: marker: %w", s.resource, err)
+		return Record{}, errorf("tenure: semaphore %q: marker: %w", s.resource, err)
 	}
 }
 
@@ -201,7 +201,7 @@ func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, erro
 func (s *Semaphore) slotsHeld(ctx context.Context) (map[int]Record, error) {
 	recs, err := s.lk.store.List(ctx, slotsPrefix(s.resource))
 	if err != nil {
-		return nil, fmt.Errorf("tenure: semaphore %q: list its slots: %w", s.resource, err)
+		return nil, errorf("tenure: semaphore %q: list its slots: %w", s.resource, err)
 	}
 	held := make(map[int]Record, len(recs))
 	for _, r := range recs {
@@ -283,7 +283,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 				// The answer came after the window: holders of another
 				// number may hold the marker now. Free the slot.
 				_ = l.Release(context.WithoutCancel(ctx))
-				return nil, fmt.Errorf("tenure: semaphore %q: slot %d was granted %v after the marker was acquired, past the %v within which the number of slots is sure; released it: %w",
+				return nil, errorf("tenure: semaphore %q: slot %d was granted %v after the marker was acquired, past the %v within which the number of slots is sure; released it: %w",
 					s.resource, slot, now.Sub(tMarker), lk.trust(naming.MarkerTTL), ErrLeaseLost)
 			}
 			m := newLease(lk, context.WithoutCancel(ctx), mrec.Resource, mrec.Owner, mttl, mrec.Token, tMarker, tMarker.Add(lk.trust(mttl)))
