@@ -8,8 +8,9 @@ package tenure
 // yet, because work that the lease guards may still run, and that will not
 // renew it any longer: package election gives up a term so when
 // OnStartedLeading has not returned within Config.HandOverTimeout. It
-// returns an error wrapping ErrLeaseLost when the lease had already been
-// lost, released or abandoned. It is safe for concurrent use.
+// returns an error wrapping the loss's *LostError (errors.Is ErrLeaseLost)
+// when the lease had already been lost, and one wrapping ErrReleased when
+// it had already been released or abandoned. It is safe for concurrent use.
 func (l *Lease) Abandon() error {
 	_, err := l.end("abandon")
 	return err
