@@ -27,8 +27,8 @@ nothing and creates no store.
 owner_id, value, token, ttl_ms and remaining_ms (and semaphore, slot and
 slots for a semaphore's slots).
 
-Exit codes: 0 (also when no lease is held), 66 no store at the URL, 69 the
-store cannot be used (tenure help exit-codes).`,
+Exit codes: 0 (also when no lease is held, or there is no store yet), 69
+the store cannot be used (tenure help exit-codes).`,
 		Example: `  tenure list
   tenure list jobs/
   tenure list --json | jq -r '.[] | select(.remaining_ms < 5000) | .resource'`,

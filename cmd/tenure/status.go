@@ -28,8 +28,9 @@ value (what a "tenure elect --value" leader publishes), token, ttl_ms and
 remaining_ms; for a semaphore also slots, slots_held and holders (one such
 object per slot held, with semaphore, slot and slots).
 
-Exit codes: 0 held (a semaphore: at least one slot), 1 free, 66 no store
-at the URL, 69 the store cannot be used (tenure help exit-codes).`,
+Exit codes: 0 held (a semaphore: at least one slot), 1 free (also where
+there is no store yet), 69 the store cannot be used (tenure help
+exit-codes).`,
 		Example: `  tenure status nightly-backup
   tenure status nightly-backup --json | jq .owner_id
 
