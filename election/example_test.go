@@ -78,7 +78,7 @@ func ExampleCandidate() {
 	fmt.Println(second.who, "leads after", first.who, "resigned")
 	fmt.Println("its token > the first term's:", second.token > first.token)
 	leader, _ := c1.Leader(ctx)
-	fmt.Println("the store names the leader:", leader)
+	fmt.Println("the store names the leader:", leader.Identity)
 
 	c2.Resign(ctx)
 	c1.Close(ctx)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/internal/naming"
 )
 
@@ -110,11 +109,11 @@ func validateCommand(name string, c *cobra.Command, args []string, ttl, grace ti
 	if _, err := naming.NewOwner(ownerID); err != nil {
 		return "", nil, "", usage("%s: --owner %s: %s", name, quoteName(ownerID), errText(err))
 	}
-	if strings.Contains(ownerID, election.ValueSeparator) {
+	if strings.Contains(ownerID, naming.ValueSeparator) {
 		// Owner strings read as ID|VALUE (status, leader): a plain id with
 		// the separator would be taken for an id and a published value.
 		return "", nil, "", usage("%s: --owner %s: contains %q, which separates a candidate's id from the value it publishes (tenure elect --value)",
-			name, quoteName(ownerID), election.ValueSeparator)
+			name, quoteName(ownerID), naming.ValueSeparator)
 	}
 	return resource, argv, ownerID, nil
 }

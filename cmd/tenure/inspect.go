@@ -14,7 +14,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store"
 )
 
@@ -41,7 +41,7 @@ type leaseJSON struct {
 }
 
 func toJSON(rec tenure.Record) leaseJSON {
-	id, value := election.ParseOwner(rec.Owner)
+	id, value := naming.ParseCandidate(rec.Owner)
 	j := leaseJSON{
 		Resource:    rec.Resource,
 		Held:        true,

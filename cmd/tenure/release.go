@@ -10,7 +10,6 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/internal/naming"
 )
 
@@ -114,6 +113,6 @@ func ownerNames(arg, holder string) bool {
 		n, ok := strings.CutPrefix(grant, arg+".")
 		return ok && n != "" && strings.Trim(n, "0123456789") == ""
 	}
-	id, _ := election.ParseOwner(holder)
+	id, _ := naming.ParseCandidate(holder)
 	return arg == tenure.OwnerID(holder) || arg == id
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 func (a *app) newStatusCmd() *cobra.Command {
@@ -106,7 +106,7 @@ exit-codes).`,
 				fmt.Fprintf(tw, "resource:\t%s\n", display(resource))
 				if held {
 					fmt.Fprintf(tw, "owner:\t%s\n", display(rec.Owner))
-					if _, value := election.ParseOwner(rec.Owner); value != "" {
+					if _, value := naming.ParseCandidate(rec.Owner); value != "" {
 						fmt.Fprintf(tw, "value:\t%s\n", display(value))
 					}
 					fmt.Fprintf(tw, "token:\t%s\n", tokenCell(rec.Token))
