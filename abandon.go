@@ -9,8 +9,8 @@ package tenure
 // renew it any longer: package election gives up a term so when
 // OnStartedLeading has not returned within Config.HandOverTimeout. It
 // returns an error wrapping the loss's *LostError (errors.Is ErrLeaseLost)
-// when the lease had already been lost, and ErrReleased when it had
-// already been released or abandoned. It is safe for concurrent use.
+// when the lease had already been lost, and one wrapping ErrReleased when
+// it had already been released or abandoned. It is safe for concurrent use.
 func (l *Lease) Abandon() error {
 	if _, err := l.end("abandon"); err != nil {
 		return err

@@ -3,6 +3,7 @@ package tenure
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tenure-go/tenure/driver"
@@ -141,8 +142,10 @@ func (e *LostError) Error() string {
 	switch {
 	case errors.As(e.Err, &held) && held.Holder.Owner != "":
 		s += fmt.Sprintf("; now held by %q (token %d)", held.Holder.Owner, held.Holder.Token)
+	case e.Err != nil && errors.Is(e.Reason, ErrNotHolder):
+		s += " (" + storeDetail(e.Err) + ")"
 	case e.Err != nil:
-		s += ": " + e.Err.Error()
+		s += ": " + storeDetail(e.Err)
 	}
 	return s
 }
@@ -153,4 +156,49 @@ func (e *LostError) Unwrap() []error {
 		return []error{e.Reason}
 	}
 	return []error{e.Reason, e.Err}
+}
+
+// prefix starts the message of every error that this package and the
+// driver package make.
+const prefix = "tenure: "
+
+// errorf is fmt.Errorf for this package's messages, which start with
+// prefix: the text of a wrapped error that starts with prefix too (a
+// sentinel, a *HeldError, a *LostError, another errorf) is written without
+// it, so that each message names tenure once. The result wraps the same
+// errors as fmt.Errorf's.
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	text := make([]any, len(args))
+	trimmed := false
+	for i, a := range args {
+		text[i] = a
+		if e, ok := a.(error); ok && e != nil {
+			if s, ok := strings.CutPrefix(e.Error(), prefix); ok {
+				text[i], trimmed = s, true
+			}
+		}
+	}
+	if !trimmed {
+		return err
+	}
+	return &wrapped{msg: fmt.Sprintf(strings.ReplaceAll(format, "%w", "%v"), text...), err: err}
+}
+
+// wrapped is an error of errorf: its own message, and fmt.Errorf's error
+// underneath for errors.Is and errors.As.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
+
+// storeDetail is the text of a store's error inside a LostError: without
+// the sentinel ErrLeaseLost at its end (the LostError says it), and without
+// a leading prefix.
+func storeDetail(err error) string {
+	s := strings.TrimPrefix(err.Error(), prefix)
+	return strings.TrimSuffix(s, ": "+ErrLeaseLost.Error())
 }

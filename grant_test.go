@@ -12,6 +12,8 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -583,7 +585,8 @@ func TestCloseWaitsForAcquiresInFlight(t *testing.T) {
 // answer.
 func TestBatchRenewal(t *testing.T) {
 	fc := clock.NewFake()
-	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	m, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	mem := &batchCounter{Store: m}
 	lost := make(chan *tenure.Lease, 16)
 	lk, _ := tenure.New(mem, tenure.WithClock(fc), tenure.WithOnLost(func(l *tenure.Lease, _ error) { lost <- l }))
 	ctx := ctxT(t)
@@ -715,7 +718,7 @@ func TestDoContextReadsTheClock(t *testing.T) {
 }
 
 // ReleaseAfter's hold outlives a renewal of the grant delivered late: the
-// store keeps the lease under KeptOwner, so a renewal that was sent before
+// store keeps the lease under naming.KeptOwner, so a renewal that was sent before
 // the hold, held up in the network, and applied after it finds another
 // holder and cannot cut the hold back to the lease's TTL (found by an
 // adversarial review, on Redis and PostgreSQL: the hold was one renewal
@@ -740,8 +743,8 @@ func TestReleaseAfterOutlivesLateRenewal(t *testing.T) {
 	}
 	f.clock.Advance(2 * short) // past the lease's TTL, within the hold
 	rec, err := f.mem.Get(ctx, "cron")
-	if err != nil || rec.Owner != tenure.KeptOwner(l.Owner()) || rec.Token != l.Token() {
-		t.Fatalf("%v after ReleaseAfter(%v) and a late renewal: %+v, %v; want held by %s, token %d", 2*short, hold, rec, err, tenure.KeptOwner(l.Owner()), l.Token())
+	if err != nil || rec.Owner != naming.KeptOwner(l.Owner()) || rec.Token != l.Token() {
+		t.Fatalf("%v after ReleaseAfter(%v) and a late renewal: %+v, %v; want held by %s, token %d", 2*short, hold, rec, err, naming.KeptOwner(l.Owner()), l.Token())
 	}
 	other, _ := tenure.New(f.mem, tenure.WithClock(f.clock))
 	if _, err := other.TryAcquire(ctx, "cron", short); !errors.Is(err, tenure.ErrHeld) {
@@ -755,3 +758,19 @@ func TestReleaseAfterOutlivesLateRenewal(t *testing.T) {
 		t.Fatalf("another owner after the hold: %v", err)
 	}
 }
+
+// batchCounter counts the RenewBatch calls that the memory store was asked
+// to answer (those made before their context ended).
+type batchCounter struct {
+	*memory.Store
+	n atomic.Int64
+}
+
+func (b *batchCounter) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	if ctx.Err() == nil {
+		defer b.n.Add(1)
+	}
+	return b.Store.RenewBatch(ctx, leases)
+}
+
+func (b *batchCounter) Batches() int { return int(b.n.Load()) }

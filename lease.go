@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 type leaseState int
@@ -275,7 +276,7 @@ func (l *Lease) renewMarker(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &held):
-		return fmt.Errorf("tenure: semaphore marker %q: %w", l.resource, driver.NotHolder(&held.Holder))
+		return errorf("tenure: semaphore marker %q: %w", l.resource, driver.NotHolder(&held.Holder))
 	}
 	return err
 }
@@ -413,7 +414,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		if err := l.Err(); err != nil {
 			return err
 		}
-		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.fence, ErrClosed)
+		return errorf("tenure: renew %q (token %d): %w", l.resource, l.fence, ErrClosed)
 	}
 	defer l.lk.done()
 	l.mu.Lock()
@@ -466,7 +467,7 @@ func (l *Lease) settle(tSend time.Time, err error) error {
 		l.mu.Lock()
 		l.lastErr = err
 		l.mu.Unlock()
-		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.fence, err)
+		return errorf("tenure: renew %q (token %d): %w", l.resource, l.fence, err)
 	}
 }
 
@@ -519,11 +520,11 @@ func (l *Lease) end(op string) (time.Time, error) {
 		err := l.cause
 		l.mu.Unlock()
 		lk.mu.Unlock()
-		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, err)
+		return time.Time{}, errorf("tenure: %s %q: %w", op, l.resource, err)
 	case stateReleased:
 		l.mu.Unlock()
 		lk.mu.Unlock()
-		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, ErrReleased)
+		return time.Time{}, errorf("tenure: %s %q: %w", op, l.resource, ErrReleased)
 	}
 	l.state = stateReleased
 	l.cause = ErrReleased
@@ -635,7 +636,7 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 	case interrupted && !definite(err):
 		return driver.UnknownOutcome(err), false
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
-		return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err), true
+		return errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err), true
 	case !transient(err):
 		// A closed or unusable store never gets better: no retries.
 		return l.unconfirmed(err), true
@@ -647,7 +648,7 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 // ended before the store confirmed the release, which goes on in the
 // background.
 func (l *Lease) notConfirmedBeforeGivingUp(ctx context.Context, last *lastError) error {
-	err := fmt.Errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
+	err := errorf("tenure: release %q (token %d): not confirmed before the caller gave up (%w); still trying in the background, and the lease will expire by its TTL (%v) at the latest",
 		l.resource, l.fence, context.Cause(ctx), l.ttl)
 	if e := last.get(); e != nil {
 		err = fmt.Errorf("%w: %w", err, e)
@@ -711,11 +712,11 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 				// now confirms that this grant does not hold it.
 				return nil
 			}
-			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err)
+			return errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err)
 		case errors.Is(err, ErrUnknownOutcome):
 			unknown = true
 		case errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
-			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err)
+			return errorf("tenure: release %q (token %d): %w", l.resource, l.fence, err)
 		case !transient(err):
 			// A closed or unusable store never gets better: no retries.
 			return l.unconfirmed(err)
@@ -735,7 +736,7 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 // unconfirmed is Release's error when the store did not confirm the
 // release before the lease would expire: err is the last failure.
 func (l *Lease) unconfirmed(err error) error {
-	return fmt.Errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.fence, l.ttl, err)
+	return errorf("tenure: release %q (token %d): not confirmed by the store; the lease will expire by its TTL (%v) at the latest: %w", l.resource, l.fence, l.ttl, err)
 }
 
 // ReleaseAfter ends the lease like Release (its context is cancelled with
@@ -745,7 +746,7 @@ func (l *Lease) unconfirmed(err error) error {
 // how a job run from cron on several hosts whose clocks differ by a few
 // seconds runs once per tick (ShedLock's lockAtLeastFor).
 //
-// The store keeps the lease under another owner string, KeptOwner(Owner()),
+// The store keeps the lease under another owner string, Owner() + "/kept",
 // with the same token (driver.Keeper; every store of this module has it),
 // so that a renewal of this grant that reaches the store after the hold
 // began (a request delivered after its sender gave up) finds another holder
@@ -768,7 +769,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	}
 	if c, ok := l.lk.store.(driver.TTLChecker); ok {
 		if err := c.CheckTTL(d); err != nil {
-			return fmt.Errorf("tenure: release %q after %v: %w", l.resource, d, err)
+			return errorf("tenure: release %q after %v: %w", l.resource, d, err)
 		}
 	}
 	until, err := l.end("release")
@@ -778,7 +779,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	defer l.lk.done()
 	now := l.lk.clock.Now()
 	if !now.Before(until) {
-		return fmt.Errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)
+		return errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)
 	}
 	cctx, cancel := l.lk.bounded(context.WithoutCancel(ctx), until.Sub(now))
 	defer cancel()
@@ -791,20 +792,15 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 		defer stop()
 	}
 	if k, ok := l.lk.store.(driver.Keeper); ok {
-		err = k.Keep(cctx, l.resource, l.owner, l.token, KeptOwner(l.owner), d)
+		err = k.Keep(cctx, l.resource, l.owner, l.token, naming.KeptOwner(l.owner), d)
 	} else {
 		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, d)
 	}
 	if err != nil {
-		return fmt.Errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v after the store applies the hold, if it does: %w", l.resource, d, l.fence, l.ttl, d, err)
+		return errorf("tenure: release %q after %v (token %d): the store did not confirm; the lease expires by its TTL (%v), or %v after the store applies the hold, if it does: %w", l.resource, d, l.fence, l.ttl, d, err)
 	}
 	return nil
 }
-
-// KeptOwner returns the owner string under which ReleaseAfter leaves a
-// grant's lease held: the grant's owner string and "/kept". Locker.Owns
-// recognises it as the Locker's; nothing renews or releases it.
-func KeptOwner(owner string) string { return owner + "/kept" }
 
 // leaseContext is the lease's context. Err, Done and Value check the
 // deadline on every call, so that a caller that was paused past the

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 )
 
@@ -87,7 +89,14 @@ func TestNextRenewal(t *testing.T) {
 // the batch's send time, which merges a Locker's leases into ever larger
 // bursts of renewals under load).
 func TestBatchedRenewalsKeepTheirPhases(t *testing.T) {
-	fc, mem, lk := fakeLocker(t)
+	fc := clock.NewFake()
+	m, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
+	mem := &batchCounter{Store: m}
+	lk, err := New(mem, WithClock(fc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lk.Close(context.Background()) })
 	ctx := context.Background()
 	const ttl = 3 * time.Second
 	a, err := lk.TryAcquire(ctx, "a", ttl)
@@ -355,8 +364,8 @@ func TestReleaseAfterOnTheLeasesOwnContext(t *testing.T) {
 		t.Fatalf("ReleaseAfter(lease.Context()): %v", err)
 	}
 	rec, err := mem.Get(context.Background(), "r")
-	if err != nil || rec.Owner != KeptOwner(l.Owner()) {
-		t.Fatalf("the store has %+v (%v); want it kept by %q", rec, err, KeptOwner(l.Owner()))
+	if err != nil || rec.Owner != naming.KeptOwner(l.Owner()) {
+		t.Fatalf("the store has %+v (%v); want it kept by %q", rec, err, naming.KeptOwner(l.Owner()))
 	}
 }
 
@@ -372,3 +381,19 @@ func (s *slowKeepStore) Keep(ctx context.Context, resource, owner string, token 
 	}
 	return s.Store.Keep(ctx, resource, owner, token, keeper, ttl)
 }
+
+// batchCounter counts the RenewBatch calls that the memory store was asked
+// to answer (those made before their context ended).
+type batchCounter struct {
+	*memory.Store
+	n atomic.Int64
+}
+
+func (b *batchCounter) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	if ctx.Err() == nil {
+		defer b.n.Add(1)
+	}
+	return b.Store.RenewBatch(ctx, leases)
+}
+
+func (b *batchCounter) Batches() int { return int(b.n.Load()) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -90,8 +91,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestOwnerHasRandomNonce(t *testing.T) {
-	a, _ := tenure.NewOwner("host:1")
-	b, _ := tenure.NewOwner("host:1")
+	a, _ := naming.NewOwner("host:1")
+	b, _ := naming.NewOwner("host:1")
 	if a == b {
 		t.Fatalf("two owners with one id are equal: %q", a)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/backoff"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // Locker acquires leases from a store on behalf of one owner. It is safe for
@@ -96,19 +97,19 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 	if c.ownerID == "" {
 		c.ownerID = DefaultOwnerID()
 	}
-	owner, err := NewOwner(c.ownerID)
+	owner, err := naming.NewOwner(c.ownerID)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case c.rho < 0 || c.rho >= 0.5 || c.rho != c.rho:
-		return nil, fmt.Errorf("tenure: drift bound %v is outside [0, 0.5)", c.rho)
+		return nil, errorf("tenure: drift bound %v is outside [0, 0.5)", c.rho)
 	case c.renewInterval < 0:
-		return nil, fmt.Errorf("tenure: renew interval %v is negative", c.renewInterval)
+		return nil, errorf("tenure: renew interval %v is negative", c.renewInterval)
 	case c.retry.Base <= 0 || c.retry.Cap < c.retry.Base:
-		return nil, fmt.Errorf("tenure: retry base %v and max %v: need 0 < base <= max", c.retry.Base, c.retry.Cap)
+		return nil, errorf("tenure: retry base %v and max %v: need 0 < base <= max", c.retry.Base, c.retry.Cap)
 	case c.maxRenewals <= 0:
-		return nil, fmt.Errorf("tenure: max concurrent renewals %d is not positive", c.maxRenewals)
+		return nil, errorf("tenure: max concurrent renewals %d is not positive", c.maxRenewals)
 	}
 	if c.clock == nil {
 		c.clock = clock.Real()
@@ -308,7 +309,7 @@ func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Dura
 // grantOpts are what a shared/exclusive lock (RWLock) asks of a grant
 // beyond a plain lease's; the zero value is a plain lease.
 type grantOpts struct {
-	// mark ends the grant's owner string (see IsSharedRequest).
+	// mark ends the grant's owner string (see naming.IsSharedRequest).
 	mark string
 	// fence, when not zero, is the fencing token the lease reports
 	// (Lease.Token) instead of the store's token of its own name.
@@ -350,7 +351,7 @@ func (lk *Locker) ownHolder(err error) error {
 		return fmt.Errorf("%w; the holder is this Locker's own acquire of it, still in flight (a Locker is not reentrant)", err)
 	case !lk.Owns(owner):
 		return err
-	case strings.HasSuffix(owner, KeptOwner("")):
+	case strings.HasSuffix(owner, naming.KeptOwner("")):
 		return fmt.Errorf("%w; the holder is this Locker's own earlier grant, kept by ReleaseAfter until it expires", err)
 	}
 	return fmt.Errorf("%w; the holder is this Locker's own earlier grant (a Locker is not reentrant: release that lease first)", err)
@@ -373,7 +374,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		switch {
 		case err != nil && !errors.Is(err, ErrNotHeld):
 			lk.unreserve(resource)
-			return nil, fmt.Errorf("tenure: acquire %q: not writing until the store answers (earlier answers were lost): %w", resource, err)
+			return nil, errorf("tenure: acquire %q: not writing until the store answers (earlier answers were lost): %w", resource, err)
 		case err == nil:
 			lk.probe.Store(false)
 			lk.unreserve(resource)
@@ -383,7 +384,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 	}
 	if ctx.Err() != nil {
 		lk.unreserve(resource)
-		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, context.Cause(ctx))
+		return nil, errorf("tenure: acquire %q: %w", resource, context.Cause(ctx))
 	}
 	tSend := lk.clock.Now()
 	cctx, cancel := lk.bounded(ctx, trust)
@@ -405,7 +406,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 		if errors.As(err, &held) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("tenure: acquire %q: %w", resource, err)
+		return nil, errorf("tenure: acquire %q: %w", resource, err)
 	}
 	return lk.resolveAcquire(parent, ctx, resource, owner, ttl, tSend, err, g.fence)
 }
@@ -464,7 +465,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 		}
 		if errors.Is(err, ErrInvalidTTL) || errors.Is(err, ErrInvalidResource) || errors.Is(err, ErrInvalidOwner) {
 			lk.unreserve(resource)
-			return nil, fmt.Errorf("tenure: acquire %q: %w", resource, err)
+			return nil, errorf("tenure: acquire %q: %w", resource, err)
 		}
 		lastErr = err
 	}
@@ -474,7 +475,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 	lk.probe.Store(true)
 	lk.unreserve(resource)
 	lk.cleanup(resource, owner, ttl)
-	return nil, fmt.Errorf("tenure: acquire %q: %w", resource, driver.UnknownOutcome(lastErr))
+	return nil, errorf("tenure: acquire %q: %w", resource, driver.UnknownOutcome(lastErr))
 }
 
 // cleanup frees, in the background, the lease that this grant (owner) may
@@ -513,7 +514,7 @@ func (lk *Locker) cleanup(resource, owner string, ttl time.Duration) {
 func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl time.Duration, rec Record, tSend time.Time, fence uint64) (*Lease, error) {
 	if rec.Owner != owner || rec.Resource != resource {
 		lk.unreserve(resource)
-		return nil, fmt.Errorf("tenure: acquire %q: the store answered with a lease of %q on %q", resource, rec.Owner, rec.Resource)
+		return nil, errorf("tenure: acquire %q: the store answered with a lease of %q on %q", resource, rec.Owner, rec.Resource)
 	}
 	deadline := tSend.Add(lk.trust(ttl))
 	now := lk.clock.Now()
@@ -522,7 +523,7 @@ func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl ti
 		// it may already belong to someone else. Free it and say so.
 		lk.unreserve(resource)
 		lk.cleanup(resource, owner, ttl)
-		return nil, fmt.Errorf("tenure: acquire %q: %w: the store's answer arrived %v after the request, past the lease's deadline", resource, ErrLeaseLost, now.Sub(tSend))
+		return nil, errorf("tenure: acquire %q: %w: the store's answer arrived %v after the request, past the lease's deadline", resource, ErrLeaseLost, now.Sub(tSend))
 	}
 	l := newLease(lk, ctx, resource, owner, ttl, rec.Token, tSend, deadline)
 	if fence != 0 {
@@ -537,7 +538,7 @@ func (lk *Locker) grantLease(ctx context.Context, resource, owner string, ttl ti
 	}
 	lk.mu.Unlock()
 	l.start(now)
-	if lk.cfg.watchRelease && !IsSharedRequest(owner) {
+	if lk.cfg.watchRelease && !naming.IsSharedRequest(owner) {
 		// A shared request holds an RWLock's gate for two store calls:
 		// not worth a watch.
 		lk.watchRelease(l)
@@ -906,7 +907,7 @@ func (lk *Locker) Close(ctx context.Context) error {
 		case <-idle:
 		default:
 			lk.abandoned.Store(true)
-			errs = append(errs, fmt.Errorf("tenure: close: store calls still in flight (acquires, releases or clean-ups), which make no further attempts: %w", context.Cause(ctx)))
+			errs = append(errs, errorf("tenure: close: store calls still in flight (acquires, releases or clean-ups), which make no further attempts: %w", context.Cause(ctx)))
 		}
 	}
 	return errors.Join(errs...)
@@ -1164,4 +1165,4 @@ func (lk *Locker) bounded(ctx context.Context, d time.Duration) (context.Context
 
 func noCancel() {}
 
-var errCallBound = fmt.Errorf("tenure: store call ran out of lease time: %w", context.DeadlineExceeded)
+var errCallBound = errorf("tenure: store call ran out of lease time: %w", context.DeadlineExceeded)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // RWLock is a shared/exclusive (read/write) lock on one resource, across
@@ -121,57 +122,14 @@ func (e *SharedHeldError) Error() string {
 // Is reports whether target is ErrHeld.
 func (e *SharedHeldError) Is(target error) bool { return target == ErrHeld }
 
-// sharedInfix joins a resource and a registration id in a shared holder's
-// lease name.
-const sharedInfix = "/shared-"
-
-// sharedIDLen is the length of a registration id: 64 random bits in hex.
-const sharedIDLen = 16
-
-// SharedName returns the name of the lease that registers a shared holder
-// of resource: resource + "/shared-" + id, where id is 16 lowercase hex
-// digits (a random 64-bit number), for example
-// "reports/shared-9f86d081884c7d65". An operator sees these names in
-// `tenure list`.
-func SharedName(resource, id string) string { return resource + sharedInfix + id }
-
-// ParseSharedName returns the resource of a shared holder's lease name made
-// by SharedName; ok is false for other names.
-func ParseSharedName(name string) (resource string, ok bool) {
-	i := strings.LastIndex(name, sharedInfix)
-	if i <= 0 {
-		return "", false
-	}
-	id := name[i+len(sharedInfix):]
-	if len(id) != sharedIDLen || strings.ToLower(id) != id {
-		return "", false
-	}
-	if _, err := hex.DecodeString(id); err != nil {
-		return "", false
-	}
-	return name[:i], true
-}
-
 // sharedPrefix is the prefix of every registration name of resource.
-func sharedPrefix(resource string) string { return resource + sharedInfix }
+func sharedPrefix(resource string) string { return resource + naming.SharedInfix }
 
 // newSharedName returns a registration name with a fresh random id.
 func newSharedName(resource string) string {
-	var b [sharedIDLen / 2]byte
+	var b [naming.SharedIDLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return SharedName(resource, hex.EncodeToString(b[:]))
-}
-
-// sharedGateMark ends the owner string with which a shared request holds
-// the gate.
-const sharedGateMark = "/shared"
-
-// IsSharedRequest reports whether owner, the owner string of the lease on
-// an RWLock's resource (its gate), is a shared request's, which holds the
-// gate only while it registers (two store calls), rather than an exclusive
-// holder's or an exclusive request's.
-func IsSharedRequest(owner string) bool {
-	return strings.HasSuffix(owner, sharedGateMark) && strings.Contains(owner, OwnerSeparator)
+	return naming.SharedName(resource, hex.EncodeToString(b[:]))
 }
 
 // MaxSharedGateTTL is the longest TTL with which a shared request holds an
@@ -188,7 +146,7 @@ func (lk *Locker) RWLock(resource string) (*RWLock, error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateResource(SharedName(resource, strings.Repeat("0", sharedIDLen))); err != nil {
+	if err := driver.ValidateResource(naming.SharedName(resource, strings.Repeat("0", naming.SharedIDLen))); err != nil {
 		return nil, fmt.Errorf("tenure: shared/exclusive lock on %q: the names of its shared holders' leases would be too long: %w", resource, err)
 	}
 	return &RWLock{lk: lk, resource: resource}, nil
@@ -218,7 +176,7 @@ func (rw *RWLock) sharedHolders(ctx context.Context) ([]Record, error) {
 	}
 	out := recs[:0]
 	for _, r := range recs {
-		if res, ok := ParseSharedName(r.Resource); ok && res == rw.resource {
+		if res, ok := naming.ParseSharedName(r.Resource); ok && res == rw.resource {
 			out = append(out, r)
 		}
 	}
@@ -248,7 +206,7 @@ func (lk *Locker) passing(err error) bool {
 		return false
 	}
 	o := held.Holder.Owner
-	return IsSharedRequest(o) || o == lk.owner
+	return naming.IsSharedRequest(o) || o == lk.owner
 }
 
 // TryAcquireShared makes one attempt to become a shared holder for ttl: it
@@ -314,10 +272,10 @@ func (rw *RWLock) shared(ctx context.Context, ttl time.Duration, ac *acquireConf
 	for attempt := 0; ; attempt++ {
 		var gate *Lease
 		if ac != nil {
-			gopts := []AcquireOption{func(c *acquireConfig) { *c = *ac; c.grant = grantOpts{mark: sharedGateMark} }}
+			gopts := []AcquireOption{func(c *acquireConfig) { *c = *ac; c.grant = grantOpts{mark: naming.SharedGateMark} }}
 			gate, err = lk.Acquire(ctx, rw.resource, gttl, gopts...)
 		} else {
-			gate, err = lk.tryAcquireWith(ctx, rw.resource, gttl, grantOpts{mark: sharedGateMark})
+			gate, err = lk.tryAcquireWith(ctx, rw.resource, gttl, grantOpts{mark: naming.SharedGateMark})
 		}
 		if err != nil {
 			if ac == nil && lk.passing(err) && attempt < passingTries-1 {

@@ -11,6 +11,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -43,7 +44,7 @@ func TestRWLockSharedTogetherExclusiveAlone(t *testing.T) {
 		if err != nil {
 			t.Fatalf("shared holder %d: %v", i, err)
 		}
-		if r, ok := tenure.ParseSharedName(l.Resource()); !ok || r != "reports" {
+		if r, ok := naming.ParseSharedName(l.Resource()); !ok || r != "reports" {
 			t.Fatalf("shared holder %d holds %q, not a shared holder's lease of reports", i, l.Resource())
 		}
 		if i > 0 && l.Token() <= shared[i-1].Token() {
@@ -185,7 +186,7 @@ func TestRWLockExclusiveWakesWhenSharedLeave(t *testing.T) {
 	// While it waits, it holds the gate: no shared request is granted.
 	_, c := newRW(t, mem, "r", tenure.WithClock(clk))
 	var held *tenure.HeldError
-	if _, err := c.TryAcquireShared(ctx, ttl); !errors.As(err, &held) || tenure.IsSharedRequest(held.Holder.Owner) {
+	if _, err := c.TryAcquireShared(ctx, ttl); !errors.As(err, &held) || naming.IsSharedRequest(held.Holder.Owner) {
 		t.Fatalf("a shared request while an exclusive one waits: %v; want a HeldError naming the exclusive request", err)
 	}
 	if err := s1.Release(ctx); err != nil {
@@ -505,7 +506,7 @@ func TestRWLockBadInput(t *testing.T) {
 		"a/shared-0123456789abcdef": "a", "a/shared-x/shared-0000000000000000": "a/shared-x",
 		"a/shared-0123456789ABCDEF": "", "a/shared-0123": "", "/shared-0123456789abcdef": "", "a": "",
 	} {
-		got, ok := tenure.ParseSharedName(name)
+		got, ok := naming.ParseSharedName(name)
 		if got != want || ok != (want != "") {
 			t.Errorf("ParseSharedName(%q) = %q, %v; want %q", name, got, ok, want)
 		}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // MaxSlots is the largest number of slots of a Semaphore.
@@ -24,14 +24,15 @@ const MaxSlots = 1000
 // was acquired. Changing the number of slots is an operator action: stop
 // the holders (or wait until none is left, or free their slots with
 // `tenure release --force`), then start them all with the new number once
-// the marker expired (MarkerTTL, or the holders' slot TTL if that is
+// the marker expired (30 s, or the holders' slot TTL if that is
 // longer, after the last holder stopped).
 var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the number of slots")
 
 // Semaphore is a counting lease: at most Slots holders of one resource at
 // once, across every process that uses the same store, resource and number
-// of slots. Each slot is a lease of its own (see SlotName), with the
-// lease's whole contract, renewed, trusted and lost by the same rules as a
+// of slots. Each slot is a lease of its own, named R/slot-I-of-N (slot I of
+// a semaphore of N slots on resource R, as `tenure list` shows it: for
+// example "backups/slot-2-of-3"), with the lease's whole contract, renewed, trusted and lost by the same rules as a
 // plain lease of the same TTL: a context cancelled the moment it can no
 // longer be trusted, and a fencing token that strictly increases per slot.
 // A resource protected by a semaphore keeps the highest token it has seen
@@ -45,25 +46,25 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 // Kubernetes (a token follows its own Lease object's versions) and the
 // memory store, compare tokens per name only.
 //
-// A Semaphore works on every store, without store code: a slot is granted
-// by the store's own atomic acquire, with point operations and one List.
+// A Semaphore works on every store, without store code: a slot is granted by
+// the store's own atomic acquire, with point operations and one List.
 // Holders agree on the number of slots in two ways. (1) A marker lease,
-// MarkerName(resource) ("R/slots"), that every holder of N slots acquires
-// with the same owner string ("tenure semaphore of N slots") before it
-// takes a slot: a store renews a live lease for the owner string that holds
-// it, so holders of one number share the marker, and one of another number
-// finds it held and gets ErrSlotsMismatch. A slot is granted only within
-// MarkerTTL·(1−ρ) of that marker acquire, while no other number can hold
-// the marker. (2) After the marker, before it takes a slot, a holder lists
-// the resource's slot leases and gets ErrSlotsMismatch when any slot of
-// another number is held or kept. Together these keep the number for as
-// long as any slot of it is held or kept, whatever the slots' TTLs and
-// however long ago the marker was last renewed: a holder of another number
-// that takes the marker after it expired still finds their slots. While a
-// slot is held, its holder also renews the marker (with its slot's TTL, at
-// least MarkerTTL), so that holders of another number are refused by the
-// marker itself; the marker expires at most MarkerTTL (or the longest slot
-// TTL) after the last holder stopped, and is never released.
+// named R/slots, that every holder of N slots acquires with the same owner
+// string ("tenure semaphore of N slots") before it takes a slot: a store
+// renews a live lease for the owner string that holds it, so holders of one
+// number share the marker, and one of another number finds it held and gets
+// ErrSlotsMismatch. A slot is granted only within 30 s·(1−ρ) of that
+// marker acquire, while no other number can hold the marker. (2) After the
+// marker, before it takes a slot, a holder lists the resource's slot leases
+// and gets ErrSlotsMismatch when any slot of another number is held or kept.
+// Together these keep the number for as long as any slot of it is held or
+// kept, whatever the slots' TTLs and however long ago the marker was last
+// renewed: a holder of another number that takes the marker after it expired
+// still finds their slots. While a slot is held, its holder also renews the
+// marker (with its slot's TTL, at least 30 s), so that holders of
+// another number are refused by the marker itself; the marker expires at
+// most 30 s (or the longest slot TTL) after the last holder stopped,
+// and is never released.
 //
 // It is safe for concurrent use. Make one with Locker.Semaphore.
 type Semaphore struct {
@@ -96,7 +97,7 @@ func (e *SlotsHeldError) Error() string {
 		if i > 0 {
 			b.WriteString(",")
 		}
-		slot, _, _ := ParseSlotName(h.Resource)
+		slot, _, _ := naming.ParseSlotName(h.Resource)
 		fmt.Fprintf(&b, " slot %d by %q (token %d", slot, h.Owner, h.Token)
 		if h.Remaining > 0 {
 			fmt.Fprintf(&b, ", %s left", h.Remaining.Round(time.Millisecond))
@@ -109,62 +110,9 @@ func (e *SlotsHeldError) Error() string {
 // Is reports whether target is ErrHeld.
 func (e *SlotsHeldError) Is(target error) bool { return target == ErrHeld }
 
-// SlotName returns the name of the lease that slot (1 to slots) of a
-// semaphore of slots slots on resource is kept under: resource +
-// "/slot-" + slot + "-of-" + slots, for example "backups/slot-2-of-3".
-// Holders of the same semaphore agree on these names; an operator sees
-// them in `tenure list`.
-func SlotName(resource string, slot, slots int) string {
-	return resource + "/slot-" + strconv.Itoa(slot) + "-of-" + strconv.Itoa(slots)
-}
-
-// MarkerName returns the name of the marker lease through which the holders
-// of a semaphore on resource agree on its number of slots: resource +
-// "/slots".
-func MarkerName(resource string) string { return resource + "/slots" }
-
-// markerPrefix starts the owner string of a marker lease.
-const markerPrefix = "tenure semaphore of "
-
-func markerOwner(slots int) string { return markerPrefix + strconv.Itoa(slots) + " slots" }
-
-// markerSlots returns the number of slots a marker's owner string names, or
-// 0 when it is not a marker's.
-func markerSlots(owner string) int {
-	rest, ok := strings.CutPrefix(owner, markerPrefix)
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(strings.TrimSuffix(rest, " slots"))
-	if err != nil || n < 1 {
-		return 0
-	}
-	return n
-}
-
 // slotsPrefix is the prefix of every slot name of resource, whatever the
 // number of slots.
 func slotsPrefix(resource string) string { return resource + "/slot-" }
-
-// ParseSlotName splits a lease name made by SlotName into its slot number
-// and number of slots; ok is false for other names.
-func ParseSlotName(name string) (slot, slots int, ok bool) {
-	i := strings.LastIndex(name, "/slot-")
-	if i < 0 {
-		return 0, 0, false
-	}
-	a, b, found := strings.Cut(name[i+len("/slot-"):], "-of-")
-	if !found {
-		return 0, 0, false
-	}
-	slot, err1 := strconv.Atoi(a)
-	slots, err2 := strconv.Atoi(b)
-	if err1 != nil || err2 != nil || slots < 1 || slots > MaxSlots || slot < 1 || slot > slots ||
-		strconv.Itoa(slot) != a || strconv.Itoa(slots) != b {
-		return 0, 0, false
-	}
-	return slot, slots, true
-}
 
 // Semaphore returns a semaphore of slots slots (1 to MaxSlots) on resource.
 // The resource's slot names must be valid resource names (so the resource
@@ -172,13 +120,13 @@ func ParseSlotName(name string) (slot, slots int, ok bool) {
 // wraps ErrInvalidResource for a bad name and is plain for a bad number.
 func (lk *Locker) Semaphore(resource string, slots int) (*Semaphore, error) {
 	if slots < 1 || slots > MaxSlots {
-		return nil, fmt.Errorf("tenure: semaphore %q: %d slots; want 1 to %d", resource, slots, MaxSlots)
+		return nil, errorf("tenure: semaphore %q: %d slots; want 1 to %d", resource, slots, MaxSlots)
 	}
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateResource(SlotName(resource, slots, slots)); err != nil {
-		return nil, fmt.Errorf("tenure: semaphore %q: its slot names are too long: %w", resource, err)
+	if err := driver.ValidateResource(naming.SlotName(resource, slots, slots)); err != nil {
+		return nil, errorf("tenure: semaphore %q: its slot names are too long: %w", resource, err)
 	}
 	return &Semaphore{lk: lk, resource: resource, slots: slots}, nil
 }
@@ -203,7 +151,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	out := recs[:0]
 	for _, r := range recs {
 		if i := strings.LastIndex(r.Resource, "/slot-"); i == len(s.resource) {
-			if _, _, ok := ParseSlotName(r.Resource); ok {
+			if _, _, ok := naming.ParseSlotName(r.Resource); ok {
 				out = append(out, r)
 			}
 		}
@@ -211,19 +159,10 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// MarkerTTL is the shortest TTL of a semaphore's marker lease (see
-// Semaphore): holders acquire and renew the marker with their slot's TTL,
-// or MarkerTTL when that is shorter, so a slot is granted only within
-// MarkerTTL·(1−ρ) of its marker acquire, and the number of slots can
-// change MarkerTTL after the last holder stopped renewing the marker (or
-// the longest slot TTL, or once the last slot kept by ReleaseAfter expired,
-// whichever is later).
-const MarkerTTL = 30 * time.Second
-
 // markerTTL is the TTL with which a holder of a slot of ttl acquires and
-// renews the marker: never below MarkerTTL, so that no holder shortens the
-// marker under a slot grant in progress.
-func markerTTL(ttl time.Duration) time.Duration { return max(MarkerTTL, ttl) }
+// renews the marker: never below naming.MarkerTTL, so that no holder
+// shortens the marker under a slot grant in progress.
+func markerTTL(ttl time.Duration) time.Duration { return max(naming.MarkerTTL, ttl) }
 
 // marker acquires (or renews, for the owner string every holder of this
 // number of slots shares) the semaphore's marker lease for ttl. It returns
@@ -238,7 +177,7 @@ func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, erro
 	var rec Record
 	var err error
 	for try := 0; try < 3; try++ {
-		rec, err = s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), ttl)
+		rec, err = s.lk.store.Acquire(ctx, naming.MarkerName(s.resource), naming.MarkerOwner(s.slots), ttl)
 		if !errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
 			break
 		}
@@ -248,13 +187,13 @@ func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, erro
 	case err == nil:
 		return rec, nil
 	case errors.As(err, &held):
-		if n := markerSlots(held.Holder.Owner); n > 0 {
+		if n := naming.MarkerSlots(held.Holder.Owner); n > 0 {
 			return Record{}, fmt.Errorf("%w: %q is a semaphore of %d slots (its marker %q says so), and this one was asked for %d; the number of slots changes only once no slot of the other number is held or kept and the marker expired",
-				ErrSlotsMismatch, s.resource, n, MarkerName(s.resource), s.slots)
+				ErrSlotsMismatch, s.resource, n, naming.MarkerName(s.resource), s.slots)
 		}
-		return Record{}, fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, MarkerName(s.resource), held.Holder.Owner, err)
+		return Record{}, errorf("tenure: semaphore %q: its marker is not a semaphore holder's: %w", s.resource, err)
 	default:
-		return Record{}, fmt.Errorf("tenure: semaphore %q: marker: %w", s.resource, err)
+		return Record{}, errorf("tenure: semaphore %q: marker: %w", s.resource, err)
 	}
 }
 
@@ -264,14 +203,14 @@ func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, erro
 func (s *Semaphore) slotsHeld(ctx context.Context) (map[int]Record, error) {
 	recs, err := s.lk.store.List(ctx, slotsPrefix(s.resource))
 	if err != nil {
-		return nil, fmt.Errorf("tenure: semaphore %q: list its slots: %w", s.resource, err)
+		return nil, errorf("tenure: semaphore %q: list its slots: %w", s.resource, err)
 	}
 	held := make(map[int]Record, len(recs))
 	for _, r := range recs {
 		if strings.LastIndex(r.Resource, "/slot-") != len(s.resource) {
 			continue
 		}
-		slot, n, ok := ParseSlotName(r.Resource)
+		slot, n, ok := naming.ParseSlotName(r.Resource)
 		switch {
 		case !ok:
 		case n != s.slots:
@@ -306,10 +245,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLease, error) {
 	lk := s.lk
 	// A slot may be granted until window: while the marker is this
-	// number's, whoever renewed it since (each with MarkerTTL at least).
+	// number's, whoever renewed it since (each with naming.MarkerTTL at least).
 	tMarker := lk.clock.Now()
-	window := tMarker.Add(lk.trust(MarkerTTL))
-	wctx, cancel := lk.bounded(ctx, lk.trust(MarkerTTL))
+	window := tMarker.Add(lk.trust(naming.MarkerTTL))
+	wctx, cancel := lk.bounded(ctx, lk.trust(naming.MarkerTTL))
 	defer cancel()
 	mttl := markerTTL(ttl)
 	mrec, err := s.marker(wctx, mttl)
@@ -337,7 +276,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	}
 	e := &SlotsHeldError{Resource: s.resource, Slots: s.slots}
 	for _, slot := range order {
-		l, err := lk.TryAcquire(wctx, SlotName(s.resource, slot, s.slots), ttl)
+		l, err := lk.TryAcquire(wctx, naming.SlotName(s.resource, slot, s.slots), ttl)
 		var h *HeldError
 		switch {
 		case err == nil:
@@ -346,8 +285,8 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 				// The answer came after the window: holders of another
 				// number may hold the marker now. Free the slot.
 				_ = l.Release(context.WithoutCancel(ctx))
-				return nil, fmt.Errorf("tenure: semaphore %q: slot %d was granted %v after the marker was acquired, past the %v within which the number of slots is sure; released it: %w",
-					s.resource, slot, now.Sub(tMarker), lk.trust(MarkerTTL), ErrLeaseLost)
+				return nil, errorf("tenure: semaphore %q: slot %d was granted %v after the marker was acquired, past the %v within which the number of slots is sure; released it: %w",
+					s.resource, slot, now.Sub(tMarker), lk.trust(naming.MarkerTTL), ErrLeaseLost)
 			}
 			m := newLease(lk, context.WithoutCancel(ctx), mrec.Resource, mrec.Owner, mttl, mrec.Token, tMarker, tMarker.Add(lk.trust(mttl)))
 			m.isMarker = true
@@ -481,7 +420,7 @@ func (w *slotWaker) subscribe(ctx context.Context, s *Semaphore) bool {
 	w.cancel = cancel
 	for slot := 1; slot <= s.slots; slot++ {
 		sctx, giveUp := context.WithCancel(ctx)
-		ch, stop, err := n.Subscribe(sctx, SlotName(s.resource, slot, s.slots))
+		ch, stop, err := n.Subscribe(sctx, naming.SlotName(s.resource, slot, s.slots))
 		if err != nil {
 			giveUp()
 			s.lk.log.Warn("release notifications unavailable; polling", "resource", s.resource, "err", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 )
 
@@ -24,7 +25,7 @@ type lateSlotStore struct {
 func (s *lateSlotStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	rec, err := s.Store.Acquire(ctx, resource, owner, ttl)
 	if strings.Contains(resource, "/slot-") {
-		s.fc.Advance(MarkerTTL)
+		s.fc.Advance(naming.MarkerTTL)
 	}
 	return rec, err
 }
@@ -119,28 +120,28 @@ func TestMarkerRenewedLikeAnyLease(t *testing.T) {
 	for i := range 24 { // two minutes, four marker TTLs
 		fc.Advance(5 * time.Second)
 		waitFor(t, "the renewals did not run", func() bool {
-			return st.count(sl.Resource()) >= i+1 && st.count(MarkerName("r")) >= i+1 && scheduledAfter(lk, fc.Now()) == 2
+			return st.count(sl.Resource()) >= i+1 && st.count(naming.MarkerName("r")) >= i+1 && scheduledAfter(lk, fc.Now()) == 2
 		})
 	}
-	if n := st.count(MarkerName("r")) - 1; n < 24 || n > 26 { // less its first acquire
+	if n := st.count(naming.MarkerName("r")) - 1; n < 24 || n > 26 { // less its first acquire
 		t.Fatalf("%d marker renewals in 24 renew intervals", n)
 	}
-	if _, err := mem.Get(ctx, MarkerName("r")); err != nil {
+	if _, err := mem.Get(ctx, naming.MarkerName("r")); err != nil {
 		t.Fatalf("the marker is gone while its slot is held: %v", err)
 	}
 	if err := sl.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mem.Get(ctx, MarkerName("r")); err != nil {
+	if _, err := mem.Get(ctx, naming.MarkerName("r")); err != nil {
 		t.Fatalf("the marker was released with the slot: %v", err)
 	}
-	before := st.count(MarkerName("r"))
-	fc.Advance(MarkerTTL + time.Second)
+	before := st.count(naming.MarkerName("r"))
+	fc.Advance(naming.MarkerTTL + time.Second)
 	time.Sleep(10 * time.Millisecond)
-	if n := st.count(MarkerName("r")); n != before {
+	if n := st.count(naming.MarkerName("r")); n != before {
 		t.Fatalf("the marker was renewed %d times after its slot was released", n-before)
 	}
-	if _, err := mem.Get(ctx, MarkerName("r")); !errors.Is(err, ErrNotHeld) {
+	if _, err := mem.Get(ctx, naming.MarkerName("r")); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("the marker outlived its TTL after the last slot was released: %v", err)
 	}
 }

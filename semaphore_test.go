@@ -13,6 +13,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 )
 
@@ -31,7 +32,7 @@ func TestSemaphoreSlots(t *testing.T) {
 		if err != nil {
 			t.Fatalf("holder %d: %v", i, err)
 		}
-		if seen[l.Slot] || l.Slot < 1 || l.Slot > 3 || l.Resource() != tenure.SlotName("backups", l.Slot, 3) {
+		if seen[l.Slot] || l.Slot < 1 || l.Slot > 3 || l.Resource() != naming.SlotName("backups", l.Slot, 3) {
 			t.Fatalf("holder %d got slot %d (%s); slots so far %v", i, l.Slot, l.Resource(), seen)
 		}
 		seen[l.Slot] = true
@@ -74,15 +75,6 @@ func TestSemaphoreRejectsBadInput(t *testing.T) {
 	if _, err := lk.Semaphore("", 3); !errors.Is(err, tenure.ErrInvalidResource) {
 		t.Errorf("empty resource: %v", err)
 	}
-	for name, want := range map[string][2]int{
-		"a/slot-2-of-3": {2, 3}, "a/slot-1/slot-10-of-10": {10, 10},
-		"a/slot-4-of-3": {0, 0}, "a/slot-01-of-3": {0, 0}, "a/slot-x-of-3": {0, 0}, "a": {0, 0},
-	} {
-		slot, slots, _ := tenure.ParseSlotName(name)
-		if slot != want[0] || slots != want[1] {
-			t.Errorf("ParseSlotName(%q) = %d, %d; want %d, %d", name, slot, slots, want[0], want[1])
-		}
-	}
 }
 
 // Holders that ask for another number of slots are refused, before and
@@ -108,12 +100,12 @@ func TestSemaphoreSlotsMismatch(t *testing.T) {
 	}
 
 	// The holders share one marker lease, which names their number.
-	rec, err := mem.Get(ctx, tenure.MarkerName("r"))
+	rec, err := mem.Get(ctx, naming.MarkerName("r"))
 	if err != nil || !strings.Contains(rec.Owner, "3 slots") {
 		t.Fatalf("marker: %+v, %v", rec, err)
 	}
 	// A marker held by something that is not a semaphore: a clear error.
-	if _, err := mem.Acquire(ctx, tenure.MarkerName("s"), "someone#else.1", ttl); err != nil {
+	if _, err := mem.Acquire(ctx, naming.MarkerName("s"), "someone#else.1", ttl); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := tenure.New(mem)
@@ -142,7 +134,7 @@ func TestSemaphoreMarkerTakenKeepsTheCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An operator frees the marker; a holder of 5 slots takes it.
-	rec, _ := mem.Get(ctx, tenure.MarkerName("r"))
+	rec, _ := mem.Get(ctx, naming.MarkerName("r"))
 	if err := mem.Release(ctx, rec.Resource, rec.Owner, rec.Token); err != nil {
 		t.Fatal(err)
 	}
@@ -348,8 +340,8 @@ func TestSemaphoreSlotOutlivesItsMarker(t *testing.T) {
 	if err := a.Err(); err != nil {
 		t.Fatalf("the slot was lost with its marker: %v", err)
 	}
-	if _, err := mem.Get(ctx, tenure.MarkerName("r")); err == nil {
-		rec, _ := mem.Get(ctx, tenure.MarkerName("r"))
+	if _, err := mem.Get(ctx, naming.MarkerName("r")); err == nil {
+		rec, _ := mem.Get(ctx, naming.MarkerName("r"))
 		if !strings.Contains(rec.Owner, "5 slots") {
 			t.Fatalf("the marker is still the 3-slot holders' after 40 s without renewal: %+v", rec)
 		}
@@ -413,7 +405,7 @@ func TestKeptSlotsKeepTheCount(t *testing.T) {
 		}
 	}
 	fc.Advance(31 * time.Second)
-	if _, err := mem.Get(ctx, tenure.MarkerName("r")); err == nil {
+	if _, err := mem.Get(ctx, naming.MarkerName("r")); err == nil {
 		t.Fatal("test setup: the marker is still live")
 	}
 	five := sem(5)

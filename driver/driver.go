@@ -36,7 +36,7 @@ type Record struct {
 	Resource string
 	// Owner is the holder's owner string. tenure writes one string per
 	// grant: the Locker's readable id, "#", its 64-bit random nonce in hex,
-	// ".", and the number of the grant (see tenure.NewOwner). Stores treat
+	// ".", and the number of the grant (see tenure.OwnerID). Stores treat
 	// it as opaque and compare it byte for byte.
 	Owner string
 	// Token is the lease's fencing token. It strictly increases with every

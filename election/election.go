@@ -46,6 +46,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // Defaults, as in client-go's leader election, scaled to tenure's renewal
@@ -79,10 +80,11 @@ type Config struct {
 
 	// Value is published with the candidate's lease while it leads, such as
 	// the address and port where it serves: Leader, an Observer and "tenure
-	// status" return it. At most MaxValueLen (128) bytes of printable UTF-8
-	// (ValidateValue); the identity and the encoded value together must fit
+	// status" return it. At most MaxValueLen (128) bytes of valid UTF-8
+	// whose characters all print (or the ASCII space); the identity and the
+	// value, with '%' and '#' encoded as %25 and %23, together must fit
 	// in tenure.MaxOwnerIDLen (200) bytes. Empty means none. It is kept in
-	// the owner string of each grant (see ParseOwner), so it works on every
+	// the owner string of each grant, so it works on every
 	// store, and it cannot change while the candidate lives: to publish
 	// another value, resign and campaign with a new Candidate.
 	Value string
@@ -247,9 +249,10 @@ var ErrResignInCallback = errors.New("election: Resign called from a callback th
 // reject once Run starts: among them a TTL the store cannot keep (below 1 s
 // on Cassandra, see driver.TTLChecker) and a RenewInterval (default TTL/3)
 // that is not shorter than TTL·(1−ρ), ρ = tenure.DefaultDriftBound; and an
-// identity or published value that ValidateIdentity refuses (an identity
-// that contains ValueSeparator, a value too long or with characters that
-// do not print).
+// identity or published value that cannot be kept in an owner string (an
+// identity that contains "|", which separates it from the value, a value
+// too long or with characters that do not print), wrapping
+// tenure.ErrInvalidOwner.
 func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if err := driver.ValidateResource(cfg.Resource); err != nil {
 		return nil, err
@@ -386,7 +389,7 @@ func (c *Candidate) closeLeaveLocked() {
 // Identity returns the candidate's readable id (Config.Identity, or
 // tenure.DefaultOwnerID()).
 func (c *Candidate) Identity() string {
-	id, _ := ParseOwner(c.lk.Owner())
+	id, _ := naming.ParseCandidate(c.lk.Owner())
 	return id
 }
 
@@ -470,7 +473,7 @@ func (c *Candidate) Run(ctx context.Context) error {
 			// over.
 		case errors.As(err, &held):
 			if !c.lk.Owns(held.Holder.Owner) { // not our own earlier grant still being freed
-				id, _ := ParseOwner(held.Holder.Owner)
+				id, _ := naming.ParseCandidate(held.Holder.Owner)
 				c.observe(id)
 			}
 		case errors.Is(err, tenure.ErrInvalidTTL), errors.Is(err, tenure.ErrInvalidResource), errors.Is(err, tenure.ErrClosed),
@@ -681,7 +684,7 @@ func (c *Candidate) Leader(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, fmt.Errorf("election: leader of %q: %w", c.cfg.Resource, err)
 	}
-	return LeaderOf(rec), nil
+	return leaderOf(rec), nil
 }
 
 // Resign leaves the election: the current term, if any, ends and hands

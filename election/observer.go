@@ -93,7 +93,7 @@ func (o *Observer) Leader(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, fmt.Errorf("election: leader of %q: %w", o.cfg.Resource, err)
 	}
-	return LeaderOf(rec), nil
+	return leaderOf(rec), nil
 }
 
 // Observe follows the leader until ctx ends, in the manner of etcd's

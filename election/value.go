@@ -1,138 +1,25 @@
 package election
 
 import (
-	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // MaxValueLen is the longest value a candidate may publish (Config.Value),
 // in bytes.
-const MaxValueLen = 128
+const MaxValueLen = naming.MaxValueLen
 
-// ValueSeparator separates a candidate's identity from the value it
-// publishes in the readable id of its owner strings:
-// "IDENTITY|VALUE#nonce.N". Identities of candidates may not contain it.
-const ValueSeparator = "|"
-
-// The published value travels in the owner string that every store already
-// keeps with the lease, so that it works on every store, in every mode,
-// without a column or field of its own: the candidate's Locker gets the
-// readable id IDENTITY|ENCODED, where ENCODED is the value with '%' written
-// %25 and '#' (the nonce separator of owner strings) written %23. Owner
-// strings without the separator, those of candidates that publish nothing
-// and those written by other programs (Jaeger collectors), read as an
-// identity with no value.
-
-// ValidateValue checks a value to publish: at most MaxValueLen bytes of
-// valid UTF-8 whose characters are all printable (unicode.IsPrint) or the
-// ASCII space, so no control character, escape sequence or bidirectional
-// override. The empty value means none. The error wraps
-// tenure.ErrInvalidOwner, since the value is kept in the owner string.
-func ValidateValue(value string) error {
-	switch {
-	case len(value) > MaxValueLen:
-		return fmt.Errorf("%w: published value of %d bytes, the limit is %d", tenure.ErrInvalidOwner, len(value), MaxValueLen)
-	case !utf8.ValidString(value):
-		return fmt.Errorf("%w: published value is not valid UTF-8", tenure.ErrInvalidOwner)
-	}
-	for i, r := range value {
-		if r != ' ' && !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: published value has the character %U, which does not print, at byte %d", tenure.ErrInvalidOwner, r, i)
-		}
-	}
-	return nil
-}
-
-// ValidateIdentity checks a candidate's identity and the value it
-// publishes, as New does, without any I/O: the identity as a readable owner
-// id (tenure.ValidateOwnerID) without ValueSeparator, the value with
-// ValidateValue, and the two together, once the value is encoded, within
-// tenure.MaxOwnerIDLen bytes. An empty identity stands for
-// tenure.DefaultOwnerID(). The error wraps tenure.ErrInvalidOwner.
-func ValidateIdentity(identity, value string) error {
-	_, err := lockerID(identity, value)
-	return err
-}
-
-// lockerID returns the readable id of a candidate's Locker: the identity,
-// and the encoded value after ValueSeparator when there is one.
+// lockerID returns the readable id of a candidate's Locker: the identity
+// (tenure.DefaultOwnerID() when empty), and the encoded value after a
+// separator when there is one. The error wraps tenure.ErrInvalidOwner.
 func lockerID(identity, value string) (string, error) {
 	if identity == "" {
 		identity = tenure.DefaultOwnerID()
 	}
-	if err := tenure.ValidateOwnerID(identity); err != nil {
-		return "", err
-	}
-	if strings.Contains(identity, ValueSeparator) {
-		return "", fmt.Errorf("%w: identity contains %q, which separates the identity from the published value", tenure.ErrInvalidOwner, ValueSeparator)
-	}
-	if err := ValidateValue(value); err != nil {
-		return "", err
-	}
-	if value == "" {
-		return identity, nil
-	}
-	id := identity + ValueSeparator + encodeValue(value)
-	if len(id) > tenure.MaxOwnerIDLen {
-		return "", fmt.Errorf("%w: identity (%d bytes) and published value (%d bytes encoded) take %d bytes with the separator, the limit is %d",
-			tenure.ErrInvalidOwner, len(identity), len(id)-len(identity)-len(ValueSeparator), len(id), tenure.MaxOwnerIDLen)
-	}
-	return id, nil
-}
-
-var valueEncoder = strings.NewReplacer("%", "%25", "#", "%23")
-
-func encodeValue(v string) string { return valueEncoder.Replace(v) }
-
-// decodeValue reverses encodeValue; ok is false for a string that
-// encodeValue cannot have made.
-func decodeValue(s string) (string, bool) {
-	if !strings.Contains(s, "%") {
-		return s, true
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch {
-		case strings.HasPrefix(s[i:], "%25"):
-			b.WriteByte('%')
-		case strings.HasPrefix(s[i:], "%23"):
-			b.WriteByte('#')
-		default:
-			return "", false
-		}
-		i += 2
-	}
-	return b.String(), true
-}
-
-// ParseOwner splits the owner string of an election's lease, as a store
-// reports it (driver.Record.Owner), into the candidate's identity and the
-// value it published. An owner string without a well-formed value (no
-// ValueSeparator in its readable id, or a value that a candidate could not
-// have published) has the whole readable id (tenure.OwnerID) as its
-// identity and no value. Both come from another process: print them
-// escaped.
-func ParseOwner(owner string) (identity, value string) {
-	id := tenure.OwnerID(owner)
-	i := strings.Index(id, ValueSeparator)
-	if i < 0 {
-		return id, ""
-	}
-	v, ok := decodeValue(id[i+len(ValueSeparator):])
-	if !ok || v == "" || ValidateValue(v) != nil {
-		return id, ""
-	}
-	return id[:i], v
+	return naming.CandidateID(identity, value)
 }
 
 // Leader is the holder of an election's lease, as the store reported it.
@@ -158,10 +45,10 @@ type Leader struct {
 	Remaining time.Duration
 }
 
-// LeaderOf returns the leader that a store's record of an election's lease
+// leaderOf returns the leader that a store's record of an election's lease
 // names.
-func LeaderOf(rec driver.Record) Leader {
-	id, v := ParseOwner(rec.Owner)
+func leaderOf(rec driver.Record) Leader {
+	id, v := naming.ParseCandidate(rec.Owner)
 	return Leader{Identity: id, Value: v, Owner: rec.Owner, Token: rec.Token, TTL: rec.TTL, Remaining: rec.Remaining}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 	"github.com/tenure-go/tenure/store/storetest"
 )
@@ -37,7 +38,7 @@ func TestParseOwnerRoundTrip(t *testing.T) {
 		if c.Identity() != "web-1:4711" || c.Value() != v {
 			t.Fatalf("value %q: Identity %q, Value %q", v, c.Identity(), c.Value())
 		}
-		for _, owner := range []string{c.Owner() + ".7", tenure.KeptOwner(c.Owner() + ".7")} {
+		for _, owner := range []string{c.Owner() + ".7", naming.KeptOwner(c.Owner() + ".7")} {
 			id, got := election.ParseOwner(owner)
 			if id != "web-1:4711" || got != v {
 				t.Errorf("ParseOwner(%q) = %q, %q; want web-1:4711, %q", owner, id, got, v)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // minTTL is the smallest --ttl of run and elect. A lease is renewed every
@@ -106,14 +106,14 @@ func validateCommand(name string, c *cobra.Command, args []string, ttl, grace ti
 	if !c.Flags().Changed("owner") {
 		ownerID = tenure.DefaultOwnerID()
 	}
-	if _, err := tenure.NewOwner(ownerID); err != nil {
+	if _, err := naming.NewOwner(ownerID); err != nil {
 		return "", nil, "", usage("%s: --owner %s: %s", name, quoteName(ownerID), errText(err))
 	}
-	if strings.Contains(ownerID, election.ValueSeparator) {
+	if strings.Contains(ownerID, naming.ValueSeparator) {
 		// Owner strings read as ID|VALUE (status, leader): a plain id with
 		// the separator would be taken for an id and a published value.
 		return "", nil, "", usage("%s: --owner %s: contains %q, which separates a candidate's id from the value it publishes (tenure elect --value)",
-			name, quoteName(ownerID), election.ValueSeparator)
+			name, quoteName(ownerID), naming.ValueSeparator)
 	}
 	return resource, argv, ownerID, nil
 }

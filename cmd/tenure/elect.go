@@ -15,6 +15,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 type electFlags struct {
@@ -79,7 +80,7 @@ func validateElect(c *cobra.Command, f *electFlags, args []string) (resource str
 	if f.retry <= 0 {
 		return "", nil, "", usage("elect: --retry %v: the retry period must be positive, such as 2s", f.retry)
 	}
-	if err := election.ValidateIdentity(ownerID, f.value); err != nil {
+	if _, err := naming.CandidateID(ownerID, f.value); err != nil {
 		return "", nil, "", usage("elect: --owner %s --value %s: %s", quoteName(ownerID), quoteName(f.value), errText(err))
 	}
 	return resource, argv, ownerID, nil
@@ -205,7 +206,7 @@ func (e *elector) readLeader(ctx context.Context, store driver.Store, stopWatch 
 	}
 	switch {
 	case err == nil:
-		e.st.leader, _ = election.ParseOwner(current.Owner)
+		e.st.leader, _ = naming.ParseCandidate(current.Owner)
 	case !errors.Is(err, tenure.ErrNotHeld):
 		return storeErr(err, "elect: read the leader of %s", quoteName(e.resource))
 	}

@@ -3,9 +3,9 @@
 package main
 
 // Inspection never changes anything (field case C20): status, list and
-// release create no store, file, directory, table or keyspace; a missing
-// store is its own exit code; a read-only store is read; what is not a
-// tenure store gets a sentence, never a driver's message.
+// release create no store, file, directory, table or keyspace; where there
+// is no store they answer as of an empty one; a read-only store is read;
+// what is not a tenure store gets a sentence, never a driver's message.
 
 import (
 	"crypto/sha256"
@@ -23,8 +23,22 @@ import (
 )
 
 // inspections are the commands that only look (release --force of a free
-// resource changes nothing either).
-var inspections = [][]string{{"status", "job"}, {"list"}, {"release", "--force", "job"}, {"status", "--json", "job"}}
+// resource changes nothing either), and how each answers where there is no
+// store yet: as of an empty store, nothing held, and release says why
+// nothing was released.
+var inspections = []struct {
+	args           []string
+	code           int
+	stdout, stderr string
+}{
+	{[]string{"status", "job"}, exitFree, `"job" is free`, ""},
+	{[]string{"status", "--json", "job"}, exitFree, `"held": false`, ""},
+	{[]string{"list"}, exitOK, "RESOURCE", ""},
+	{[]string{"list", "--json"}, exitOK, "[]", ""},
+	{[]string{"release", "--force", "job"}, exitFree, "", `release: "job" is not held: there is no tenure store at sqlite:`},
+	{[]string{"release", "--owner", "web-3", "job"}, exitFree, "", "nothing released"},
+	{[]string{"leader", "job"}, exitFree, `"job" has no leader`, ""},
+}
 
 func TestInspectionCreatesNothing(t *testing.T) {
 	t.Parallel()
@@ -35,25 +49,31 @@ func TestInspectionCreatesNothing(t *testing.T) {
 		e.path("100% sure.db"),                 // % is literal in sqlite:PATH
 		"./" + filepath.Base(e.path("rel.db")), // relative to the working directory
 	}
+	check := func(where string, in struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}, code int, stdout, stderr string) {
+		t.Helper()
+		if code != in.code || !strings.Contains(stdout, in.stdout) || !strings.Contains(stderr, in.stderr) ||
+			(in.stderr == "" && stderr != "") || len(stderr) > 200 {
+			t.Errorf("%s %q: exit %d, stdout %q, stderr %q; want exit %d, %q on stdout and %q on stderr",
+				where, in.args, code, stdout, stderr, in.code, in.stdout, in.stderr)
+		}
+	}
 	for _, path := range missing {
-		for _, args := range inspections {
-			p := e.start("inspect", startOpt{dir: e.dir}, "--store", "sqlite:"+path, args)
+		for _, in := range inspections {
+			p := e.start("inspect", startOpt{dir: e.dir}, "--store", "sqlite:"+path, in.args)
 			code := p.wait(30 * time.Second)
-			stderr := p.stderr()
-			if code != exitNoStore || !strings.Contains(stderr, "no tenure store") || !strings.Contains(stderr, "does not exist") || !strings.Contains(stderr, "nothing was created") ||
-				!strings.Contains(stderr, "on SQLite, tenure run and tenure elect do too") {
-				t.Errorf("%s %q: exit %d, want %d saying that there is no store, and what creates one:\n%s", path, args, code, exitNoStore, stderr)
-			}
+			check(path, in, code, p.stdout(), p.stderr())
 		}
 	}
 	// The default store, which run would create: nothing is created either.
 	def := *e
 	def.store = "" // TENURE_STORE empty: the default under $XDG_STATE_HOME
-	for _, args := range inspections {
-		code, _, stderr := def.run(args)
-		if code != exitNoStore || !strings.Contains(stderr, e.path("tenure/leases.db")) {
-			t.Errorf("default store %q: exit %d, want %d naming %s:\n%s", args, code, exitNoStore, e.path("tenure/leases.db"), stderr)
-		}
+	for _, in := range inspections {
+		code, stdout, stderr := def.run(in.args)
+		check("the default store", in, code, stdout, stderr)
 	}
 	entries, err := os.ReadDir(e.dir)
 	if err != nil {
@@ -129,8 +149,8 @@ func TestNotAStore(t *testing.T) {
 	}
 	for _, path := range []string{foreign, other, empty, text, dir} {
 		before := fileSum(t, path)
-		for _, args := range inspections {
-			check(path, args)
+		for _, in := range inspections {
+			check(path, in.args)
 		}
 		if after := fileSum(t, path); after != before {
 			t.Errorf("%s changed", filepath.Base(path))
@@ -221,8 +241,10 @@ func TestReadOnlyStore(t *testing.T) {
 	b.wait(10 * time.Second)
 }
 
-// On Cassandra, status of a keyspace that does not exist is "no store"
-// (66), and creates none: a second look finds none either.
+// On Cassandra, a keyspace that does not exist holds no lease: status says
+// the resource is free (1), and creates no keyspace: a second look finds
+// none either. run, which needs the keyspace, says that there is no store
+// (66).
 func TestInspectionCreatesNoKeyspace(t *testing.T) {
 	t.Parallel()
 	h := os.Getenv("TENURE_CASSANDRA")
@@ -234,9 +256,13 @@ func TestInspectionCreatesNoKeyspace(t *testing.T) {
 	e.store = "cassandra://" + h + "/" + ks
 	for range 2 {
 		code, stdout, stderr := e.run("status", "job")
-		if code != exitNoStore || !strings.Contains(stderr, "no tenure store") {
-			t.Fatalf("status in a keyspace that does not exist: exit %d, want %d:\n%s%s", code, exitNoStore, stdout, stderr)
+		if code != exitFree || stdout != "\"job\" is free\n" || stderr != "" {
+			t.Fatalf("status in a keyspace that does not exist: exit %d, want %d:\n%s%s", code, exitFree, stdout, stderr)
 		}
+	}
+	code, stdout, stderr := e.run("run", "job", "--", "true")
+	if code != exitNoStore || !strings.Contains(stderr, "no tenure store") || !strings.Contains(stderr, "tenure init") {
+		t.Fatalf("run in a keyspace that does not exist: exit %d, want %d:\n%s%s", code, exitNoStore, stdout, stderr)
 	}
 }
 

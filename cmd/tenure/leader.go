@@ -31,16 +31,17 @@ id, the value it publishes (--value of tenure elect) and its fencing token.
 With --watch it goes on, and prints a line, with the time, at each change
 (a new term, or no leader), until interrupted. Changes are seen at once
 where the store notifies releases, at the expiry of the leader's lease,
-and otherwise within --interval. With --json each line is a JSON object:
+and otherwise within --interval; where there is no store yet, from when
+one is made. With --json each line is a JSON object:
 resource, held, owner, owner_id, value, token, ttl_ms, remaining_ms (and
 time, with --watch). Names from the store are quoted when they contain
 spaces or characters that do not print. It creates nothing and changes no
 lease.
 
 Exit codes: 0 a leader (with --watch: stopped by SIGINT, SIGTERM or
-SIGHUP); 1 no leader; 64 bad arguments; 66 no tenure store at the URL; 69
-the store cannot be opened or reached at start; 74 the output cannot be
-written.`,
+SIGHUP); 1 no leader (also where there is no store yet); 64 bad
+arguments; 69 the store cannot be opened or reached at start; 74 the
+output cannot be written.`,
 		Example: `  tenure leader sampling-calculator
   tenure leader --watch --json sampling-calculator | jq -r .value`,
 		Args: func(c *cobra.Command, args []string) error {
@@ -92,12 +93,35 @@ func (a *app) leader(resource string, watch, asJSON bool, interval time.Duration
 		}
 	}()
 
-	s, err := a.openStore(ctx, u, true)
+	s, err := a.inspectStore(ctx, u)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
+	}
+	var last election.Leader // the leader printed last; none yet
+	printed := false
+	if _, none := s.(noLeases); none && watch {
+		// No store yet, so no leader: say so, and look for the store
+		// every interval (tenure elect or init may create it).
+		if err := a.printLeader(resource, last, watch, asJSON); err != nil {
+			return err
+		}
+		printed = true
+		for none {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(interval):
+			}
+			if next, err := a.inspectStore(ctx, u); err != nil {
+				a.log.Debug("store not opened", "store", u.String(), "err", err)
+			} else {
+				s = next
+				_, none = s.(noLeases)
+			}
+		}
 	}
 	defer s.Close()
 	o, err := election.NewObserver(s, election.ObserverConfig{Resource: resource, PollInterval: interval, Logger: a.log})
@@ -111,11 +135,13 @@ func (a *app) leader(resource string, watch, asJSON bool, interval time.Duration
 	switch {
 	case ctx.Err() != nil:
 		return nil
-	case err != nil && !errors.Is(err, election.ErrNoLeader):
+	case err != nil && !errors.Is(err, election.ErrNoLeader) && !errors.Is(err, driver.ErrNoStore):
 		return storeErr(err, "leader %s", quoteName(resource))
 	}
-	if err := a.printLeader(resource, first, watch, asJSON); err != nil {
-		return err
+	if !printed || !sameLeader(first, last) {
+		if err := a.printLeader(resource, first, watch, asJSON); err != nil {
+			return err
+		}
 	}
 	if !watch {
 		if first.Owner == "" {
@@ -123,7 +149,7 @@ func (a *app) leader(resource string, watch, asJSON bool, interval time.Duration
 		}
 		return nil
 	}
-	last := first
+	last = first
 	for l := range o.Observe(ctx) {
 		if sameLeader(l, last) {
 			continue // the observer's first observation, already printed

@@ -229,3 +229,28 @@ func TestElectHandOverWaitsForTheCommand(t *testing.T) {
 	syscall.Kill(beta.pid(), syscall.SIGTERM)
 	beta.wait(10 * time.Second)
 }
+
+// tenure leader --watch started before the store exists says that there
+// is no leader, and follows the election once tenure elect creates the
+// store.
+func TestLeaderWatchBeforeTheStoreExists(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	watch := e.start("watch", startOpt{}, "leader", "--watch", "--json", "--interval", "100ms", "job")
+	waitFor(t, 20*time.Second, "the watcher's first line", func() bool { return len(readWatch(t, watch)) == 1 })
+	if w := readWatch(t, watch)[0]; w.Held {
+		t.Fatalf("a leader before the store exists: %+v", w)
+	}
+	alpha := e.start("alpha", startOpt{}, electValueArgs("alpha", "v", helper("-ready", e.path("alpha.ready"), "-hold", "1h"))...)
+	waitReady(t, e.path("alpha.ready"), 20*time.Second)
+	waitFor(t, 20*time.Second, "the watcher's line for alpha", func() bool { return len(readWatch(t, watch)) == 2 })
+	if w := readWatch(t, watch)[1]; !w.Held || w.OwnerID != "alpha" || w.Value != "v" {
+		t.Fatalf("the watcher's second line: %+v; want alpha leading", w)
+	}
+	syscall.Kill(alpha.pid(), syscall.SIGTERM)
+	alpha.wait(20 * time.Second)
+	syscall.Kill(watch.pid(), syscall.SIGTERM)
+	if code := watch.wait(10 * time.Second); code != 0 {
+		t.Fatalf("leader --watch exited %d after SIGTERM; stderr:\n%s", code, watch.stderr())
+	}
+}

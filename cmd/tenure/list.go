@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 func (a *app) newListCmd() *cobra.Command {
@@ -28,8 +29,8 @@ holders)". List changes nothing and creates no store.
 owner_id, value, token, ttl_ms and remaining_ms (and semaphore, slot and
 slots for a semaphore's slots; mode "shared" and lock for a shared holder).
 
-Exit codes: 0 (also when no lease is held), 66 no store at the URL, 69 the
-store cannot be used (tenure help exit-codes).`,
+Exit codes: 0 (also when no lease is held, or there is no store yet), 69
+the store cannot be used (tenure help exit-codes).`,
 		Example: `  tenure list
   tenure list jobs/
   tenure list --json | jq -r '.[] | select(.remaining_ms < 5000) | .resource'`,
@@ -66,7 +67,7 @@ store cannot be used (tenure help exit-codes).`,
 				for _, r := range recs {
 					if sem, _, _, ok := semaphoreOf(r.Resource); ok {
 						bySem[sem] = append(bySem[sem], r)
-					} else if of, ok := tenure.ParseSharedName(r.Resource); ok {
+					} else if of, ok := naming.ParseSharedName(r.Resource); ok {
 						byLock[of]++
 					}
 				}
@@ -83,7 +84,7 @@ store cannot be used (tenure help exit-codes).`,
 					} else if sem, n, ok := markerOf(r); ok && !grouped[sem] {
 						fmt.Fprintf(tw, "%s\t(0 of %d slots held)\t-\t-\t-\n", display(sem), n)
 						grouped[sem] = true
-					} else if of, ok := tenure.ParseSharedName(r.Resource); ok && !sharedShown[of] {
+					} else if of, ok := naming.ParseSharedName(r.Resource); ok && !sharedShown[of] {
 						fmt.Fprintf(tw, "%s\t(%s)\t-\t-\t-\n", display(of), sharedSummary(byLock[of]))
 						sharedShown[of] = true
 					}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store"
 	_ "github.com/tenure-go/tenure/store/all" // every store's URL scheme
 )
@@ -42,7 +43,7 @@ const (
 	exitOK            = 0
 	exitFree          = 1   // status: not held; release: nothing released
 	exitUsage         = 64  // EX_USAGE: bad arguments or input
-	exitNoStore       = 66  // EX_NOINPUT: status, list, release: no tenure store there (nothing was created)
+	exitNoStore       = 66  // EX_NOINPUT: run, elect: a server store whose schema tenure init has not made (nothing was created)
 	exitUnavailable   = 69  // EX_UNAVAILABLE: the store cannot be opened or reached
 	exitSoftware      = 70  // EX_SOFTWARE: an internal error
 	exitOSErr         = 71  // EX_OSERR: run, elect: the command's reaper could not be started (the command did not run)
@@ -478,8 +479,7 @@ func storeOpenErr(err error) error {
 	case errors.Is(err, store.ErrBadURL):
 		return usage("%s", errText(err))
 	case errors.Is(err, store.ErrNoStore):
-		return fail(exitNoStore, "no tenure store: %s; nothing was created (tenure init creates one; on SQLite, tenure run and tenure elect do too)",
-			strings.TrimPrefix(errText(err), store.ErrUnavailable.Error()+": "))
+		return noStoreErr(strings.TrimPrefix(errText(err), store.ErrUnavailable.Error()+": "))
 	}
 	return fail(exitUnavailable, "%s", errText(err))
 }
@@ -493,9 +493,20 @@ func storeErr(err error, format string, args ...any) error {
 		return usage("%s", msg)
 	case errors.Is(err, store.ErrNoStore):
 		// A server store whose schema was never made (tenure init).
-		return fail(exitNoStore, "no tenure store: %s", msg)
+		return noStoreErr(msg)
 	}
 	return fail(exitUnavailable, "%s", msg)
+}
+
+// noStoreErr is the error of a store whose schema was never made (exit
+// 66): msg says it once, without the words of the sentinel ErrNoStore
+// that the store's error wraps, and how to make it.
+func noStoreErr(msg string) error {
+	msg = strings.Replace(msg, ": "+strings.TrimPrefix(store.ErrNoStore.Error(), "tenure: "), "", 1)
+	if !strings.Contains(msg, "tenure init") {
+		msg += "; tenure init creates it"
+	}
+	return fail(exitNoStore, "no tenure store: %s", msg)
 }
 
 // fmtDur formats a duration for people: milliseconds below a second, tenths
@@ -526,7 +537,7 @@ func describeHolder(rec tenure.Record) string {
 	if rec.Remaining > 0 {
 		parts = append(parts, fmtDur(rec.Remaining)+" left")
 	}
-	if tenure.IsSharedRequest(rec.Owner) {
+	if naming.IsSharedRequest(rec.Owner) {
 		parts = append(parts, "a shared run passing through")
 	}
 	return s + " (" + strings.Join(parts, ", ") + ")"

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/postgres"
 )
 
@@ -311,5 +313,23 @@ func TestStoreErrSaysItOnce(t *testing.T) {
 	}
 	if got := dedupeContext(`get "a": x; get "b": y; redis store: get "a": z`); got != `get "a": x; get "b": y; redis store: z` {
 		t.Fatalf("dedupeContext: %q", got)
+	}
+}
+
+// The message of a store without its schema says "no tenure store" once:
+// not again in the words of the sentinel the store's error wraps.
+func TestNoStoreSaysItOnce(t *testing.T) {
+	inner := fmt.Errorf("cassandra store: table ks.leases is missing (create it with `tenure init`): %w: %w", driver.ErrNoStore, errors.New("unconfigured table leases"))
+	for _, err := range []error{
+		storeOpenErr(fmt.Errorf("%w: cassandra://h/ks: %w", store.ErrUnavailable, inner)),
+		storeErr(fmt.Errorf(`tenure: acquire "job": %w`, inner), "run: acquire %s", quoteName("job")),
+	} {
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitNoStore {
+			t.Fatalf("%v; want exit %d", err, exitNoStore)
+		}
+		if strings.Contains(ee.msg, "no such store") || strings.Count(ee.msg, "no tenure store") != 1 || !strings.Contains(ee.msg, "unconfigured table") {
+			t.Errorf("message %q: want \"no tenure store\" once, and the store's own words", ee.msg)
+		}
 	}
 }

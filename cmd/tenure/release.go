@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 func (a *app) newReleaseCmd() *cobra.Command {
@@ -21,9 +22,10 @@ func (a *app) newReleaseCmd() *cobra.Command {
 		Long: `Free the lease on RESOURCE on behalf of its holder, for operators and
 scripts: for instance a lease that a crashed holder keeps for its TTL.
 
---owner ID frees it only if its holder is ID: the full owner string, as
-"tenure status" and TENURE_OWNER show it (ID#NONCE.N), or the readable id
-alone (the --owner of "tenure run", by default HOST:PID). The release is
+--owner frees it only if it names the holder, in one of three forms: its
+readable id, ID (the --owner of "tenure run", by default HOST:PID); its
+owner, ID#NONCE (one process: any of its grants); or its grant,
+ID#NONCE.N, as "tenure status" and TENURE_OWNER show it. The release is
 conditioned on that holder and its fencing token, so a lease that changed
 hands in between is left alone.
 
@@ -33,8 +35,8 @@ next renewal (within TTL/3) on SQLite and Cassandra; until then its command
 runs on while another process may take the lease. Prefer stopping the holder.
 A semaphore's slots are freed by their names (R/slot-2-of-3).
 
-Exit codes: 0 released, 1 nothing released, 66 no store at the URL, 69 the
-store cannot be used (tenure help exit-codes).`,
+Exit codes: 0 released, 1 nothing released (also where there is no store
+yet), 69 the store cannot be used (tenure help exit-codes).`,
 		Example: `  # Free the lease that web-3:4711 holds on the backup lease.
   tenure release nightly-backup --owner web-3:4711
 
@@ -67,12 +69,15 @@ store cannot be used (tenure help exit-codes).`,
 						return fail(exitFree, "release: %s is a semaphore (%s); nothing released: release a slot by its name, such as %s",
 							quoteName(resource), slotsSummary(slots), quoteName(slots[0].Resource))
 					}
+					if errors.Is(err, errNoStoreYet) {
+						return fail(exitFree, "release: %s is not held: there is no tenure store at %s yet; nothing released", quoteName(resource), s.(noLeases).url)
+					}
 					return fail(exitFree, "release: %s is not held; nothing to release", quoteName(resource))
 				}
 				if err != nil {
 					return storeErr(err, "release %s", quoteName(resource))
 				}
-				if id, _ := election.ParseOwner(rec.Owner); !force && rec.Owner != owner && tenure.OwnerID(rec.Owner) != owner && id != owner {
+				if !force && !ownerNames(owner, rec.Owner) {
 					return fail(exitFree, "release: %s; not by %s: nothing released (use --force to free it anyway)", describeHolder(rec), quoteName(owner))
 				}
 				err = s.Release(ctx, resource, rec.Owner, rec.Token)
@@ -88,7 +93,26 @@ store cannot be used (tenure help exit-codes).`,
 			})
 		},
 	}
-	c.Flags().StringVar(&owner, "owner", "", "free it only if this owner holds it (ID#NONCE.N or ID)")
+	c.Flags().StringVar(&owner, "owner", "", "free it only if this holder has it (ID, ID#NONCE or ID#NONCE.N)")
 	c.Flags().BoolVar(&force, "force", false, "free it whoever holds it (operators only)")
 	return c
+}
+
+// ownerNames reports whether arg, the --owner of release, names the holder
+// whose owner string the store keeps: the grant itself (ID#NONCE.N, also
+// while ReleaseAfter keeps it, as ID#NONCE.N/kept), the Locker that made it
+// (ID#NONCE: any of its grants), or its readable id (ID, the --owner of
+// tenure run; for a tenure elect candidate its id without the published
+// value).
+func ownerNames(arg, holder string) bool {
+	grant := strings.TrimSuffix(holder, naming.KeptOwner(""))
+	if arg == holder || arg == grant {
+		return true
+	}
+	if strings.Contains(arg, naming.OwnerSeparator) {
+		n, ok := strings.CutPrefix(grant, arg+".")
+		return ok && n != "" && strings.Trim(n, "0123456789") == ""
+	}
+	id, _ := naming.ParseCandidate(holder)
+	return arg == tenure.OwnerID(holder) || arg == id
 }

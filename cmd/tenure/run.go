@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store"
 )
 
@@ -123,15 +124,15 @@ func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string,
 		return "", nil, "", usage("run: --slots cannot be used with --shared or --exclusive: a semaphore's holders share it by its number of slots")
 	}
 	if f.shared {
-		if err := driver.ValidateResource(tenure.SharedName(resource, strings.Repeat("0", 16))); err != nil {
+		if err := driver.ValidateResource(naming.SharedName(resource, strings.Repeat("0", 16))); err != nil {
 			return "", nil, "", usage("run: --shared: the shared holders of %s hold leases named %s, which is not a valid name: %s",
-				quoteName(resource), quoteName(tenure.SharedName(resource, "<16 hex digits>")), errText(err))
+				quoteName(resource), quoteName(naming.SharedName(resource, "<16 hex digits>")), errText(err))
 		}
 	}
 	if f.slots > 0 {
-		if err := driver.ValidateResource(tenure.SlotName(resource, f.slots, f.slots)); err != nil {
+		if err := driver.ValidateResource(naming.SlotName(resource, f.slots, f.slots)); err != nil {
 			return "", nil, "", usage("run: --slots %d: the slots of %s are leases named %s, which is not a valid name: %s",
-				f.slots, quoteName(resource), quoteName(tenure.SlotName(resource, f.slots, f.slots)), errText(err))
+				f.slots, quoteName(resource), quoteName(naming.SlotName(resource, f.slots, f.slots)), errText(err))
 		}
 	}
 	return resource, argv, ownerID, nil
@@ -314,7 +315,7 @@ func describeSlotsHeld(e *tenure.SlotsHeldError) string {
 		if i > 0 {
 			b.WriteString(",")
 		}
-		slot, _, _ := tenure.ParseSlotName(h.Resource)
+		slot, _, _ := naming.ParseSlotName(h.Resource)
 		fmt.Fprintf(&b, " slot %d by %s (%s", slot, quoteName(h.Owner), tokenText(h.Token))
 		if h.Remaining > 0 {
 			fmt.Fprintf(&b, ", %s left", fmtDur(h.Remaining))

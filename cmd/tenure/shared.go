@@ -1,7 +1,7 @@
 package main
 
 // Shared holders in status and list: a shared holder of R ("tenure run
-// --shared R") holds a lease named tenure.SharedName(R, id),
+// --shared R") holds a lease named naming.SharedName(R, id),
 // "R/shared-<16 hex digits>"; the lease on R itself is the exclusive
 // holder's, or a shared run's passing through for two store calls.
 
@@ -11,12 +11,13 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // sharedHolders returns the live leases of the shared holders of
 // resource, sorted by name.
 func sharedHolders(ctx context.Context, s driver.Store, resource string) ([]tenure.Record, error) {
-	if driver.ValidateResource(tenure.SharedName(resource, "0000000000000000")) != nil {
+	if driver.ValidateResource(naming.SharedName(resource, "0000000000000000")) != nil {
 		return nil, nil // a name too long to have shared holders
 	}
 	recs, err := s.List(ctx, resource+"/shared-")
@@ -25,7 +26,7 @@ func sharedHolders(ctx context.Context, s driver.Store, resource string) ([]tenu
 	}
 	var out []tenure.Record
 	for _, r := range recs {
-		if of, ok := tenure.ParseSharedName(r.Resource); ok && of == resource {
+		if of, ok := naming.ParseSharedName(r.Resource); ok && of == resource {
 			out = append(out, r)
 		}
 	}
@@ -47,7 +48,7 @@ func sharedSummary(n int) string {
 // through.
 func gateMode(rec tenure.Record, n int) string {
 	switch {
-	case tenure.IsSharedRequest(rec.Owner):
+	case naming.IsSharedRequest(rec.Owner):
 		return "shared-request"
 	case n > 0:
 		return "exclusive-waiting"

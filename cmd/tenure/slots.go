@@ -1,60 +1,49 @@
 package main
 
 // Semaphores in status and list: the slots of a semaphore on R are leases
-// named tenure.SlotName(R, i, N), "R/slot-i-of-N".
+// named naming.SlotName(R, i, N), "R/slot-i-of-N".
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // semaphoreOf returns the semaphore resource, slot and number of slots of a
 // slot lease's name; ok is false for other names.
 func semaphoreOf(name string) (resource string, slot, slots int, ok bool) {
-	slot, slots, ok = tenure.ParseSlotName(name)
+	slot, slots, ok = naming.ParseSlotName(name)
 	if !ok {
 		return "", 0, 0, false
 	}
 	return name[:strings.LastIndex(name, "/slot-")], slot, slots, true
 }
 
-// markerPrefix starts the owner string of a semaphore's marker lease
-// (tenure.MarkerName): "tenure semaphore of N slots".
-const markerPrefix = "tenure semaphore of "
-
 // markerOf returns the semaphore resource and number of slots of a marker
-// lease (name tenure.MarkerName(R), owner "tenure semaphore of N slots");
-// ok is false for other leases.
+// lease (name naming.MarkerName(R), owner naming.MarkerOwner(N)); ok is
+// false for other leases.
 func markerOf(rec tenure.Record) (resource string, slots int, ok bool) {
 	resource, ok = strings.CutSuffix(rec.Resource, "/slots")
-	if !ok || tenure.MarkerName(resource) != rec.Resource {
+	if !ok || naming.MarkerName(resource) != rec.Resource {
 		return "", 0, false
 	}
-	n, ok := strings.CutPrefix(rec.Owner, markerPrefix)
-	if !ok {
-		return "", 0, false
-	}
-	slots, err := strconv.Atoi(strings.TrimSuffix(n, " slots"))
-	if err != nil || slots < 1 || slots > tenure.MaxSlots || !strings.HasSuffix(n, " slots") {
-		return "", 0, false
-	}
-	return resource, slots, true
+	slots = naming.MarkerSlots(rec.Owner)
+	return resource, slots, slots > 0
 }
 
 // semaphoreMarker returns the number of slots that the live marker of the
 // semaphore on resource names, and the marker, or 0 when there is none.
 func semaphoreMarker(ctx context.Context, s driver.Store, resource string) (int, tenure.Record, error) {
-	if driver.ValidateResource(tenure.MarkerName(resource)) != nil {
+	if driver.ValidateResource(naming.MarkerName(resource)) != nil {
 		return 0, tenure.Record{}, nil
 	}
-	rec, err := s.Get(ctx, tenure.MarkerName(resource))
+	rec, err := s.Get(ctx, naming.MarkerName(resource))
 	if errors.Is(err, tenure.ErrNotHeld) {
 		return 0, tenure.Record{}, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/memory"
 )
 
@@ -229,7 +230,7 @@ func TestMarkerOfReadsTheLibrarysMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sl.Release(ctx)
-	rec, err := mem.Get(ctx, tenure.MarkerName("jobs"))
+	rec, err := mem.Get(ctx, naming.MarkerName("jobs"))
 	if err != nil {
 		t.Fatal(err)
 	}

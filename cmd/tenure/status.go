@@ -10,7 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 func (a *app) newStatusCmd() *cobra.Command {
@@ -31,8 +31,9 @@ object per slot held, with semaphore, slot and slots); with shared holders
 shared_held and shared_holders (objects with mode "shared" and lock), and
 mode: exclusive, exclusive-waiting or shared-request (RESOURCE's holder).
 
-Exit codes: 0 held (a semaphore: at least one slot; shared), 1 free, 66 no store
-at the URL, 69 the store cannot be used (tenure help exit-codes).`,
+Exit codes: 0 held (a semaphore: at least one slot; shared), 1 free (also where
+there is no store yet), 69 the store cannot be used (tenure help
+exit-codes).`,
 		Example: `  tenure status nightly-backup
   tenure status nightly-backup --json | jq .owner_id
 
@@ -98,7 +99,7 @@ at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 					j := leaseJSON{Resource: resource}
 					if held {
 						j = toJSON(rec)
-						if len(shared) > 0 || tenure.IsSharedRequest(rec.Owner) {
+						if len(shared) > 0 || naming.IsSharedRequest(rec.Owner) {
 							j.Mode = gateMode(rec, len(shared))
 						}
 					}
@@ -122,13 +123,13 @@ at the URL, 69 the store cannot be used (tenure help exit-codes).`,
 				fmt.Fprintf(tw, "resource:\t%s\n", display(resource))
 				if held {
 					fmt.Fprintf(tw, "owner:\t%s\n", display(rec.Owner))
-					if _, value := election.ParseOwner(rec.Owner); value != "" {
+					if _, value := naming.ParseCandidate(rec.Owner); value != "" {
 						fmt.Fprintf(tw, "value:\t%s\n", display(value))
 					}
 					fmt.Fprintf(tw, "token:\t%s\n", tokenCell(rec.Token))
 					fmt.Fprintf(tw, "ttl:\t%s\n", durCell(rec.TTL))
 					fmt.Fprintf(tw, "left:\t%s\n", durCell(rec.Remaining))
-					if len(shared) > 0 || tenure.IsSharedRequest(rec.Owner) {
+					if len(shared) > 0 || naming.IsSharedRequest(rec.Owner) {
 						fmt.Fprintf(tw, "mode:\t%s\n", gateModeText(rec, len(shared)))
 					}
 				}

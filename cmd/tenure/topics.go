@@ -92,13 +92,13 @@ sysexits.h. A script should treat a code it does not know as a failure.
   0-125  run, elect: the command's own exit status (the command may itself
          exit with one of the codes below)
   1      status: the resource is free; release: nothing was released (not
-         held, or held by another owner than --owner)
+         held, or held by another owner than --owner); leader: no leader
+         (status, release and leader also where there is no store yet)
   64     bad arguments or input: an unknown flag, a bad store URL, a --ttl
          below 1s or beyond what the store can keep, a --hold-at-least the
          store cannot keep; nothing was written to the store
-  66     status, list, release: there is no tenure store at the URL
-         (nothing was created); any command: a PostgreSQL, MySQL or
-         Cassandra store whose schema "tenure init" has not created
+  66     run, elect: a PostgreSQL, MySQL or Cassandra store whose schema
+         "tenure init" has not created
   69     the store cannot be opened or reached, or is not a tenure store;
          run: the store does not renew the lease fast enough for --ttl (the
          command did not run)
@@ -134,24 +134,22 @@ sysexits.h. A script should treat a code it does not know as a failure.
 // the same for all of them.
 func storesTopic() string {
 	return `
-Leases live in a store: --store URL, else $TENURE_STORE, else the SQLite file
-  ` + defaultSQLitePathDoc + `.
-Every process that shares a lease must use the same store.
+Leases live in a store named by a URL: --store, else $TENURE_STORE, else
+` + defaultSQLitePathDoc + `.
+Processes that share a lease use the same store. Guarantees and tuning:
+docs/getting-started.md, docs/configuration.md.
 
 ` + schemeHelp() + `
 
-Every URL, TTL and argument is checked before anything is opened, created
-or connected (exit 64 otherwise). An unknown parameter is an error.
-Passwords are never printed; a '@', '/', '?' or '#' in a user name or
-password must be percent-encoded (%40, %2F, %3F, %23).
+URLs, TTLs and arguments are checked before anything is opened (exit 64
+otherwise); an unknown parameter is an error. Passwords are never printed;
+percent-encode '@', '/', '?' and '#' in a user name or password.
 
-Creating a store: run, elect and init create a SQLite file where it is
-missing (in a directory that exists; only the default location's
-directories are created); "tenure init" alone creates PostgreSQL's and
-MySQL's tables and Cassandra's keyspace and table (it needs the rights to);
-etcd and Redis need nothing. status, list, leader and release create
-nothing: without a store they exit 66, and a file they may only read is
-opened read-only. Guarantees and tuning: docs/getting-started.md.`
+run, elect and init create a missing SQLite file (and only the default
+location's directories); "tenure init" alone makes the schema of
+PostgreSQL, MySQL and Cassandra; etcd and Redis need nothing. status,
+list, release and leader create nothing: without a store they answer as of
+an empty one; a file they may only read is opened read-only.`
 }
 
 const signalsTopic = `

@@ -13,6 +13,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -70,7 +71,7 @@ func TestClusterWorkersReachEveryNode(t *testing.T) {
 	}
 	s := st.(*cassandra.Store)
 	defer s.Close()
-	defer s.Session().Query(`DROP KEYSPACE IF EXISTS ` + ks).WithContext(ctx).Exec()
+	defer storeclient.Of[*gocql.Session](s).Query(`DROP KEYSPACE IF EXISTS ` + ks).WithContext(ctx).Exec()
 
 	// The store tries nodes that were silent for a moment (a loaded
 	// machine) last: query until every node was seen, for up to 20 s.
@@ -82,7 +83,7 @@ func TestClusterWorkersReachEveryNode(t *testing.T) {
 	}
 	n := 0
 	for end := time.Now().Add(20 * time.Second); n < 30 || (seen() < len(hosts) && time.Now().Before(end)); n++ {
-		if err := s.Session().Query(`SELECT release_version FROM system.local`).Observer(obs).WithContext(ctx).Exec(); err != nil {
+		if err := storeclient.Of[*gocql.Session](s).Query(`SELECT release_version FROM system.local`).Observer(obs).WithContext(ctx).Exec(); err != nil {
 			t.Logf("query %d: %v", n, err)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store"
 )
 
@@ -66,7 +67,7 @@ func TestLateDeliveryAppliesAfterGiveUp(t *testing.T) {
 			defer direct.Close()
 
 			resource := "harness-late-" + suffix
-			owner, err := tenure.NewOwner("late")
+			owner, err := naming.NewOwner("late")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/store/mysql"
@@ -140,7 +141,7 @@ func deleteKeys(ctx context.Context, raw string, resources []string, prefix stri
 				args = append(args, r)
 			}
 		}
-		res, err := s.DB().ExecContext(ctx, q, args...)
+		res, err := storeclient.Of[*sql.DB](s).ExecContext(ctx, q, args...)
 		if err != nil {
 			return "", err
 		}

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/internal/faultinject"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/store"
 )
@@ -291,14 +291,14 @@ func (o *orch) resources() []string {
 	rs := []string{o.resource}
 	if o.cfg.SemWorkers > 0 {
 		for i := 1; i <= o.cfg.Slots; i++ {
-			rs = append(rs, tenure.SlotName(o.semResource(), i, o.cfg.Slots))
+			rs = append(rs, naming.SlotName(o.semResource(), i, o.cfg.Slots))
 		}
 		if o.cfg.SemMixed {
 			for i := 1; i <= o.cfg.Slots+1; i++ {
-				rs = append(rs, tenure.SlotName(o.semResource(), i, o.cfg.Slots+1))
+				rs = append(rs, naming.SlotName(o.semResource(), i, o.cfg.Slots+1))
 			}
 		}
-		rs = append(rs, tenure.MarkerName(o.semResource()))
+		rs = append(rs, naming.MarkerName(o.semResource()))
 	}
 	if o.cfg.RWWorkers > 0 {
 		rs = append(rs, o.rwResource()) // the gate; shared holders' leases: rwShared
@@ -765,8 +765,8 @@ func (o *orch) staleRenewal(ctx context.Context, f Fault) (Fault, error) {
 		return f, errNoFault
 	}
 	skew := func() time.Duration { return 0 }
-	if _, _, ok := tenure.ParseSlotName(res); ok {
-		res = tenure.MarkerName(o.semResource())
+	if _, _, ok := naming.ParseSlotName(res); ok {
+		res = naming.MarkerName(o.semResource())
 		skew = func() time.Duration { return o.between(1, 2) }
 	}
 	bg := context.WithoutCancel(ctx)

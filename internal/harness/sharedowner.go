@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // sharedOwnerStore restores, for the store, the behaviour of tenure before
@@ -25,7 +26,7 @@ type sharedOwnerStore struct {
 // lockerOwner returns the Locker's owner string of a grant's ("id#nonce.N"
 // → "id#nonce"); other owner strings (a semaphore's marker) are unchanged.
 func lockerOwner(owner string) string {
-	i := strings.LastIndex(owner, tenure.OwnerSeparator)
+	i := strings.LastIndex(owner, naming.OwnerSeparator)
 	j := strings.LastIndexByte(owner, '.')
 	if i < 0 || j < i {
 		return owner

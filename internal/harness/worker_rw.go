@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store"
 )
 
@@ -68,7 +69,7 @@ func (o *orch) rwShared(ctx context.Context) ([]string, error) {
 	}
 	var names []string
 	for _, r := range recs {
-		if of, ok := tenure.ParseSharedName(r.Resource); ok && of == o.rwResource() {
+		if of, ok := naming.ParseSharedName(r.Resource); ok && of == o.rwResource() {
 			names = append(names, r.Resource)
 		}
 	}

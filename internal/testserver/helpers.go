@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 )
 
@@ -30,7 +31,7 @@ func Ctx(t testing.TB) context.Context {
 // Resource returns a resource name of the test's own: the test's name and
 // a random suffix.
 func Resource(t testing.TB) string {
-	o, _ := tenure.NewOwner("r")
+	o, _ := naming.NewOwner("r")
 	return "tenuretest/" + t.Name() + "/" + tenure.OwnerID(o) + o[len(o)-8:]
 }
 
@@ -240,7 +241,7 @@ func releaseWakesWaiter(ctx context.Context, t *testing.T, la *tenure.Lease, b *
 func LostReplies(ctx context.Context, t *testing.T, s, direct driver.Store, proxy *netfault.Proxy, timeout, bound time.Duration) {
 	t.Helper()
 	r := Resource(t)
-	owner, _ := tenure.NewOwner("lost-reply")
+	owner, _ := naming.NewOwner("lost-reply")
 	warmUp := func() {
 		t.Helper()
 		proxy.SetMode(netfault.Pass)

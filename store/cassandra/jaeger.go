@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // DefaultJaegerTTL is the TTL that JaegerLock.Acquire uses for a TTL of 0,
@@ -42,7 +43,7 @@ const DefaultJaegerTTL = 60 * time.Second
 //     store). An error here would be wrong for Jaeger's participant, which
 //     keeps its last answer when Acquire fails: a deposed leader would go on
 //     leading until its next refresh.
-//   - The owner is the readable id plus a random nonce (tenure.NewOwner), so
+//   - The owner is the readable id, "#" and a 64-bit random nonce, so
 //     two processes configured with the same id (identical containers)
 //     still exclude each other; and each grant (an Acquire that was not a
 //     renewal) writes an owner string of its own, Owner() + "." + N, so a
@@ -98,9 +99,11 @@ func WithJaegerLockLogger(l *slog.Logger) JaegerLockOption {
 	}
 }
 
-// NewJaegerLock returns a lock on store for the owner id (tenure.NewOwner
-// appends a random nonce; an empty id means tenure.DefaultOwnerID()). It
-// returns an error wrapping driver.ErrInvalidOwner for a bad id.
+// NewJaegerLock returns a lock on store for the owner id, to which it
+// appends "#" and a random nonce; an empty id means
+// tenure.DefaultOwnerID(). The id must be 1 to tenure.MaxOwnerIDLen bytes
+// of UTF-8 without NUL or "#"; otherwise the error wraps
+// driver.ErrInvalidOwner.
 func NewJaegerLock(store *Store, ownerID string, opts ...JaegerLockOption) (*JaegerLock, error) {
 	if store == nil {
 		return nil, errors.New("cassandra store: nil store")
@@ -108,7 +111,7 @@ func NewJaegerLock(store *Store, ownerID string, opts ...JaegerLockOption) (*Jae
 	if ownerID == "" {
 		ownerID = tenure.DefaultOwnerID()
 	}
-	owner, err := tenure.NewOwner(ownerID)
+	owner, err := naming.NewOwner(ownerID)
 	if err != nil {
 		return nil, err
 	}

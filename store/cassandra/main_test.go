@@ -13,7 +13,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -140,7 +140,7 @@ func testCtx(t testing.TB) context.Context {
 
 func owner(t testing.TB, id string) string {
 	t.Helper()
-	o, err := tenure.NewOwner(id)
+	o, err := naming.NewOwner(id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/storeclient"
 )
 
 // Store is a driver.Store on Apache Cassandra (or ScyllaDB). It is safe for
@@ -235,10 +236,10 @@ func (s *Store) Keyspace() string { return s.cfg.keyspace }
 // Table returns the table the store uses (lower case).
 func (s *Store) Table() string { return s.cfg.table }
 
-// Session returns the driver session, for tools and tests that inspect the
-// table. Writing to the lease table other than through the Store breaks the
-// lease contract.
-func (s *Store) Session() *gocql.Session { return s.session }
+// The driver session, for tenure's own tests, harness and benchmarks, which
+// inspect the table. Writing to the lease table other than through the
+// Store breaks the lease contract.
+func init() { storeclient.Register(func(s *Store) *gocql.Session { return s.session }) }
 
 // row is a lease row as Cassandra returned it, read by column name; absent
 // columns and nulls read as zero values. Rows that tenure wrote always have

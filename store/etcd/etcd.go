@@ -98,6 +98,7 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/storeclient"
 )
 
 // Defaults.
@@ -332,8 +333,8 @@ func handshake(endpoint string, tc *tls.Config, deadline time.Time) error {
 	return nil
 }
 
-// Client returns the store's etcd client (for tests and diagnostics).
-func (s *Store) Client() *clientv3.Client { return s.cli }
+// The store's client, for tenure's own tests and benchmarks.
+func init() { storeclient.Register(func(s *Store) *clientv3.Client { return s.cli }) }
 
 // Close stops the Store's keep-alives and reaper and closes the client,
 // ending subscriptions. It does not release leases: their keys go when the

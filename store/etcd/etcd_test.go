@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/etcd"
@@ -92,7 +93,7 @@ func TestWakeOnExpiry(t *testing.T) {
 	s := open(t)
 	ctx := testserver.Ctx(t)
 	r := testserver.Resource(t)
-	other, _ := tenure.NewOwner("gone")
+	other, _ := naming.NewOwner("gone")
 	start := time.Now()
 	if _, err := s.Acquire(ctx, r, other, time.Second); err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestExpiryTiming(t *testing.T) {
 	ctx := testserver.Ctx(t)
 	for _, ttl := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} {
 		r := testserver.Resource(t) + "/" + ttl.String()
-		owner, _ := tenure.NewOwner("timing")
+		owner, _ := naming.NewOwner("timing")
 		tSend := time.Now()
 		if _, err := s.Acquire(ctx, r, owner, ttl); err != nil {
 			t.Fatal(err)
@@ -157,7 +158,7 @@ func TestLostReplyIsUnknownOutcome(t *testing.T) {
 	direct := open(t)
 	s, proxy := proxied(t)
 	r := testserver.Resource(t)
-	owner, _ := tenure.NewOwner("lost-reply")
+	owner, _ := naming.NewOwner("lost-reply")
 	rec, err := s.Acquire(ctx, r, owner, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +223,7 @@ func TestRenewWithLongerTTL(t *testing.T) {
 	s := open(t)
 	ctx := testserver.Ctx(t)
 	r := testserver.Resource(t)
-	owner, _ := tenure.NewOwner("longer")
+	owner, _ := naming.NewOwner("longer")
 	rec, err := s.Acquire(ctx, r, owner, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)

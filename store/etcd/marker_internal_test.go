@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // delayKV holds back a Store's move Txns (a put conditioned on three or
@@ -110,7 +111,7 @@ func TestLateMarkerMoveAfterARenewalIsRefused(t *testing.T) {
 	dk.hold = true
 	dk.mu.Unlock()
 	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-	_, err = sA.Acquire(actx, tenure.MarkerName(r), markerOwnerOf(2), tenure.MarkerTTL)
+	_, err = sA.Acquire(actx, naming.MarkerName(r), markerOwnerOf(2), naming.MarkerTTL)
 	acancel()
 	dk.mu.Lock()
 	dk.hold = false
@@ -119,7 +120,7 @@ func TestLateMarkerMoveAfterARenewalIsRefused(t *testing.T) {
 	if !errors.Is(err, driver.ErrUnknownOutcome) || len(held) != 1 {
 		t.Fatalf("A's marker renewal: %v with %d requests held; want an unknown outcome with its move held", err, len(held))
 	}
-	// B's holder renews the marker MarkerTTL/3 after its grant; deliver A's
+	// B's holder renews the marker naming.MarkerTTL/3 after its grant; deliver A's
 	// request once that renewal is confirmed.
 	deadline := slB.Deadline()
 	for !slB.Deadline().After(deadline.Add(5 * time.Second)) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/etcd"
@@ -96,7 +97,7 @@ func TestSharedLease(t *testing.T) {
 	s, calls := counted(t)
 	ctx := testserver.Ctx(t)
 	base := testserver.Resource(t)
-	owner := func(i int) string { o, _ := tenure.NewOwner("shared"); return o }
+	owner := func(i int) string { o, _ := naming.NewOwner("shared"); return o }
 	const n = 200
 	recs := make([]driver.Record, n)
 	for i := range recs {
@@ -188,8 +189,8 @@ func TestSharedLeaseKeepsNoAbandonedKey(t *testing.T) {
 	direct := open(t)
 	ctx := testserver.Ctx(t)
 	r := testserver.Resource(t)
-	a, _ := tenure.NewOwner("abandoned")
-	b, _ := tenure.NewOwner("renewed")
+	a, _ := naming.NewOwner("abandoned")
+	b, _ := naming.NewOwner("renewed")
 	start := time.Now()
 	ra, err := s.Acquire(ctx, r+"/a", a, 2*time.Second)
 	if err != nil {
@@ -458,7 +459,7 @@ func renewBatchSaysWhichLost(t *testing.T, n int) {
 	r := testserver.Resource(t)
 	var batch []driver.Renewal
 	for i := 0; i < n; i++ {
-		o, _ := tenure.NewOwner("batch")
+		o, _ := naming.NewOwner("batch")
 		name := fmt.Sprintf("%s/%d", r, i)
 		rec, err := s.Acquire(ctx, name, o, 30*time.Second)
 		if err != nil {
@@ -472,7 +473,7 @@ func renewBatchSaysWhichLost(t *testing.T, n int) {
 			t.Fatal(err)
 		}
 	}
-	taker, _ := tenure.NewOwner("taker")
+	taker, _ := naming.NewOwner("taker")
 	took, err := other.Acquire(ctx, batch[3].Resource, taker, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -520,12 +521,12 @@ func TestLostAcquireLeavesNoKey(t *testing.T) {
 	direct := open(t)
 	s, proxy := proxied(t)
 	r := testserver.Resource(t)
-	keeper, _ := tenure.NewOwner("keeper")
+	keeper, _ := naming.NewOwner("keeper")
 	rk, err := s.Acquire(ctx, r+"/keeper", keeper, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lostOwner, _ := tenure.NewOwner("lost")
+	lostOwner, _ := naming.NewOwner("lost")
 	proxy.SetMode(netfault.DropReplies)
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = s.Acquire(cctx, r+"/lost", lostOwner, 2*time.Second)

@@ -38,13 +38,15 @@ func TestConformance(t *testing.T) {
 
 func ctxT(tb testing.TB) context.Context { return testserver.Ctx(tb) }
 
+// owner returns an owner string as a Locker makes one: id, "#", and a
+// random 64-bit nonce in hex.
 func owner(tb testing.TB, id string) string {
 	tb.Helper()
-	o, err := tenure.NewOwner(id)
-	if err != nil {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
 		tb.Fatal(err)
 	}
-	return o
+	return id + "#" + hex.EncodeToString(b[:])
 }
 
 // TestTakeOverCountsFromObservation: a Store takes a held Lease over only

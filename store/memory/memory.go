@@ -26,12 +26,11 @@ import (
 type Store struct {
 	clock clock.Clock
 
-	mu      sync.Mutex
-	leases  map[string]*lease
-	tokens  map[string]uint64 // last token granted per resource; never goes back
-	hub     driver.Hub        // release notifications; always listening
-	closed  bool
-	batches int
+	mu     sync.Mutex
+	leases map[string]*lease
+	tokens map[string]uint64 // last token granted per resource; never goes back
+	hub    driver.Hub        // release notifications; always listening
+	closed bool
 }
 
 type lease struct {
@@ -215,7 +214,6 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.batches++
 	now := s.clock.Now()
 	for i, r := range leases {
 		switch {
@@ -232,13 +230,6 @@ func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error
 		}
 	}
 	return errs
-}
-
-// Batches returns how many RenewBatch calls the store answered.
-func (s *Store) Batches() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.batches
 }
 
 // Release implements driver.Store.

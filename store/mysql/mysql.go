@@ -89,6 +89,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/storeclient"
 )
 
 // Defaults.
@@ -381,8 +382,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// DB returns the store's connection pool (for tests and diagnostics).
-func (s *Store) DB() *sql.DB { return s.db }
+// The store's connection pool, for tenure's own tests and harness.
+func init() { storeclient.Register(func(s *Store) *sql.DB { return s.db }) }
 
 // Close stops the poller and the sweeper, and closes the pool. It does not
 // release leases. It is safe to call more than once.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/mysql"
@@ -233,7 +234,7 @@ func TestInitIdempotentAndMissingSchema(t *testing.T) {
 	defer func() {
 		_, _ = s.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table+", "+table+"_tokens")
 	}()
-	owner, _ := tenure.NewOwner("x")
+	owner, _ := naming.NewOwner("x")
 	if _, err := s.Acquire(ctx, "r", owner, time.Minute); !errors.Is(err, mysql.ErrNoSchema) || !errors.Is(err, driver.ErrNoStore) {
 		t.Fatalf("Acquire without the table: %v; want ErrNoSchema and driver.ErrNoStore", err)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/mysql"
 )
@@ -79,7 +79,7 @@ func atClock(t *testing.T, s *mysql.Store, d time.Duration) func(*mysql.Config) 
 
 func owner(t *testing.T, id string) string {
 	t.Helper()
-	o, err := tenure.NewOwner(id)
+	o, err := naming.NewOwner(id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenure-go/tenure/driver"
 )
@@ -29,3 +30,6 @@ func GateWaiting(s *Store) (releases, others int) {
 
 // Closing reports whether Close was called on s.
 func (s *Store) Closing() bool { return s.closed.Load() }
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -329,9 +329,6 @@ func redacted(c *pgx.ConnConfig) string {
 	return fmt.Sprintf("%s@%s/%s", c.User, strings.Join(addrs, ","), c.Database)
 }
 
-// Pool returns the store's connection pool (for tests and diagnostics).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
 // Pooled reports whether the Store runs its statements without named
 // prepared statements, because the server reported a prepared statement
 // that already existed or did not exist (a transaction pooler).

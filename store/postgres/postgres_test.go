@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/postgres"
@@ -209,7 +210,7 @@ func TestInitIdempotentAndMissingSchema(t *testing.T) {
 	withTable := func(c *postgres.Config) { c.Table = table }
 	s := open(t, withTable)
 	defer s.Pool().Exec(context.Background(), "DROP TABLE IF EXISTS "+table) //nolint:errcheck
-	owner, _ := tenure.NewOwner("x")
+	owner, _ := naming.NewOwner("x")
 	if _, err := s.Acquire(ctx, "r", owner, time.Minute); !errors.Is(err, postgres.ErrNoSchema) || !errors.Is(err, driver.ErrNoStore) {
 		t.Fatalf("Acquire without the table: %v; want ErrNoSchema and driver.ErrNoStore", err)
 	}

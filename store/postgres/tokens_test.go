@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/postgres"
 )
@@ -60,7 +61,7 @@ func dbMicros(t *testing.T, s *postgres.Store) uint64 {
 
 func owner(t *testing.T, id string) string {
 	t.Helper()
-	o, err := tenure.NewOwner(id)
+	o, err := naming.NewOwner(id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 )
 
@@ -16,7 +16,7 @@ func BenchmarkRenewBatch(b *testing.B) {
 	s := open(b)
 	ctx := testserver.Ctx(b)
 	base := "tenuretest/BenchmarkRenewBatch/" + fmt.Sprint(time.Now().UnixNano())
-	owner, _ := tenure.NewOwner("batch")
+	owner, _ := naming.NewOwner("batch")
 	batch := make([]driver.Renewal, 1000)
 	for i := range batch {
 		r := fmt.Sprintf("%s/%d", base, i)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
 )
@@ -150,7 +151,7 @@ func TestSentinelSwitchoverWakesWaiter(t *testing.T) {
 	script := testserver.ServerScript(t, "redis-sentinel")
 	ctx := testserver.Ctx(t)
 	r := testserver.Resource(t)
-	a, _ := tenure.NewOwner("a")
+	a, _ := naming.NewOwner("a")
 	rec, err := openSentinel(t).Acquire(ctx, r, a, time.Minute)
 	if err != nil {
 		t.Fatal(err)

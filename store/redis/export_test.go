@@ -1,5 +1,7 @@
 package redis
 
+import "github.com/redis/go-redis/v9"
+
 // KeySlot is keySlot, for the tests of package redis_test.
 var KeySlot = keySlot
 
@@ -9,3 +11,11 @@ func SetOnRedirect(f func(msg string)) func() {
 	onRedirect.Store(&f)
 	return func() { onRedirect.Store(nil) }
 }
+
+// Client returns the store's go-redis client: the client of the server or
+// of Sentinel's master; nil on a cluster (see ClusterClient).
+func (s *Store) Client() *redis.Client { return s.single }
+
+// ClusterClient returns the store's go-redis cluster client, or nil when
+// the store is not on a cluster.
+func (s *Store) ClusterClient() *redis.ClusterClient { return s.cluster }

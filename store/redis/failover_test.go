@@ -13,8 +13,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
 )
@@ -65,9 +65,9 @@ func TestFailoverToLaggingReplica(t *testing.T) {
 		return testserver.Open(t, "redis://"+addr+"/0", tredis.ParseURL, tredis.Open)
 	}
 	onMaster := openAt(masterAddr)
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
-	c, _ := tenure.NewOwner("c")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
+	c, _ := naming.NewOwner("c")
 
 	// A's lease reaches the replica (WAIT for one replica).
 	ra, err := onMaster.Acquire(ctx, "replicated", a, time.Minute)

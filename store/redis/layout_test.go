@@ -17,6 +17,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
 )
@@ -25,7 +26,7 @@ import (
 // test's own, so that the test can look at every key the store wrote.
 func prefixed(t testing.TB, mod ...func(*tredis.Config)) (*tredis.Store, string) {
 	t.Helper()
-	o, _ := tenure.NewOwner("p")
+	o, _ := naming.NewOwner("p")
 	prefix := "tenuretest:" + o[len(o)-12:] + ":"
 	s := open(t, append([]func(*tredis.Config){func(c *tredis.Config) { c.Prefix = prefix }}, mod...)...)
 	t.Cleanup(func() {
@@ -72,7 +73,7 @@ func TestNoStateLeftBehind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	owner, _ := tenure.NewOwner("expiring")
+	owner, _ := naming.NewOwner("expiring")
 	for i := range 5 {
 		if _, err := s.Acquire(ctx, fmt.Sprintf("e%d", i), owner, 50*time.Millisecond); err != nil {
 			t.Fatal(err)
@@ -196,8 +197,8 @@ func TestNotHolderNamesHolder(t *testing.T) {
 	s := open(t)
 	ctx := testserver.Ctx(t)
 	r := testserver.Resource(t)
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	ra, err := s.Acquire(ctx, r, a, 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -265,8 +266,8 @@ func TestRenewBatch(t *testing.T) {
 	s := open(t, func(c *tredis.Config) { c.Hooks = append(c.Hooks, count) })
 	ctx := testserver.Ctx(t)
 	base := testserver.Resource(t)
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	const n = 2500 // three script calls
 	var batch []driver.Renewal
 	for i := range n {
@@ -348,7 +349,7 @@ func TestRenewBatch(t *testing.T) {
 func TestListScans(t *testing.T) {
 	s, prefix := prefixed(t)
 	ctx := testserver.Ctx(t)
-	a, _ := tenure.NewOwner("a")
+	a, _ := naming.NewOwner("a")
 	var want []string
 	for i := range 1200 {
 		r := fmt.Sprintf("x*[?]\\^/%04d", i)
@@ -400,8 +401,8 @@ func TestPartialState(t *testing.T) {
 	s, prefix := prefixed(t)
 	ctx := testserver.Ctx(t)
 	c := s.Client()
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 
 	if err := c.Set(ctx, prefix+"lease:junk", "not a lease", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -521,8 +522,8 @@ func TestUpgradeFromOldLayout(t *testing.T) {
 	c := goredis.NewClient(base.Options)
 	defer c.Close()
 	old := oldProcess{c: c, prefix: prefix}
-	oldOwner, _ := tenure.NewOwner("old")
-	newOwner, _ := tenure.NewOwner("new")
+	oldOwner, _ := naming.NewOwner("old")
+	newOwner, _ := naming.NewOwner("new")
 
 	// The old version ran first: an old counter, and an old lease held.
 	if err := c.Set(ctx, prefix+"token:r", 41, 0).Err(); err != nil {

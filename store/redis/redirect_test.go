@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
@@ -51,7 +52,7 @@ func TestClusterRedirectedCallNotResent(t *testing.T) {
 			return d.DialContext(ctx, network, addr)
 		}
 	})
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	rec, err := s.Acquire(ctx, r, owner, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestClusterNodeAsOneServer(t *testing.T) {
 			u := "redis://" + net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) + "/0?wait_replicas=1"
 			s, err := tredis.OpenURL(ctx, u)
 			if err == nil {
-				owner, _ := tenure.NewOwner("a")
+				owner, _ := naming.NewOwner("a")
 				for i := range 5 {
 					r := fmt.Sprintf("%s/%d", testserver.Resource(t), i)
 					func() {
@@ -153,7 +154,7 @@ func TestClusterAcquireDuringMigration(t *testing.T) {
 	s := openCluster(t)
 	ctx := testserver.Ctx(t)
 	rs := sameSlot(testserver.Resource(t), 2)
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	held, err := s.Acquire(ctx, rs[0], owner, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +206,7 @@ func TestClusterBracesInNames(t *testing.T) {
 	s := openCluster(t)
 	ctx := testserver.Ctx(t)
 	cc := s.ClusterClient()
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	base := testserver.Resource(t)
 	for _, name := range []string{"{", "}", "{}", "}{", "a{b}c", "{{x}}", "{x", "x}", "a}b{c", "{}}", "}0", "tenure:token:{0}"} {
 		r := name + base // the names start with the braces
@@ -254,8 +255,8 @@ func TestClusterBracesInNames(t *testing.T) {
 func TestClusterRenewBatchAcrossSlots(t *testing.T) {
 	s := openCluster(t, func(c *tredis.Config) { c.WaitReplicas = 1 })
 	ctx := testserver.Ctx(t)
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	base := testserver.Resource(t)
 	var batch []driver.Renewal
 	for i := range 30 {
@@ -320,7 +321,7 @@ func TestClusterRenewBatchAcrossSlots(t *testing.T) {
 func TestClusterListPrefixWithBrace(t *testing.T) {
 	s := openCluster(t)
 	ctx := testserver.Ctx(t)
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	n := testserver.Resource(t)
 	for _, r := range []string{n, n + "}x"} {
 		rec, err := s.Acquire(ctx, r, owner, time.Minute)

@@ -129,6 +129,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/storeclient"
 )
 
 // Defaults.
@@ -451,14 +452,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Client returns the store's go-redis client (for tests and diagnostics):
-// the client of the server or of Sentinel's master; nil on a cluster (see
-// ClusterClient).
-func (s *Store) Client() *redis.Client { return s.single }
-
-// ClusterClient returns the store's go-redis cluster client, or nil when
-// the store is not on a cluster.
-func (s *Store) ClusterClient() *redis.ClusterClient { return s.cluster }
+// The store's clients, for tenure's own tests and benchmarks: the client of
+// the server or of Sentinel's master (nil on a cluster), and the cluster
+// client (nil elsewhere).
+func init() {
+	storeclient.Register(func(s *Store) *redis.Client { return s.single })
+	storeclient.Register(func(s *Store) *redis.ClusterClient { return s.cluster })
+}
 
 // Close stops the pub/sub connection and closes the client. It does not
 // release leases. It is safe to call more than once.

@@ -12,6 +12,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/netfault"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
@@ -104,7 +105,7 @@ func TestWakeOnExpiry(t *testing.T) {
 	}
 	defer c.ConfigSet(context.Background(), "notify-keyspace-events", old["notify-keyspace-events"])
 	r := testserver.Resource(t)
-	other, _ := tenure.NewOwner("gone")
+	other, _ := naming.NewOwner("gone")
 	if _, err := s.Acquire(ctx, r, other, 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

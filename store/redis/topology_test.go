@@ -10,8 +10,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store"
 	tredis "github.com/tenure-go/tenure/store/redis"
@@ -85,7 +85,7 @@ func TestClusterConformanceWait(t *testing.T) {
 //
 //	go test -run '^$' -bench GrantCycle -count 5 ./store/redis
 func BenchmarkGrantCycle(b *testing.B) {
-	owner, _ := tenure.NewOwner("bench")
+	owner, _ := naming.NewOwner("bench")
 	cycle := func(b *testing.B, s *tredis.Store) {
 		ctx := context.Background()
 		r := testserver.Resource(b)
@@ -178,7 +178,7 @@ func TestTopologyURLs(t *testing.T) {
 //
 //	go test -run '^$' -bench WaitCost -benchtime 3000x ./store/redis
 func BenchmarkWaitCost(b *testing.B) {
-	owner, _ := tenure.NewOwner("bench")
+	owner, _ := naming.NewOwner("bench")
 	ctx := context.Background()
 	var stores [3]*tredis.Store
 	for n := range stores {

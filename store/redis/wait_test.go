@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
 )
@@ -52,8 +53,8 @@ func TestWaitReplicas(t *testing.T) {
 	masterAddr, _, replica, stop, cont := startReplicated(t)
 	ctx := testserver.Ctx(t)
 	s := testserver.Open(t, "redis://"+masterAddr+"/0?wait_replicas=1&wait_timeout=200ms", tredis.ParseURL, tredis.Open)
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 
 	ra, err := s.Acquire(ctx, "r1", a, time.Minute)
 	if err != nil {
@@ -106,8 +107,8 @@ func TestWaitRefusesGrantLostByFailover(t *testing.T) {
 	masterAddr, replicaAddr, replica, _, _ := startReplicated(t)
 	ctx := testserver.Ctx(t)
 	onMaster := testserver.Open(t, "redis://"+masterAddr+"/0?wait_replicas=1&wait_timeout=200ms", tredis.ParseURL, tredis.Open)
-	b, _ := tenure.NewOwner("b")
-	c, _ := tenure.NewOwner("c")
+	b, _ := naming.NewOwner("b")
+	c, _ := naming.NewOwner("c")
 	if err := replica.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -56,9 +57,9 @@ func TestRenewBatch(t *testing.T) {
 	clock := newFakeHostClock()
 	_, path := open(t)
 	n := countCommits(path)
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	var batch []driver.Renewal
 	for i := 0; i < 50; i++ {
 		r := fmt.Sprintf("r%d", i)
@@ -140,7 +141,7 @@ func TestGroupCommit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			owner, _ := tenure.NewOwner(fmt.Sprint(w))
+			owner, _ := naming.NewOwner(fmt.Sprint(w))
 			for i := 0; i < rounds; i++ {
 				r := fmt.Sprintf("w%d", w%8) // four workers per resource
 				rec, err := st.Acquire(ctx, r, owner, time.Minute)
@@ -199,7 +200,7 @@ func TestWithdrawnBeforeTheLock(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	_, err = s.Acquire(cctx, "r", owner, time.Minute)
@@ -234,10 +235,10 @@ func TestGateTimeout(t *testing.T) {
 		return clock.read()
 	}
 	_, path := open(t)
-	a := reopen(t, sqlite.Config{Path: path, Clock: pausing})
-	b := reopen(t, sqlite.Config{Path: path, Clock: clock.read, BusyTimeout: 200 * time.Millisecond})
-	ownerA, _ := tenure.NewOwner("a")
-	ownerB, _ := tenure.NewOwner("b")
+	a := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, pausing, nil))
+	b := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path, BusyTimeout: 200 * time.Millisecond}, clock.read, nil))
+	ownerA, _ := naming.NewOwner("a")
+	ownerB, _ := naming.NewOwner("b")
 	pauseNext.Store(true)
 	done := make(chan error, 1)
 	go func() {
@@ -268,7 +269,7 @@ func TestGateTimeout(t *testing.T) {
 func TestSynchronousPerTransaction(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	want := func(what string, n int) {
 		t.Helper()
 		got, err := sqlite.WriterSynchronous(ctx, s)

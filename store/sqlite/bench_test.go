@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // BenchmarkRenewBatch renews 1,000 of 100,000 held leases per call, as a
@@ -18,7 +18,7 @@ func BenchmarkRenewBatch(b *testing.B) {
 	ctx := context.Background()
 	s, _ := open(&testing.T{})
 	defer s.Close()
-	owner, _ := tenure.NewOwner("bench")
+	owner, _ := naming.NewOwner("bench")
 	const leases, batch = 100_000, 1000
 	all := make([]driver.Renewal, leases)
 	var wg sync.WaitGroup

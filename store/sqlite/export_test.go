@@ -1,6 +1,16 @@
 package sqlite
 
-import "context"
+import (
+	"context"
+	"time"
+)
+
+// WithClocks returns cfg with the host clock (its epoch and the time on it)
+// and the wall clock replaced; nil keeps the default.
+func WithClocks(cfg Config, host func() (string, time.Duration, error), wall func() time.Time) Config {
+	cfg.hostClock, cfg.wallClock = host, wall
+	return cfg
+}
 
 // SweepNow deletes the rows of s's file that hold no live lease, as the
 // sweep that runs once a minute does, and returns how many it deleted.

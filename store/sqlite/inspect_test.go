@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -125,7 +125,7 @@ func TestMustExist(t *testing.T) {
 func TestMustExistWorks(t *testing.T) {
 	ctx := context.Background()
 	s, path := open(t)
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	rec, err := s.Acquire(ctx, "job", owner, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func readOnlyMain(path string, w io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(w, "list", len(recs))
-	owner, _ := tenure.NewOwner("ro")
+	owner, _ := naming.NewOwner("ro")
 	_, err = s.Acquire(context.Background(), "other", owner, time.Minute)
 	fmt.Fprintln(w, "acquire:", err)
 	return 0
@@ -183,7 +183,7 @@ func TestMustExistReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner, _ := tenure.NewOwner("holder")
+	owner, _ := naming.NewOwner("holder")
 	if _, err := holder.Acquire(context.Background(), "held", owner, time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -195,7 +196,7 @@ func TestProcessesShareOneFile(t *testing.T) {
 func TestTokensSurviveRestart(t *testing.T) {
 	ctx := context.Background()
 	s, path := open(t)
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	rec, err := s.Acquire(ctx, "r", owner, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -238,10 +239,10 @@ func TestCaseC06ClockJumps(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	_, path := open(t)
-	holder := reopen(t, sqlite.Config{Path: path, Clock: clock.read, WallClock: func() time.Time { return time.Now().Add(time.Hour) }})
-	ahead := reopen(t, sqlite.Config{Path: path, Clock: clock.read, WallClock: func() time.Time { return time.Now().Add(3 * time.Minute) }})
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	holder := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, func() time.Time { return time.Now().Add(time.Hour) }))
+	ahead := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, func() time.Time { return time.Now().Add(3 * time.Minute) }))
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	rec, err := holder.Acquire(ctx, "r", a, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -296,10 +297,10 @@ func TestCaseC06cPauseInsideTransaction(t *testing.T) {
 		return e, now, err
 	}
 	_, path := open(t)
-	a := reopen(t, sqlite.Config{Path: path, Clock: pausing})
-	b := reopen(t, sqlite.Config{Path: path, Clock: clock.read, BusyTimeout: 30 * time.Second})
-	ownerA, _ := tenure.NewOwner("a")
-	ownerB, _ := tenure.NewOwner("b")
+	a := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, pausing, nil))
+	b := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path, BusyTimeout: 30 * time.Second}, clock.read, nil))
+	ownerA, _ := naming.NewOwner("a")
+	ownerB, _ := naming.NewOwner("b")
 	pauseNext.Store(true)
 	doneA := make(chan tenure.Record, 1)
 	go func() {
@@ -353,7 +354,7 @@ func TestLockedDatabaseFailsInBoundedTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.ExecContext(ctx, "ROLLBACK")
-	owner, _ := tenure.NewOwner("a")
+	owner, _ := naming.NewOwner("a")
 	start := time.Now()
 	_, err = s.Acquire(ctx, "r", owner, time.Minute)
 	if err == nil || errors.Is(err, tenure.ErrUnknownOutcome) {

@@ -43,8 +43,8 @@ func TestReadRacingRenewalSeesTheLease(t *testing.T) {
 	_, path := open(t)
 	clock := newFakeHostClock()
 	reader := &hookedClock{c: clock}
-	w := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
-	r := reopen(t, sqlite.Config{Path: path, Clock: reader.read})
+	w := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
+	r := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, reader.read, nil))
 	rec, err := w.Acquire(ctx, "race", "a#1.1", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +77,8 @@ func TestReadAtExpiryRenewedMeanwhileSeesTheLease(t *testing.T) {
 	_, path := open(t)
 	clock := newFakeHostClock()
 	reader := &hookedClock{c: clock}
-	w := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
-	r := reopen(t, sqlite.Config{Path: path, Clock: reader.read})
+	w := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
+	r := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, reader.read, nil))
 	reads := []struct {
 		name string
 		read func(resource string) error

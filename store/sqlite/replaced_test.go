@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -58,8 +59,8 @@ func TestFileReplacedUnderHolder(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
 			s, path := open(t)
-			a, _ := tenure.NewOwner("a")
-			b, _ := tenure.NewOwner("b")
+			a, _ := naming.NewOwner("a")
+			b, _ := naming.NewOwner("b")
 			rec, err := s.Acquire(ctx, "r", a, time.Minute)
 			if err != nil {
 				t.Fatal(err)
@@ -107,7 +108,7 @@ func TestFileReplacedUnderHolder(t *testing.T) {
 func TestOpenRefusesLeftoverLog(t *testing.T) {
 	ctx := context.Background()
 	s, path := open(t)
-	a, _ := tenure.NewOwner("a")
+	a, _ := naming.NewOwner("a")
 	if _, err := s.Acquire(ctx, "r", a, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func acquirerMain(path string) error {
 		return nil
 	}
 	defer s.Close()
-	owner, _ := tenure.NewOwner("third")
+	owner, _ := naming.NewOwner("third")
 	rec, err := s.Acquire(ctx, "r", owner, time.Minute)
 	if err != nil {
 		fmt.Printf("acquire: %v\n", err)

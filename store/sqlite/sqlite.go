@@ -73,9 +73,10 @@ var fsOf = networkFS
 // ttls is the range of TTLs the store keeps: 1 ms to MaxTTL.
 var ttls = driver.MillisecondTTLs
 
-// Clock returns the current time on a clock shared by every process of the
-// host, with an epoch that changes when that clock restarts (the boot id).
-type Clock func() (epoch string, now time.Duration, err error)
+// hostClockFunc returns the current time on a clock shared by every process
+// of the host, with an epoch that changes when that clock restarts (the
+// boot id).
+type hostClockFunc func() (epoch string, now time.Duration, err error)
 
 // Config configures a Store. Only Path is required.
 type Config struct {
@@ -100,14 +101,14 @@ type Config struct {
 	// Open without MustExist upgrades.
 	MustExist bool
 
-	// Clock replaces the host clock (tests). Default: CLOCK_BOOTTIME, with
-	// the kernel's boot id as epoch.
-	Clock Clock
+	// hostClock replaces the host clock (tests). Default: CLOCK_BOOTTIME,
+	// with the kernel's boot id as epoch.
+	hostClock hostClockFunc
 
-	// WallClock replaces the wall clock (tests). The store uses it for the
+	// wallClock replaces the wall clock (tests). The store uses it for the
 	// floor of new fencing tokens (microseconds since the Unix epoch) and to
 	// record when a lease was granted, for display; never to decide expiry.
-	WallClock func() time.Time
+	wallClock func() time.Time
 }
 
 // CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
@@ -128,11 +129,11 @@ func (c Config) check() (Config, error) {
 	if c.BusyTimeout == 0 {
 		c.BusyTimeout = DefaultBusyTimeout
 	}
-	if c.Clock == nil {
-		c.Clock = hostClock
+	if c.hostClock == nil {
+		c.hostClock = hostClock
 	}
-	if c.WallClock == nil {
-		c.WallClock = time.Now
+	if c.wallClock == nil {
+		c.wallClock = time.Now
 	}
 	return c, nil
 }
@@ -142,7 +143,7 @@ func (c Config) check() (Config, error) {
 type Store struct {
 	db          *sql.DB // reads (Get, List), and the writer's connection
 	path        string
-	clock       Clock
+	clock       hostClockFunc
 	wall        func() time.Time
 	busyTimeout time.Duration
 	mustExist   bool
@@ -368,7 +369,7 @@ func newStore(cfg Config, params string, readOnly bool) (*Store, error) {
 	}
 	closing, stop := context.WithCancel(context.Background())
 	return &Store{
-		db: db, path: cfg.Path, clock: cfg.Clock, wall: cfg.WallClock, busyTimeout: cfg.BusyTimeout,
+		db: db, path: cfg.Path, clock: cfg.hostClock, wall: cfg.wallClock, busyTimeout: cfg.BusyTimeout,
 		mustExist: cfg.MustExist, readOnly: readOnly, closing: closing, stop: stop, swept: time.Now(),
 	}, nil
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -57,7 +57,7 @@ func TestTimeNamespacesExcludeEachOther(t *testing.T) {
 		if !strings.HasPrefix(out, "token ") {
 			t.Fatalf("the process in the namespace: %q; want a grant", out)
 		}
-		owner, _ := tenure.NewOwner("host")
+		owner, _ := naming.NewOwner("host")
 		_, err := s.Acquire(ctx, "r", owner+".1", time.Minute)
 		var held *driver.HeldError
 		if !errors.As(err, &held) {
@@ -70,7 +70,7 @@ func TestTimeNamespacesExcludeEachOther(t *testing.T) {
 	t.Run("host holds", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "leases.db")
 		s := reopen(t, sqlite.Config{Path: path})
-		owner, _ := tenure.NewOwner("host")
+		owner, _ := naming.NewOwner("host")
 		if _, err := s.Acquire(ctx, "r", owner+".1", time.Minute); err != nil {
 			t.Fatal(err)
 		}

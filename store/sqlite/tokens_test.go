@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
@@ -66,8 +67,8 @@ func TestTokenPolicy(t *testing.T) {
 	ctx := context.Background()
 	wall := &wallAt{time.Unix(1_800_000_000, 0)}
 	_, path := open(t)
-	s := reopen(t, sqlite.Config{Path: path, WallClock: wall.now})
-	a, _ := tenure.NewOwner("a")
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, nil, wall.now))
+	a, _ := naming.NewOwner("a")
 	rec, err := s.Acquire(ctx, "r", a, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -118,8 +119,8 @@ func TestTokenFloorSurvivesLostFile(t *testing.T) {
 	wall := &wallAt{time.Unix(1_800_000_000, 0)}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "leases.db")
-	cfg := sqlite.Config{Path: path, WallClock: wall.now}
-	a, _ := tenure.NewOwner("a")
+	cfg := sqlite.WithClocks(sqlite.Config{Path: path}, nil, wall.now)
+	a, _ := naming.NewOwner("a")
 	grant := func(s *sqlite.Store, resource string) uint64 {
 		t.Helper()
 		wall.t = wall.t.Add(time.Millisecond)
@@ -218,12 +219,12 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	path := filepath.Join(t.TempDir(), "leases.db")
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	makeV1(t, path, clock, a)
 
 	// Inspection: reads work, writes say how to upgrade, nothing changes.
-	ins, err := sqlite.Open(ctx, sqlite.Config{Path: path, MustExist: true, Clock: clock.read})
+	ins, err := sqlite.Open(ctx, sqlite.WithClocks(sqlite.Config{Path: path, MustExist: true}, clock.read, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatalf("inspection created tenure_meta (%d, %v)", tables, err)
 	}
 
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	if c := counter(t, db); c != 57 {
 		t.Fatalf("counter after the upgrade %d; want 57, the largest token stored", c)
 	}
@@ -281,7 +282,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	// Opening again changes nothing.
 	c := counter(t, db)
-	reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	if c2 := counter(t, db); c2 != c {
 		t.Fatalf("counter %d -> %d after opening again", c, c2)
 	}
@@ -297,12 +298,12 @@ func TestPartialRows(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	_, path := open(t)
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	db := raw(t, path)
 	epoch, now, _ := clock.read()
 	ms := now.Milliseconds()
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	// Raise the counter with a grant, so that every case checks both
 	// floors.
 	first, err := s.Acquire(ctx, "first", a, time.Minute)
@@ -382,7 +383,7 @@ func TestPartialRows(t *testing.T) {
 		}
 	})
 	t.Run("counter", func(t *testing.T) {
-		reopen(t, sqlite.Config{Path: path, Clock: clock.read}) // puts the triggers back
+		reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil)) // puts the triggers back
 		for _, q := range []string{
 			`UPDATE tenure_meta SET value = 0 WHERE name = 'token'`,
 			`UPDATE tenure_meta SET value = 'x' WHERE name = 'token'`,
@@ -407,9 +408,9 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeHostClock()
 	_, path := open(t)
-	s := reopen(t, sqlite.Config{Path: path, Clock: clock.read})
+	s := reopen(t, sqlite.WithClocks(sqlite.Config{Path: path}, clock.read, nil))
 	db := raw(t, path)
-	a, _ := tenure.NewOwner("a")
+	a, _ := naming.NewOwner("a")
 	for i := 0; i < 5; i++ {
 		ttl := time.Second
 		if i == 0 {
@@ -443,8 +444,8 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 func TestNotHolderNamesTheHolder(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
-	a, _ := tenure.NewOwner("a")
-	b, _ := tenure.NewOwner("b")
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
 	ra, err := s.Acquire(ctx, "r", a, time.Minute)
 	if err != nil {
 		t.Fatal(err)

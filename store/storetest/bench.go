@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // Benchmarks runs, as sub-benchmarks of b, the Go benchmarks that every
@@ -39,7 +40,7 @@ func Benchmarks(b *testing.B, s driver.Store, prefix string, unit string, count 
 	}
 	ctx := context.Background()
 	b.Run("StoreAcquireRelease", func(b *testing.B) {
-		owner, _ := tenure.NewOwner("bench")
+		owner, _ := naming.NewOwner("bench")
 		r := prefix + "/store-acquire-release"
 		before := start()
 		for b.Loop() {
@@ -54,7 +55,7 @@ func Benchmarks(b *testing.B, s driver.Store, prefix string, unit string, count 
 		report(b, before)
 	})
 	b.Run("StoreRenew", func(b *testing.B) {
-		owner, _ := tenure.NewOwner("bench")
+		owner, _ := naming.NewOwner("bench")
 		r := prefix + "/store-renew"
 		rec, err := s.Acquire(ctx, r, owner, ttl)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // The semaphore cases: Locker.Semaphore is built on the lease contract
@@ -191,7 +192,7 @@ func testSemaphoreSlotsMismatch(t *testing.T, cfg Config) {
 
 // testSemaphoreSlotTrustedAtAnyTTL: a slot of a long TTL is trusted as a
 // plain lease of that TTL is, TTL·(1−ρ) from its grant, not for as long as
-// the semaphore's marker (MarkerTTL) only.
+// the semaphore's marker (30 s) only.
 func testSemaphoreSlotTrustedAtAnyTTL(t *testing.T, cfg Config) {
 	e := newEnv(t, cfg)
 	ctx := ctxT(t)
@@ -234,7 +235,7 @@ func testSemaphoreKeptSlotsKeepTheCount(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	freeMarker := func() {
-		rec, err := e.store.Get(ctx, tenure.MarkerName(r))
+		rec, err := e.store.Get(ctx, naming.MarkerName(r))
 		if err != nil {
 			t.Fatalf("the marker: %v", err)
 		}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 )
 
@@ -218,7 +219,7 @@ func (e *env) res(name string) string { return e.prefix + name }
 
 func (e *env) owner(id string) string {
 	e.t.Helper()
-	o, err := tenure.NewOwner(id)
+	o, err := naming.NewOwner(id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -524,7 +525,7 @@ func testKeep(t *testing.T, cfg Config) {
 	a, b := e.owner("a"), e.owner("b")
 	r := e.res("r")
 	rec := e.mustAcquire(ctx, r, a, e.cfg.ShortTTL)
-	kept := tenure.KeptOwner(a)
+	kept := naming.KeptOwner(a)
 	hold := 4 * longTTL / 3
 	// Bad input changes nothing.
 	for _, bad := range []struct {
@@ -536,7 +537,7 @@ func testKeep(t *testing.T, cfg Config) {
 		}
 	}
 	e.mustHeldBy(ctx, r, a, rec.Token)
-	if err := k.Keep(ctx, r, b, rec.Token, tenure.KeptOwner(b), hold); !errors.Is(err, tenure.ErrLeaseLost) {
+	if err := k.Keep(ctx, r, b, rec.Token, naming.KeptOwner(b), hold); !errors.Is(err, tenure.ErrLeaseLost) {
 		t.Errorf("Keep by another owner: %v; want ErrLeaseLost", err)
 	}
 	if err := k.Keep(ctx, e.res("never-held"), a, rec.Token, kept, hold); !errors.Is(err, tenure.ErrLeaseLost) {

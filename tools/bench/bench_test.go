@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 func TestSummarizeNearestRank(t *testing.T) {
@@ -72,7 +72,7 @@ func TestSQLiteCounts(t *testing.T) {
 
 	// Acquire by the holder (renews: one row) and Get (no transaction).
 	ctx := context.Background()
-	owner, _ := tenure.NewOwner("t")
+	owner, _ := naming.NewOwner("t")
 	if _, err := tg.Store.Acquire(ctx, "r", owner, time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
@@ -103,15 +104,15 @@ func openCassandra(ctx context.Context, raw string, u *store.URL, cfg *cassandra
 	}
 	t.closers = append(t.closers, s.Close)
 	ns := s.(*cassandra.Store)
-	if err := ns.Session().Query(`CREATE TABLE IF NOT EXISTS "` + ns.Keyspace() + `"."` + BaselineTable + `" (name text PRIMARY KEY, owner text)`).
+	if err := storeclient.Of[*gocql.Session](ns).Query(`CREATE TABLE IF NOT EXISTS "` + ns.Keyspace() + `"."` + BaselineTable + `" (name text PRIMARY KEY, owner text)`).
 		WithContext(ctx).Exec(); err != nil {
 		return fmt.Errorf("bench: create the baselines' table: %w", err)
 	}
-	if err := ns.Session().AwaitSchemaAgreement(ctx); err != nil {
+	if err := storeclient.Of[*gocql.Session](ns).AwaitSchemaAgreement(ctx); err != nil {
 		return fmt.Errorf("bench: create the baselines' table: %w", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = ns.Session().Query(`TRUNCATE "` + ns.Keyspace() + `"."` + BaselineTable + `"`).WithContext(tctx).Exec()
+	err = storeclient.Of[*gocql.Session](ns).Query(`TRUNCATE "` + ns.Keyspace() + `"."` + BaselineTable + `"`).WithContext(tctx).Exec()
 	cancel()
 	if err != nil {
 		return fmt.Errorf("bench: empty the baselines' table: %w", err)
@@ -133,8 +134,8 @@ func openCassandra(ctx context.Context, raw string, u *store.URL, cfg *cassandra
 	table := `"` + js.Keyspace() + `"."` + js.Table() + `"`
 	t.Baselines = []System{
 		&lockerSystem{store: ns, fresh: true},
-		&jaegerSystem{session: js.Session(), table: table},
-		&floorSystem{session: js.Session(), table: table},
+		&jaegerSystem{session: storeclient.Of[*gocql.Session](js), table: table},
+		&floorSystem{session: storeclient.Of[*gocql.Session](js), table: table},
 	}
 	t.Peers = t.Baselines
 	return nil

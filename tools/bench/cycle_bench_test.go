@@ -10,8 +10,10 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/store/redis"
 )
@@ -34,7 +36,7 @@ import (
 func BenchmarkRedisCycle(b *testing.B) {
 	target := openEnvTarget(b, "TENURE_REDIS", "")
 	rs := target.Store.(*redis.Store)
-	opts := *rs.Client().Options()
+	opts := *storeclient.Of[*goredis.Client](rs).Options()
 	opts.MaxRetries = -1
 	peerCli := goredis.NewClient(&opts)
 	peerCli.AddHook(redisHook{target.Meter})
@@ -46,7 +48,7 @@ func BenchmarkRedisCycle(b *testing.B) {
 func BenchmarkEtcdCycle(b *testing.B) {
 	target := openEnvTarget(b, "TENURE_ETCD", "etcd://")
 	es := target.Store.(*etcd.Store)
-	cycleBenchmarks(b, target, target.Tenure(), &rpStoreSystem{store: target.Store}, &etcdMutexSystem{cli: es.Client(), shared: true})
+	cycleBenchmarks(b, target, target.Tenure(), &rpStoreSystem{store: target.Store}, &etcdMutexSystem{cli: storeclient.Of[*clientv3.Client](es), shared: true})
 }
 
 // contextSwitches returns the process's voluntary and involuntary context

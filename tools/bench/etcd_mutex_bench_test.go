@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/naming"
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store/etcd"
 	"github.com/tenure-go/tenure/tools/bench"
 )
@@ -92,7 +95,7 @@ func (s *mutexSystem) Ops() []string {
 }
 
 func (s *mutexSystem) NewClient(id string) (bench.Client, error) {
-	sess, err := concurrency.NewSession(s.store.Client(), concurrency.WithTTL(10))
+	sess, err := concurrency.NewSession(storeclient.Of[*clientv3.Client](s.store), concurrency.WithTTL(10))
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +143,7 @@ func (s *driverSystem) Ops() []string {
 }
 
 func (s *driverSystem) NewClient(id string) (bench.Client, error) {
-	owner, err := tenure.NewOwner(id)
+	owner, err := naming.NewOwner(id)
 	if err != nil {
 		return nil, err
 	}

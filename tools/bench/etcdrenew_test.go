@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store/etcd"
 )
 
@@ -48,7 +49,7 @@ func TestEtcdRenewCost(t *testing.T) {
 	ctx := context.Background()
 	tg := etcdTarget(t, ep)
 	st := tg.Store.(*etcd.Store)
-	cli := st.Client()
+	cli := storeclient.Of[*clientv3.Client](st)
 	const ttl = 10 * time.Second
 	name := fmt.Sprintf("renew-cost/%d", time.Now().UnixNano())
 	lk, err := tenure.New(st, tenure.WithOwnerID("renew-cost"))

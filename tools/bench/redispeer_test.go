@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/storeclient"
 	"github.com/tenure-go/tenure/store/redis"
 )
 
@@ -61,7 +62,7 @@ func TestRedisPeers(t *testing.T) {
 	}
 	defer target.Close()
 	rs := target.Store.(*redis.Store)
-	opts := *rs.Client().Options()
+	opts := *storeclient.Of[*goredis.Client](rs).Options()
 	opts.MaxRetries = -1
 	peerCli := goredis.NewClient(&opts)
 	peerCli.AddHook(redisHook{target.Meter})
@@ -315,7 +316,7 @@ func TestRedisScriptCost(t *testing.T) {
 	}
 	defer target.Close()
 	rs := target.Store.(*redis.Store)
-	opts := *rs.Client().Options()
+	opts := *storeclient.Of[*goredis.Client](rs).Options()
 	peerCli := goredis.NewClient(&opts)
 	defer peerCli.Close()
 	admin := goredis.NewClient(&opts)
@@ -403,7 +404,7 @@ func TestRedisPeersFine(t *testing.T) {
 	}
 	defer target.Close()
 	rs := target.Store.(*redis.Store)
-	opts := *rs.Client().Options()
+	opts := *storeclient.Of[*goredis.Client](rs).Options()
 	opts.MaxRetries = -1
 	peerCli := goredis.NewClient(&opts)
 	defer peerCli.Close()
