@@ -914,7 +914,7 @@ func TestRunStoppedBeforeTheReaperIsArmed(t *testing.T) {
 	waitFor(t, 20*time.Second, "alpha to stop itself after starting the command", func() bool { return processState(a.pid()) == "T" })
 	defer syscall.Kill(a.pid(), syscall.SIGCONT)
 	bOut := e.path("beta.events")
-	if code, _, stderr := e.run("run", "--ttl", ttl.String(), "--wait", "30s", "--owner", "beta", "job", "--", helper("-out", bOut, "-hold", "300ms")); code != 0 {
+	if code, _, stderr := e.run("run", "--ttl", "5s", "--wait", "30s", "--owner", "beta", "job", "--", helper("-out", bOut, "-hold", "300ms")); code != 0 {
 		t.Fatalf("beta exited %d:\n%s", code, stderr)
 	}
 	if evs, err := os.ReadFile(aOut); err == nil && len(evs) > 0 {
