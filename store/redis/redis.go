@@ -101,6 +101,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -158,6 +159,11 @@ type Config struct {
 	// Hooks are added to the client (go-redis's AddHook) before it sends
 	// anything: to count or trace commands.
 	Hooks []redis.Hook
+
+	// Logger receives what the Store does on its own: the pub/sub
+	// connection of release notifications lost, found silent, and
+	// re-established (warnings and information). Default slog.Default().
+	Logger *slog.Logger
 }
 
 // CheckTTL returns an error wrapping driver.ErrInvalidTTL for a TTL that a
@@ -184,6 +190,10 @@ type Store struct {
 	hub    driver.Hub // release notifications; Listen is listen
 	waits  waits      // the resources subscribed to
 	closed atomic.Bool
+	log    *slog.Logger
+	// listenCheck is how long the pub/sub connection may be silent before
+	// it is pinged, and how long the ping may take (ListenCheck).
+	listenCheck time.Duration
 }
 
 // Open connects to the server and checks that it answers (PING, bounded by
@@ -217,6 +227,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		counter: cfg.Prefix + "token",
 		channel: cfg.Prefix + "released",
 		expired: fmt.Sprintf("__keyevent@%d__:expired", o.DB),
+		log:     cfg.Logger,
+
+		listenCheck: ListenCheck,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
 	}
 	s.hub.Listen = s.listen
 	bound := o.DialTimeout + 3*time.Second
