@@ -46,6 +46,9 @@
 //     move delivered late never applies after a newer renewal.
 //   - Release is one transaction: delete the key if it holds this owner and
 //     token, else read it (naming the holder).
+//   - Keep (Lease.ReleaseAfter) moves the key onto an etcd lease of its own,
+//     granted for the hold without a margin and kept alive by nothing, so
+//     the hold ends when asked, within etcd's resolution (see Keep).
 //   - RenewBatch needs at most one keep-alive per shared etcd lease; it
 //     checks up to 128 keys per transaction, or, for 128 or more grants of
 //     one etcd lease, audits that etcd lease's keys in the background.

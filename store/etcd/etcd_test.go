@@ -44,6 +44,10 @@ var cfg = storetest.Config{
 	ShortTTL:    time.Second,
 	ExpirySlack: 1600 * time.Millisecond,
 	InvalidTTLs: []time.Duration{time.Nanosecond, 500 * time.Millisecond, 999 * time.Millisecond},
+	Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return open(t) },
+	// A hold's etcd lease is granted for whole seconds; etcd looks for
+	// expired leases every 500 ms and revokes them through raft.
+	HoldResolution: 700 * time.Millisecond,
 }
 
 func TestConformance(t *testing.T) {

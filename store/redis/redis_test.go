@@ -39,6 +39,7 @@ var cfg = storetest.Config{
 	ShortTTL:    300 * time.Millisecond,
 	ExpirySlack: 250 * time.Millisecond,
 	InvalidTTLs: []time.Duration{time.Nanosecond, time.Millisecond - 1},
+	Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return open(t) },
 }
 
 func TestConformance(t *testing.T) {
