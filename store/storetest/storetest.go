@@ -168,6 +168,7 @@ var tests = []test{
 	{name: "ClosedStoreUnusable", f: testClosedStoreUnusable},
 	{name: "NotificationWakesWaiter", f: testNotificationWakesWaiter},
 	{name: "HandOverWakesOneWaiter", f: testHandOverWakesOneWaiter},
+	{name: "ReservedForWaiter", f: testReservation},
 	{name: "SemaphoreAtMostN", f: testSemaphoreAtMostN},
 	{name: "SemaphoreFullAndHolders", f: testSemaphoreFullAndHolders},
 	{name: "SemaphoreSlotsMismatch", f: testSemaphoreSlotsMismatch},
