@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/tenure-go/tenure/store/etcd"
+	"github.com/tenure-go/tenure/store/postgres"
+	"github.com/tenure-go/tenure/store/redis"
 )
 
 // Profile is what the checker may assume about a store's timing.
@@ -59,6 +63,27 @@ type Profile struct {
 	// deleted 1.98 s later, with a TTL of 2 s). No holder trusts such a
 	// grant, so this takes nothing from the exclusion checks.
 	UnknownMayEndEarly bool
+	// Notifies says that the store wakes waiters on a release
+	// (driver.Notifier); otherwise they poll, at most a retry interval
+	// apart, and (driver.Reserver) the store keeps the freed resource for
+	// the waiter that reserved it.
+	Notifies bool
+	// SilenceBound is how long the store may take to replace a
+	// notification connection that went half-open (from its last message):
+	// postgres.ListenCheck and redis.ListenCheck twice; for etcd, gRPC's
+	// keep-alive (10 s + 5 s) and the Store's watch check twice.
+	SilenceBound time.Duration
+}
+
+// PollBound is how long after a release a waiter may take to ask the
+// store again, if nothing went wrong: none for a store that notifies a
+// release (a round trip is allowed apart), the retry interval for one whose
+// waiters poll.
+func (p Profile) PollBound(retry time.Duration) time.Duration {
+	if p.Notifies {
+		return 0
+	}
+	return retry
 }
 
 func ceilMillis(ttl time.Duration) time.Duration {
@@ -758,10 +783,12 @@ var CassandraProfile = Profile{
 // that did not see it yet (safety-ci seed 402, under load). So the expiry
 // is counted from the send time, as the holder's deadline is.
 var PostgresProfile = Profile{
-	Name:        "postgres",
-	MinTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
-	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
-	LateEffects: true,
+	Name:         "postgres",
+	MinTTL:       func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
+	MaxTTL:       func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
+	LateEffects:  true,
+	Notifies:     true,
+	SilenceBound: 2 * postgres.ListenCheck,
 }
 
 // RedisProfile is the Redis store's timing (docs/stores.md): a script sets
@@ -773,6 +800,8 @@ var RedisProfile = Profile{
 	MaxTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + time.Millisecond + clockSlack },
 	LateEffects:      true,
 	ExpiryFromEffect: true,
+	Notifies:         true,
+	SilenceBound:     2 * redis.ListenCheck,
 }
 
 // EtcdProfile is the etcd store's timing (docs/stores.md, measured on etcd
@@ -803,6 +832,8 @@ var EtcdProfile = Profile{
 	LateEffects:        true,
 	LeaderExtension:    1500 * time.Millisecond,
 	UnknownMayEndEarly: true,
+	Notifies:           true,
+	SilenceBound:       max(15*time.Second, 2*etcd.ListenCheck),
 }
 
 // etcdMargin is how much longer than the TTL, in whole seconds, the etcd

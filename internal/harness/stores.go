@@ -44,12 +44,13 @@ const (
 	FaultStoreReset     = "store-reset"     // SQLite: delete or replace the database file under running workers
 	FaultKeyDelete      = "key-delete"      // PostgreSQL, etcd, Redis: an operator deletes lease rows or keys
 	FaultStaleRenewal   = "stale-renewal"   // Cassandra: a renewal its holder gave up is applied after a newer one, with the time its coordinator started it
+	FaultNotifyHalfOpen = "notify-halfopen" // PostgreSQL, etcd, Redis: the proxy silences the workers' notification connections (no FIN, no reset)
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultProxyDelay, FaultProxyDrop,
 	FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange,
-	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal}
+	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal, FaultNotifyHalfOpen}
 
 // OutsideContract lists the fault kinds that break a premise of the lease
 // contract, with the reason: the checker reports the overlaps of trusted
@@ -81,7 +82,11 @@ type storeEnv struct {
 	nodeScript string // the script that kills, restarts, pauses and resumes nodes
 	serverCmd  string // scripts/postgres, for server-restart
 	sqlitePth  string // SQLite: the database file
-	closers    []func() error
+	// notifyPattern is what a worker's notification connection sends
+	// first (netfault.Proxy.Silence): LISTEN, subscribe; empty for etcd,
+	// whose watches share the client's one connection with everything.
+	notifyPattern []byte
+	closers       []func() error
 }
 
 func (e *storeEnv) close() {
@@ -201,7 +206,8 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			env.close()
 			return nil, err
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete,
+			FaultNotifyHalfOpen}
 		if len(env.nodes) >= 3 {
 			if err := checkScriptNodes(ctx, cfg.EtcdScript, scfg.Client.Endpoints); err != nil {
 				env.close()
@@ -238,7 +244,12 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			env.close()
 			return nil, err
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete,
+			FaultNotifyHalfOpen}
+		env.notifyPattern = []byte("subscribe")
+		if _, ok := scfg.(*postgres.Config); ok {
+			env.notifyPattern = []byte("LISTEN")
+		}
 		if _, ok := scfg.(*postgres.Config); ok && cfg.ServerFaults {
 			if err := checkScriptServer(ctx, cfg.PostgresScript, "TENURE_POSTGRES", u.Host); err != nil {
 				env.close()
