@@ -33,18 +33,21 @@ var (
 	// The error is (or wraps) a *HeldError that names the holder.
 	ErrHeld = driver.ErrHeld
 
-	// ErrLeaseLost means that the lease can no longer be trusted: the store
-	// answered that this owner and fencing token no longer hold it, its local
-	// deadline passed without a confirmed renewal, or it was released. A lease
-	// context is cancelled with a cause that wraps ErrLeaseLost, and every
-	// Renew or Release after the loss returns it. Jaeger's lock calls the
-	// same condition errLockOwnership.
+	// ErrLeaseLost means that the lease can no longer be trusted although
+	// its holder did not release it: the store answered that this owner and
+	// fencing token no longer hold it, or its local deadline passed without
+	// a confirmed renewal. A lost lease's context is cancelled with a cause
+	// that wraps ErrLeaseLost (a *LostError), and every Renew or Release
+	// after the loss returns it. Jaeger's lock calls the same condition
+	// errLockOwnership.
 	ErrLeaseLost = driver.ErrLeaseLost
 
 	// ErrReleased is the cause of a lease context cancelled because its
-	// holder released the lease. It wraps ErrLeaseLost, so code that only
-	// checks for ErrLeaseLost treats both the same.
-	ErrReleased = fmt.Errorf("%w: released by its holder", ErrLeaseLost)
+	// holder ended the lease (Release, ReleaseAfter, the release of Do, or
+	// Close), and what Renew, Release and ReleaseAfter return afterwards. A
+	// release is not a loss: ErrReleased does not match ErrLeaseLost, so
+	// code that alerts on ErrLeaseLost alerts on losses only.
+	ErrReleased = errors.New("tenure: lease released by its holder")
 
 	// ErrInvalidResource means that a resource name is empty, longer than
 	// MaxResourceLen bytes, not valid UTF-8, or contains NUL. It is returned

@@ -42,14 +42,17 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	opCtx  context.Context // cancelled when the lease ends: aborts store calls in flight
 
+	// isMarker says that this is a semaphore's marker lease, kept for a
+	// slot (see Semaphore): its owner string is shared by every holder of
+	// the slot count, so it is never released, and its end is no loss of
+	// the caller's.
+	isMarker bool
+
 	mu       sync.Mutex
 	state    leaseState
 	cause    error
 	deadline time.Time
-	// bound, when set, is a second deadline the lease cannot outlive: a
-	// semaphore slot is trusted only while its semaphore's marker is
-	// (Semaphore.keepMarker moves it).
-	bound    time.Time
+	marker   *Lease    // a slot's marker lease, renewed while the slot is held
 	lastSend time.Time // tSend of the last confirmed acquire or renew
 	lastErr  error     // the last failed renewal's error, for the loss cause
 	watchdog clock.Timer
@@ -80,14 +83,15 @@ func newLease(lk *Locker, parent context.Context, resource, owner string, ttl ti
 	return l
 }
 
-// start arms the watchdog at the deadline (or the bound, when it comes
-// first) and the first renewal.
+// start arms the watchdog at the deadline and the first renewal.
 func (l *Lease) start(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.watchdog = l.lk.clock.AfterFunc(l.effectiveDeadlineLocked().Sub(now), l.check)
+	l.watchdog = l.lk.clock.AfterFunc(l.deadline.Sub(now), l.check)
 	l.scheduleLocked(l.lastSend.Add(l.interval).Sub(now))
-	l.lk.tel.leaseStarted(l.resource)
+	if !l.isMarker {
+		l.lk.tel.leaseStarted(l.resource)
+	}
 }
 
 // Resource returns the name of the leased resource.
@@ -106,6 +110,10 @@ func (l *Lease) Token() uint64 { return l.token }
 // TTL returns the TTL requested for the lease.
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
+// Timing returns when the lease is renewed and how long it is trusted
+// (Locker.Timing of its TTL).
+func (l *Lease) Timing() Timing { return l.lk.Timing(l.ttl) }
+
 // Deadline returns the local time until which the lease may be trusted, on
 // the Locker's clock. It moves forward with every confirmed renewal. The
 // real clock counts time spent suspended, so after a suspend it runs ahead
@@ -113,36 +121,7 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.effectiveDeadlineLocked()
-}
-
-// effectiveDeadlineLocked is the deadline, or the bound when it comes first.
-func (l *Lease) effectiveDeadlineLocked() time.Time {
-	if !l.bound.IsZero() && l.bound.Before(l.deadline) {
-		return l.bound
-	}
 	return l.deadline
-}
-
-// errBound is the loss cause when a lease's bound passed first.
-var errBound = errors.New("tenure: the semaphore's marker lease was not renewed in time, so the number of slots could no longer be vouched for")
-
-// setBound moves the lease's bound (see Lease.bound) to b and re-arms the
-// watchdog for it, and ends the lease at once if b has passed. A bound
-// that has passed is not moved: the lease was lost then, and a late
-// confirmation of the marker does not revive it (as confirm refuses a late
-// renewal).
-func (l *Lease) setBound(b time.Time) {
-	l.mu.Lock()
-	now := l.lk.clock.Now()
-	if l.state == stateHeld && (l.bound.IsZero() || now.Before(l.bound)) {
-		l.bound = b
-		if l.watchdog != nil {
-			l.watchdog.Reset(l.effectiveDeadlineLocked().Sub(now))
-		}
-	}
-	l.mu.Unlock()
-	l.check()
 }
 
 // Remaining returns the time left until Deadline on the Locker's clock,
@@ -156,7 +135,8 @@ func (l *Lease) Remaining() time.Duration {
 
 // Err returns nil while the lease may be trusted, and otherwise the cause of
 // its end: a *LostError (errors.Is ErrLeaseLost) after a loss, ErrReleased
-// after Release. It reads the clock itself.
+// (which does not match ErrLeaseLost) after Release or ReleaseAfter. It
+// reads the clock itself.
 func (l *Lease) Err() error {
 	l.check()
 	l.mu.Lock()
@@ -165,7 +145,9 @@ func (l *Lease) Err() error {
 }
 
 // Context returns a context that is cancelled the moment the lease can no
-// longer be trusted, with a cause (context.Cause) that wraps ErrLeaseLost.
+// longer be trusted, with the cause (context.Cause) that Err returns: a
+// *LostError wrapping ErrLeaseLost when it was lost, ErrReleased when its
+// holder released it.
 // Its Err, Done and Value methods read the clock on every call; contexts
 // derived from it are cancelled by the watchdog timer at the deadline,
 // which may run a little later after a pause, so check the lease's own
@@ -191,9 +173,6 @@ func (l *Lease) check() {
 	now := l.lk.clock.Now()
 	expired := !now.Before(l.deadline)
 	since, lastErr := now.Sub(l.lastSend), l.lastErr
-	if !expired && !l.bound.IsZero() && !now.Before(l.bound) {
-		expired, lastErr = true, errBound
-	}
 	l.mu.Unlock()
 	if expired {
 		l.lose(&LostError{Resource: l.resource, Token: l.token, Reason: ErrLeaseExpired, Err: lastErr,
@@ -213,7 +192,58 @@ const (
 // store said the lease is gone (definite), it also frees it in the store in
 // the background, so that a holder that lost it locally does not block
 // others for a whole TTL.
-func (l *Lease) lose(cause error, reason string, definite bool) {
+func (l *Lease) lose(cause *LostError, reason string, definite bool) {
+	if l.isMarker {
+		l.loseMarker(cause)
+		return
+	}
+	lk := l.lk
+	lk.mu.Lock()
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		lk.mu.Unlock()
+		return
+	}
+	l.state = stateLost
+	l.cause = cause
+	l.stopTimersLocked()
+	until := l.lastSend.Add(l.ttl) // the latest the store may still keep it
+	marker := l.marker
+	l.mu.Unlock()
+	lk.forgetLocked(l)
+	if !definite {
+		lk.ops++ // the release below, counted before Close can see the lease gone
+	}
+	lk.mu.Unlock()
+
+	l.cancel(cause)
+	marker.endMarker()
+	lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
+	lk.tel.leaseLost(l.resource, reason)
+	if f := lk.cfg.onLost; f != nil {
+		go f(l, cause)
+	}
+	if definite {
+		return
+	}
+	// A renewal sent before the loss may still have been applied, so the
+	// store may keep the lease up to a TTL after it was sent.
+	lk.background(until, func() {
+		if err := l.releaseUntil(context.Background(), until, nil, false); err == nil {
+			lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.token)
+		}
+	})
+	lk.done()
+}
+
+// loseMarker ends a marker lease whose renewal was refused or not
+// confirmed in time: the marker expired, or was taken again (by holders of
+// this number of slots, or of another). Nothing else changes: the slot's
+// own lease is trusted by its own renewals, and the holders' number of
+// slots is kept by the slot leases themselves (see Semaphore). The marker
+// is never released: its owner string is every holder's.
+func (l *Lease) loseMarker(cause *LostError) {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
@@ -222,26 +252,61 @@ func (l *Lease) lose(cause error, reason string, definite bool) {
 	l.state = stateLost
 	l.cause = cause
 	l.stopTimersLocked()
-	until := l.lastSend.Add(l.ttl) // the latest the store may still keep it
 	l.mu.Unlock()
-
 	l.cancel(cause)
-	l.lk.forget(l)
-	l.lk.log.Warn("lease lost", "resource", l.resource, "token", l.token, "reason", reason, "cause", cause)
-	l.lk.tel.leaseLost(l.resource, reason)
-	if f := l.lk.cfg.onLost; f != nil {
-		go f(l, cause)
+	l.lk.log.Info("semaphore marker no longer renewed by this holder", "marker", l.resource, "cause", cause)
+}
+
+// renewMarker renews a marker lease as every holder of its number of
+// slots does, with an acquire by the owner string they share: every store
+// renews a live lease for the owner string that holds it, whichever holder
+// (and, on etcd, whichever Store) wrote it last, and re-creates it if it
+// expired, while a Renew names one holder's write. A marker held by
+// another owner string ends this holder's marker lease, as a lease lost.
+func (l *Lease) renewMarker(ctx context.Context) error {
+	_, err := l.lk.store.Acquire(ctx, l.resource, l.owner, l.ttl)
+	var held *HeldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &held):
+		return fmt.Errorf("tenure: semaphore marker %q: %w", l.resource, driver.NotHolder(&held.Holder))
 	}
-	if definite {
+	return err
+}
+
+// endMarker stops renewing a slot's marker lease when the slot ends,
+// without a store call. m may be nil.
+func (m *Lease) endMarker() {
+	if m == nil {
 		return
 	}
-	// A renewal sent before the loss may still have been applied, so the
-	// store may keep the lease up to a TTL after it was sent.
-	l.lk.background(until, func() {
-		if err := l.releaseUntil(context.Background(), until, nil, false); err == nil {
-			l.lk.log.Info("freed a lost lease in the store", "resource", l.resource, "token", l.token)
-		}
-	})
+	m.mu.Lock()
+	if m.state != stateHeld {
+		m.mu.Unlock()
+		return
+	}
+	m.state = stateReleased
+	m.cause = ErrReleased
+	m.stopTimersLocked()
+	m.mu.Unlock()
+	m.cancel(ErrReleased)
+}
+
+// setMarker starts m, a slot's marker lease, and makes it the marker
+// renewed while l, the slot's lease, is held: it ends with l (and at once
+// when l already ended).
+func (l *Lease) setMarker(m *Lease, now time.Time) {
+	m.start(now)
+	l.mu.Lock()
+	held := l.state == stateHeld
+	if held {
+		l.marker = m
+	}
+	l.mu.Unlock()
+	if !held {
+		m.endMarker()
+	}
 }
 
 // nextRenewal is when a lease's next background renewal is due, after the
@@ -305,6 +370,12 @@ func (l *Lease) afterBackground(err error, due time.Time) {
 		return
 	}
 	left := l.deadline.Sub(now)
+	if !transient(err) {
+		// A closed or unusable store never gets better: the lease is lost
+		// at its deadline, without retries.
+		l.lk.log.Warn("renewal failed; the store cannot be used, so the lease will be lost at its deadline", "resource", l.resource, "token", l.token, "err", err, "left", left)
+		return
+	}
 	l.lk.log.Warn("renewal failed; retrying until the deadline", "resource", l.resource, "token", l.token, "err", err, "left", left)
 	p := l.lk.cfg.retry
 	p.Cap = min(p.Cap, l.interval)
@@ -323,15 +394,23 @@ func (l *Lease) afterBackground(err error, due time.Time) {
 // nil when the store confirmed the renewal (the deadline then moves to the
 // request's send time + TTL·(1−ρ), and background renewal resumes from
 // there); a *LostError (errors.Is ErrLeaseLost) when the lease is lost (the
-// store no longer has this grant, or the deadline passed); or the store's
-// error wrapped, when the renewal failed but the lease remains trusted until
-// its deadline. The call is bounded by ctx and by the time left on the
-// lease.
+// store no longer has this grant, or the deadline passed); ErrReleased
+// after the lease was released; or the store's error wrapped, when the
+// renewal failed but the lease remains trusted until its deadline. The call
+// is bounded by ctx and by the time left on the lease.
 func (l *Lease) Renew(ctx context.Context) error {
 	return l.renew(ctx)
 }
 
 func (l *Lease) renew(ctx context.Context) error {
+	if !l.lk.begin() {
+		// Close is releasing the lease, or has.
+		if err := l.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("tenure: renew %q (token %d): %w", l.resource, l.token, ErrClosed)
+	}
+	defer l.lk.done()
 	l.mu.Lock()
 	if l.state != stateHeld {
 		err := l.cause
@@ -353,7 +432,12 @@ func (l *Lease) renew(ctx context.Context) error {
 	defer cancelBound()
 
 	tSend := l.lk.clock.Now()
-	err := l.lk.store.Renew(cctx, l.resource, l.owner, l.token, l.ttl)
+	var err error
+	if l.isMarker {
+		err = l.renewMarker(cctx)
+	} else {
+		err = l.lk.store.Renew(cctx, l.resource, l.owner, l.token, l.ttl)
+	}
 	l.lk.tel.renewed(ctx, span, l.resource, l.lk.clock.Now().Sub(tSend), err)
 	return l.settle(tSend, err)
 }
@@ -393,7 +477,7 @@ func (l *Lease) confirm(tSend time.Time) error {
 		return err
 	}
 	now := l.lk.clock.Now()
-	if !now.Before(l.effectiveDeadlineLocked()) {
+	if !now.Before(l.deadline) {
 		l.mu.Unlock()
 		l.check()
 		return l.Err()
@@ -403,7 +487,7 @@ func (l *Lease) confirm(tSend time.Time) error {
 		l.lastSend = tSend
 		l.lastErr = nil
 		l.failures = 0
-		l.watchdog.Reset(l.effectiveDeadlineLocked().Sub(now))
+		l.watchdog.Reset(l.deadline.Sub(now))
 		l.scheduleLocked(tSend.Add(l.interval).Sub(now))
 	}
 	l.mu.Unlock()
@@ -413,28 +497,42 @@ func (l *Lease) confirm(tSend time.Time) error {
 // end moves a held lease to released: it stops renewal, cancels the
 // lease's context with ErrReleased and aborts store calls in flight. It
 // returns the time until which the store may keep the lease, or an error
-// (wrapping ErrLeaseLost) when the lease had already ended.
+// (wrapping the loss's *LostError, or ErrReleased) when the lease had
+// already ended.
+//
+// A lease that end moved to released counts as store work in flight (see
+// Locker.begin), atomically with its leaving the Locker's held leases, so
+// that a Close that no longer finds the lease waits for its release: the
+// caller calls lk.done once the store has answered.
 func (l *Lease) end(op string) (time.Time, error) {
 	l.check()
+	lk := l.lk
+	lk.mu.Lock()
 	l.mu.Lock()
 	switch l.state {
 	case stateLost:
 		err := l.cause
 		l.mu.Unlock()
+		lk.mu.Unlock()
 		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, err)
 	case stateReleased:
 		l.mu.Unlock()
-		return time.Time{}, fmt.Errorf("tenure: %s %q: already released: %w", op, l.resource, ErrLeaseLost)
+		lk.mu.Unlock()
+		return time.Time{}, fmt.Errorf("tenure: %s %q: %w", op, l.resource, ErrReleased)
 	}
 	l.state = stateReleased
 	l.cause = ErrReleased
 	l.stopTimersLocked()
 	until := l.lastSend.Add(l.ttl)
+	marker := l.marker
 	l.mu.Unlock()
+	lk.forgetLocked(l)
+	lk.ops++
+	lk.mu.Unlock()
 
 	l.cancel(ErrReleased)
-	l.lk.forget(l)
-	l.lk.tel.leaseEnded(l.resource)
+	marker.endMarker()
+	lk.tel.leaseEnded(l.resource)
 	return until, nil
 }
 
@@ -455,13 +553,16 @@ func (l *Lease) end(op string) (time.Time, error) {
 //
 // It returns nil when the store confirmed that this grant no longer holds
 // the lease; an error wrapping ErrLeaseLost when the lease had already been
-// lost or released; and otherwise an error saying that the release was not
-// confirmed and the lease will expire by its TTL at the latest.
+// lost (its *LostError) or the store no longer had this grant; ErrReleased
+// when it had already been released; and otherwise an error saying that
+// the release was not confirmed and the lease will expire by its TTL at the
+// latest.
 func (l *Lease) Release(ctx context.Context) error {
 	until, err := l.end("release")
 	if err != nil {
 		return err
 	}
+	defer l.lk.done()
 	ctx, span := l.lk.tel.start(ctx, "tenure.release", l.resource)
 	err = l.releaseWithin(ctx, until)
 	l.lk.tel.released(ctx, span, l.resource, err)
@@ -530,6 +631,9 @@ func (l *Lease) releaseOnce(ctx context.Context, until time.Time) (err error, fi
 		return driver.UnknownOutcome(err), false
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
 		return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err), true
+	case !transient(err):
+		// A closed or unusable store never gets better: no retries.
+		return l.unconfirmed(err), true
 	}
 	return err, false
 }
@@ -607,10 +711,13 @@ func (l *Lease) releaseUntil(ctx context.Context, until time.Time, last *lastErr
 			unknown = true
 		case errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidOwner):
 			return fmt.Errorf("tenure: release %q (token %d): %w", l.resource, l.token, err)
+		case !transient(err):
+			// A closed or unusable store never gets better: no retries.
+			return l.unconfirmed(err)
 		}
 		lastErr = err
 		last.set(err)
-		if ctx.Err() != nil || !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
+		if ctx.Err() != nil || lk.abandoned.Load() || !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
 			break
 		}
 	}
@@ -644,8 +751,9 @@ func (l *Lease) unconfirmed(err error) error {
 // d must be a TTL the store accepts (driver.TTLChecker); otherwise the
 // error wraps ErrInvalidTTL and the lease is left as it was. d <= 0 is a
 // plain Release. It returns nil when the store confirmed the new expiry; an
-// error wrapping ErrLeaseLost when the lease had already ended or the store
-// no longer has this grant; and otherwise the store's error (the lease then
+// error wrapping ErrLeaseLost when the lease had already been lost or the
+// store no longer has this grant; ErrReleased when it had already been
+// released; and otherwise the store's error (the lease then
 // expires by its TTL at the latest). The call is bounded by ctx (unless ctx
 // had ended when the call began: the lease's own context, as for Release)
 // and by the time until the store would expire the lease.
@@ -662,6 +770,7 @@ func (l *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	defer l.lk.done()
 	now := l.lk.clock.Now()
 	if !now.Before(until) {
 		return fmt.Errorf("tenure: release %q after %v: %w: the store expired it already", l.resource, d, ErrLeaseLost)

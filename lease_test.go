@@ -366,14 +366,22 @@ func TestReleaseCancelsBeforeFreeing(t *testing.T) {
 	if liveAtRelease.Load() {
 		t.Fatal("the lease context was live when the store was asked to free it")
 	}
-	if cause := context.Cause(l.Context()); !errors.Is(cause, tenure.ErrReleased) || !errors.Is(cause, tenure.ErrLeaseLost) {
-		t.Fatalf("cause after Release: %v", cause)
+	// A release is not a loss: code that alerts on ErrLeaseLost must not
+	// alert on every clean release.
+	if cause := context.Cause(l.Context()); !errors.Is(cause, tenure.ErrReleased) || errors.Is(cause, tenure.ErrLeaseLost) {
+		t.Fatalf("cause after Release: %v; want ErrReleased, not matching ErrLeaseLost", cause)
 	}
-	if err := l.Release(ctx); !errors.Is(err, tenure.ErrLeaseLost) {
-		t.Fatalf("second Release: %v", err)
+	if err := l.Err(); !errors.Is(err, tenure.ErrReleased) || errors.Is(err, tenure.ErrLeaseLost) {
+		t.Fatalf("Err after Release: %v; want ErrReleased, not matching ErrLeaseLost", err)
 	}
-	if err := l.Renew(ctx); !errors.Is(err, tenure.ErrLeaseLost) {
-		t.Fatalf("Renew after Release: %v", err)
+	if err := l.Release(ctx); !errors.Is(err, tenure.ErrReleased) || errors.Is(err, tenure.ErrLeaseLost) {
+		t.Fatalf("second Release: %v; want ErrReleased", err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, tenure.ErrReleased) || errors.Is(err, tenure.ErrLeaseLost) {
+		t.Fatalf("Renew after Release: %v; want ErrReleased", err)
+	}
+	if err := l.ReleaseAfter(ctx, time.Minute); !errors.Is(err, tenure.ErrReleased) || errors.Is(err, tenure.ErrLeaseLost) {
+		t.Fatalf("ReleaseAfter after Release: %v; want ErrReleased", err)
 	}
 	select {
 	case cause := <-f.lost:
@@ -954,5 +962,34 @@ func TestAcquireWaitEndsWhenStoreUnusable(t *testing.T) {
 				t.Fatalf("%d acquire attempts; want 3 (two answered held, then unusable)", n)
 			}
 		})
+	}
+}
+
+// The "held" message says when the holder is the caller's own earlier
+// grant: a Locker is not reentrant, and a grant kept by ReleaseAfter holds
+// the resource until its hold ends.
+func TestHeldByOwnGrantSaysSo(t *testing.T) {
+	ctx := ctxT(t)
+	mem := memory.New()
+	lk, _ := tenure.New(mem, tenure.WithOwnerID("indexer"))
+	l, err := lk.TryAcquire(ctx, "r", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held *tenure.HeldError
+	_, err = lk.TryAcquire(ctx, "r", ttl)
+	if !errors.As(err, &held) || !errors.Is(err, tenure.ErrHeld) || !strings.Contains(err.Error(), "this Locker's own earlier grant") {
+		t.Fatalf("second TryAcquire: %v; want a *HeldError saying the holder is this Locker's own grant", err)
+	}
+	if err := l.ReleaseAfter(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lk.TryAcquire(ctx, "r", ttl)
+	if !errors.As(err, &held) || !strings.Contains(err.Error(), "kept by ReleaseAfter") {
+		t.Fatalf("TryAcquire of a kept grant: %v; want it named as this Locker's, kept", err)
+	}
+	other, _ := tenure.New(mem, tenure.WithOwnerID("indexer"))
+	if _, err = other.TryAcquire(ctx, "r", ttl); !errors.As(err, &held) || strings.Contains(err.Error(), "own") {
+		t.Fatalf("another Locker with the same id: %v; want a plain *HeldError", err)
 	}
 }

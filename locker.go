@@ -63,13 +63,18 @@ type Locker struct {
 	watching bool          // the suspend watch runs
 	probe    atomic.Bool   // an acquire ended with its outcome unknown: read before writing
 
-	// Acquires and clean-ups in flight, which Close waits for. A counter and
-	// a channel rather than a sync.WaitGroup: a lease can be lost, and start
-	// a clean-up, while Close is already waiting, and WaitGroup forbids an
-	// Add from zero concurrent with Wait.
-	opsMu   sync.Mutex
-	opsN    int
-	opsIdle chan struct{} // closed when opsN drops to 0; nil until Close asks
+	// Store work in flight, which Close waits for: every call or job that
+	// may call the store (acquires, renewals, releases, clean-ups, reads)
+	// counts in ops from before it looks at what to do until it is done
+	// (see begin). A counter and a channel rather than a sync.WaitGroup: a
+	// lease can be lost, and start a clean-up, while Close is already
+	// waiting, and WaitGroup forbids an Add from zero concurrent with Wait.
+	// Guarded by mu.
+	ops     int
+	opsIdle chan struct{} // closed when ops drops to 0; nil until Close asks
+	// abandoned is set when Close gave up waiting: background work still
+	// running makes no further attempts.
+	abandoned atomic.Bool
 }
 
 // New returns a Locker that keeps its leases in store. It returns an error
@@ -147,19 +152,28 @@ func (lk *Locker) newGrant() string {
 }
 
 // Get returns the live lease on resource as the store sees it, or an error
-// wrapping ErrNotHeld.
+// wrapping ErrNotHeld. After Close it returns ErrClosed.
 func (lk *Locker) Get(ctx context.Context, resource string) (Record, error) {
 	if err := driver.ValidateResource(resource); err != nil {
 		return Record{}, err
 	}
+	if !lk.begin() {
+		return Record{}, ErrClosed
+	}
+	defer lk.done()
 	return lk.store.Get(ctx, resource)
 }
 
-// List returns the live leases whose resource starts with prefix.
+// List returns the live leases whose resource starts with prefix. After
+// Close it returns ErrClosed.
 func (lk *Locker) List(ctx context.Context, prefix string) ([]Record, error) {
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
+	if !lk.begin() {
+		return nil, ErrClosed
+	}
+	defer lk.done()
 	return lk.store.List(ctx, prefix)
 }
 
@@ -175,13 +189,81 @@ func (lk *Locker) interval(ttl time.Duration) time.Duration {
 	return ttl / 3
 }
 
+// MinRenewWindow is the least time a renewal may have to be confirmed: a
+// lease's TTL·(1−ρ) less its renew interval (Timing.RenewWindow). Below
+// it, delays that no store call avoids (a disk sync, a round trip between
+// hosts, the scheduling delay of a loaded machine, a garbage-collection
+// pause) outlast the window, so the lease would be lost at its first
+// renewal, or its acquire answered past its deadline, however healthy the
+// store: CheckTTL refuses such a TTL. With the default renew interval
+// (TTL/3) and ρ (0.01), it means a TTL of at least 15.2 ms.
+const MinRenewWindow = 10 * time.Millisecond
+
+// Timing says when a Locker renews a lease of one TTL and how long it
+// trusts it: the numbers by which the Locker itself renews, trusts and
+// retries, for code that schedules work around a lease (the CLI's
+// supervisor, election). Locker.Timing returns it.
+type Timing struct {
+	// TTL is the lease's TTL.
+	TTL time.Duration
+	// RenewEvery is the interval between background renewals: TTL/3, or
+	// the interval set with WithRenewInterval. The next renewal is due
+	// RenewEvery after the last confirmed one was sent.
+	RenewEvery time.Duration
+	// TrustedFor is TTL·(1−ρ): a lease is trusted until TrustedFor after
+	// its last confirmed acquire or renewal was sent (Lease.Deadline).
+	TrustedFor time.Duration
+	// RenewWindow is TrustedFor − RenewEvery: how long each renewal has to
+	// be confirmed, its retries included, before the lease is lost; it is
+	// also the least time left on a lease renewed on schedule, just before
+	// a renewal. CheckTTL refuses a TTL whose RenewWindow is below
+	// MinRenewWindow.
+	RenewWindow time.Duration
+	// DriftBound is ρ (WithDriftBound).
+	DriftBound float64
+	// RetryBase and RetryMax are the backoff of retries (WithRetry): a
+	// failed renewal is retried after a delay drawn from
+	// [0, min(RetryBase·2^n, RetryMax, RenewEvery)], never later than half
+	// the time left on the lease; a blocking Acquire waits between attempts
+	// up to RetryMax.
+	RetryBase, RetryMax time.Duration
+}
+
+// Timing returns when this Locker renews a lease of ttl and how long it
+// trusts it. It makes no I/O and does not check ttl (CheckTTL does).
+func (lk *Locker) Timing(ttl time.Duration) Timing {
+	every, trust := lk.interval(ttl), lk.trust(ttl)
+	return Timing{
+		TTL:         ttl,
+		RenewEvery:  every,
+		TrustedFor:  trust,
+		RenewWindow: trust - every,
+		DriftBound:  lk.cfg.rho,
+		RetryBase:   lk.cfg.retry.Base,
+		RetryMax:    lk.cfg.retry.Cap,
+	}
+}
+
+// minTTL returns the shortest TTL whose RenewWindow is MinRenewWindow, in
+// whole milliseconds, rounded up.
+func (lk *Locker) minTTL() time.Duration {
+	var d float64
+	if iv := lk.cfg.renewInterval; iv > 0 {
+		d = float64(MinRenewWindow+iv) / (1 - lk.cfg.rho)
+	} else {
+		d = float64(MinRenewWindow) / (2.0/3 - lk.cfg.rho)
+	}
+	return (time.Duration(d) + time.Millisecond) / time.Millisecond * time.Millisecond
+}
+
 // CheckTTL reports whether ttl can be used for a lease of this Locker,
 // without any I/O: it must be positive, within the store's limits
 // (driver.TTLChecker: for example whole seconds from 1 s on Cassandra), and
-// leave time to renew (the renew interval, TTL/3 by default, must be shorter
-// than TTL·(1−ρ)). The error wraps ErrInvalidTTL. TryAcquire and Acquire make
-// the same check; election.New uses it to reject a configuration before
-// anything runs.
+// leave each renewal at least MinRenewWindow to be confirmed (Timing: the
+// renew interval, TTL/3 by default, must end MinRenewWindow before
+// TTL·(1−ρ)); the error then names the shortest TTL that does. The error
+// wraps ErrInvalidTTL. TryAcquire and Acquire make the same check;
+// election.New uses it to reject a configuration before anything runs.
 func (lk *Locker) CheckTTL(ttl time.Duration) error {
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
@@ -191,8 +273,13 @@ func (lk *Locker) CheckTTL(ttl time.Duration) error {
 			return err
 		}
 	}
-	if iv := lk.interval(ttl); iv <= 0 || iv >= lk.trust(ttl) {
-		return fmt.Errorf("%w: %v leaves no time to renew every %v", ErrInvalidTTL, ttl, iv)
+	t := lk.Timing(ttl)
+	switch {
+	case t.RenewEvery <= 0 || t.RenewEvery >= t.TrustedFor:
+		return fmt.Errorf("%w: %v: renewals every %v would come after the lease's deadline, TTL·(1−ρ) = %v after the last one was sent", ErrInvalidTTL, ttl, t.RenewEvery, t.TrustedFor)
+	case t.RenewWindow < MinRenewWindow:
+		return fmt.Errorf("%w: %v is too short: each renewal would have %v to be confirmed (TTL·(1−ρ) = %v less the renew interval %v), less than the %v a disk sync, a network round trip or a pause of a loaded machine can take; use a TTL of at least %v",
+			ErrInvalidTTL, ttl, t.RenewWindow, t.TrustedFor, t.RenewEvery, MinRenewWindow, lk.minTTL())
 	}
 	return nil
 }
@@ -220,14 +307,38 @@ func (lk *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Dura
 	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	if !lk.track() {
+	if !lk.begin() {
 		return nil, ErrClosed
 	}
-	defer lk.untrack()
+	defer lk.done()
 	sctx, span := lk.tel.start(ctx, "tenure.acquire", resource)
 	lease, err := lk.tryAcquire(ctx, sctx, resource, ttl)
 	lk.tel.acquired(sctx, span, resource, lease, err)
+	if err != nil {
+		err = lk.ownHolder(err)
+	}
 	return lease, err
+}
+
+// ownHolder adds to a *HeldError that names this Locker's own grant (or
+// its acquire of the resource still in flight) that it does: a Locker is
+// not reentrant, and "held by" an owner string that looks like any other
+// does not say that the caller itself holds the resource.
+func (lk *Locker) ownHolder(err error) error {
+	var held *HeldError
+	if !errors.As(err, &held) {
+		return err
+	}
+	owner := held.Holder.Owner
+	switch {
+	case owner == lk.owner:
+		return fmt.Errorf("%w; the holder is this Locker's own acquire of it, still in flight (a Locker is not reentrant)", err)
+	case !lk.Owns(owner):
+		return err
+	case strings.HasSuffix(owner, KeptOwner("")):
+		return fmt.Errorf("%w; the holder is this Locker's own earlier grant, kept by ReleaseAfter until it expires", err)
+	}
+	return fmt.Errorf("%w; the holder is this Locker's own earlier grant (a Locker is not reentrant: release that lease first)", err)
 }
 
 // tryAcquire makes the store calls with ctx (which carries tenure's span)
@@ -296,7 +407,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 	lk.tel.unknownOutcome(ctx, resource, "acquire")
 	lastErr := cause
 	for attempt := 0; ; attempt++ {
-		if !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
+		if lk.abandoned.Load() || !lk.sleep(ctx, lk.cfg.retry.Delay(attempt), until) {
 			break
 		}
 		now := lk.clock.Now()
@@ -372,10 +483,10 @@ func (lk *Locker) cleanup(resource, owner string, ttl time.Duration) {
 				}
 			}
 			cancel()
-			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
+			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) || !transient(err) {
 				return
 			}
-			if !lk.sleep(context.Background(), lk.cfg.retry.Delay(attempt), until) {
+			if lk.abandoned.Load() || !lk.sleep(context.Background(), lk.cfg.retry.Delay(attempt), until) {
 				return
 			}
 		}
@@ -437,7 +548,11 @@ func (lk *Locker) watchRelease(l *Lease) {
 		lk.log.Warn("release notifications unavailable; the lease learns of a loss at its next renewal", "resource", l.resource, "err", err)
 		return
 	}
+	lk.mu.Lock()
+	lk.ops++ // under way: part of the acquire that granted l
+	lk.mu.Unlock()
 	go func() {
+		defer lk.done()
 		defer stop()
 		for {
 			select {
@@ -485,32 +600,17 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	// Counted as a whole, so that Close waits until its subscription ended.
+	if !lk.begin() {
+		return nil, ErrClosed
+	}
+	defer lk.done()
 	// Subscribe to release notifications only once the resource was found
 	// held (an uncontended acquire costs no subscription), then try again at
 	// once, so that a release between the attempt and the subscription is
 	// not missed.
-	var notify <-chan struct{}
-	var unsubscribe func()
-	defer func() {
-		if unsubscribe != nil {
-			unsubscribe()
-		}
-	}()
-	subscribed := false
-	subscribe := func() bool {
-		subscribed = true
-		n, ok := lk.store.(driver.Notifier)
-		if !ok {
-			return false
-		}
-		ch, stop, err := n.Subscribe(ctx, resource)
-		if err != nil {
-			lk.log.Warn("release notifications unavailable; polling", "resource", resource, "err", err)
-			return false
-		}
-		notify, unsubscribe = ch, stop
-		return true
-	}
+	var w waker
+	defer w.end()
 	start := lk.clock.Now()
 	var held *HeldError
 	var lastErr error
@@ -519,10 +619,12 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	for attempt := 0; ; attempt++ {
 		lease, err := lk.TryAcquire(attemptCtx, resource, ttl)
 		if err == nil {
+			w.settled()
 			return lease, nil
 		}
-		if !subscribed && errors.As(err, &held) && subscribe() {
+		if !w.subscribed && errors.As(err, &held) && w.subscribe(ctx, lk, resource) {
 			if lease, err = lk.TryAcquire(ctx, resource, ttl); err == nil {
+				w.settled()
 				return lease, nil
 			}
 		}
@@ -530,6 +632,7 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 		switch {
 		case errors.As(err, &held):
 			attemptCtx = waiting(ctx)
+			w.settled()
 			lastErr = err
 			remaining = held.Holder.Remaining
 			if ac.onWait != nil {
@@ -549,13 +652,68 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			lastErr = err
 			lk.log.Warn("acquire attempt failed; retrying", "resource", resource, "err", err)
 		}
-		if err := lk.wait(ctx, lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
+		if err := w.wait(ctx, lk, lk.waitDelay(attempt, w.notify != nil, remaining)); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w (gave up waiting after %v: %w)", lastErr, lk.clock.Now().Sub(start).Round(time.Millisecond), err)
 		}
 	}
+}
+
+// waker is a blocking Acquire's subscription to release notifications. A
+// wake-up it took is owed to the other waiters until an attempt settles it
+// (the resource was granted, or found held); a waiter that ends its
+// subscription still owing one passes it on (see driver.Notifier).
+type waker struct {
+	subscribed bool
+	notify     <-chan struct{}
+	stop       func()
+	giveUp     context.CancelFunc // ends the subscription's context: passes the wake-up on
+	owed       bool
+}
+
+// subscribe subscribes to resource's release notifications, where the store
+// sends them, and reports whether it did. It is tried once.
+func (w *waker) subscribe(ctx context.Context, lk *Locker, resource string) bool {
+	w.subscribed = true
+	n, ok := lk.store.(driver.Notifier)
+	if !ok {
+		return false
+	}
+	sctx, giveUp := context.WithCancel(ctx)
+	ch, stop, err := n.Subscribe(sctx, resource)
+	if err != nil {
+		giveUp()
+		lk.log.Warn("release notifications unavailable; polling", "resource", resource, "err", err)
+		return false
+	}
+	w.notify, w.stop, w.giveUp = ch, stop, giveUp
+	return true
+}
+
+// wait waits as Locker.wait does; a wake-up it takes is owed until settled.
+func (w *waker) wait(ctx context.Context, lk *Locker, d time.Duration) error {
+	woken, err := lk.wait(ctx, d, w.notify)
+	if woken {
+		w.owed = true
+	}
+	return err
+}
+
+// settled records that an attempt acted on the wake-ups taken so far.
+func (w *waker) settled() { w.owed = false }
+
+// end ends the subscription, passing on a wake-up still owed.
+func (w *waker) end() {
+	if w.stop == nil {
+		return
+	}
+	if w.owed {
+		w.giveUp()
+	}
+	w.stop()
+	w.giveUp()
 }
 
 // notifiedPollEvery bounds, in retry intervals, how long a waiter that gets
@@ -594,23 +752,24 @@ func transient(err error) bool {
 		!errors.Is(err, ErrInvalidOwner) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrStoreUnusable)
 }
 
-// wait sleeps for d on the Locker's clock, or until notify fires, or until
-// ctx ends (then it returns ctx's cause), or until Close (ErrClosed).
-func (lk *Locker) wait(ctx context.Context, d time.Duration, notify <-chan struct{}) error {
+// wait sleeps for d on the Locker's clock, or until notify fires (then
+// woken is true), or until ctx ends (then it returns ctx's cause), or until
+// Close (ErrClosed).
+func (lk *Locker) wait(ctx context.Context, d time.Duration, notify <-chan struct{}) (woken bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	}
 	t := lk.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C():
-		return nil
+		return false, nil
 	case <-notify:
-		return nil
+		return true, nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	case <-lk.closeCh:
-		return ErrClosed
+		return false, ErrClosed
 	}
 }
 
@@ -671,10 +830,10 @@ func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
 	defer rcancel()
 	relErr := lease.Release(rctx)
-	if lostErr != nil {
+	if lostErr != nil && !errors.Is(lostErr, ErrReleased) {
 		return errors.Join(fnErr, lostErr)
 	}
-	if relErr != nil && !errors.Is(relErr, ErrLeaseLost) {
+	if relErr != nil && !errors.Is(relErr, ErrLeaseLost) && !errors.Is(relErr, ErrReleased) {
 		return errors.Join(fnErr, relErr)
 	}
 	// A loss between fn's return and the release does not matter: fn
@@ -682,14 +841,17 @@ func (lk *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn
 	return fnErr
 }
 
-// Close makes later and waiting acquires return ErrClosed, releases every
-// lease this Locker holds (their contexts are cancelled before the store is
-// asked to free them), and waits for the acquires, releases and clean-ups in
-// flight (freeing leases that were lost or whose acquire outcome was
-// unknown), so that nothing touches the store after it returns. ctx bounds
-// the wait; work still running then goes on in the background and is
-// reported in the error. It does not close the store. It is safe to call
-// more than once.
+// Close makes later and waiting acquires (and reads through the Locker)
+// return ErrClosed, releases every lease this Locker holds (their contexts
+// are cancelled before the store is asked to free them), and waits for
+// every store call the Locker started: acquires, renewals, releases (those
+// of leases released by their holders too) and clean-ups (freeing leases
+// that were lost or whose acquire outcome was unknown), so that once it
+// returns nil no store call of this Locker is in flight and none starts;
+// the store may then be closed. ctx bounds the wait: when it ends first,
+// the calls still in flight are reported in the error and make no further
+// attempts. It does not close the store. It is safe to call more than once
+// and concurrently with the Locker's other methods.
 func (lk *Locker) Close(ctx context.Context) error {
 	lk.mu.Lock()
 	if !lk.closed {
@@ -709,7 +871,7 @@ func (lk *Locker) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrReleased) {
 				errs[i] = err
 			}
 		}()
@@ -718,40 +880,41 @@ func (lk *Locker) Close(ctx context.Context) error {
 	select {
 	case <-lk.idle():
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("tenure: close: acquires or clean-ups still running: %w", context.Cause(ctx)))
+		lk.abandoned.Store(true)
+		errs = append(errs, fmt.Errorf("tenure: close: store calls still in flight (acquires, releases or clean-ups), which make no further attempts: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
 }
 
-// track counts an acquire in flight; it reports false after Close.
-func (lk *Locker) track() bool {
+// begin counts store work that is about to start (see Locker.ops); it
+// reports false after Close, and then the work must not start. Every begin
+// that returned true is matched by a done.
+func (lk *Locker) begin() bool {
 	lk.mu.Lock()
-	closed := lk.closed
-	lk.mu.Unlock()
-	if closed {
+	defer lk.mu.Unlock()
+	if lk.closed {
 		return false
 	}
-	lk.opsMu.Lock()
-	lk.opsN++
-	lk.opsMu.Unlock()
+	lk.ops++
 	return true
 }
 
-func (lk *Locker) untrack() {
-	lk.opsMu.Lock()
-	defer lk.opsMu.Unlock()
-	lk.opsN--
-	if lk.opsN == 0 && lk.opsIdle != nil {
+// done ends store work counted by begin (or by end, lose and background).
+func (lk *Locker) done() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.ops--
+	if lk.ops == 0 && lk.opsIdle != nil {
 		close(lk.opsIdle)
 		lk.opsIdle = nil
 	}
 }
 
-// idle returns a channel closed once no acquire or clean-up is in flight.
+// idle returns a channel closed once no store work is in flight.
 func (lk *Locker) idle() <-chan struct{} {
-	lk.opsMu.Lock()
-	defer lk.opsMu.Unlock()
-	if lk.opsN == 0 {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.ops == 0 {
 		ch := make(chan struct{})
 		close(ch)
 		return ch
@@ -763,13 +926,14 @@ func (lk *Locker) idle() <-chan struct{} {
 }
 
 // background runs f (a clean-up or a release) on the clean-up pool, due by
-// until; Close waits for it.
+// until; Close waits for it. It is called by work already counted, so it
+// runs after Close too: that work started before Close returned.
 func (lk *Locker) background(until time.Time, f func()) {
-	lk.opsMu.Lock()
-	lk.opsN++
-	lk.opsMu.Unlock()
+	lk.mu.Lock()
+	lk.ops++
+	lk.mu.Unlock()
 	lk.clean.submit(until, func() {
-		defer lk.untrack()
+		defer lk.done()
 		f()
 	})
 }
@@ -803,14 +967,13 @@ func (lk *Locker) unreserve(resource string) {
 	lk.mu.Unlock()
 }
 
-// forget removes l from the held leases, unless another lease replaced it.
-func (lk *Locker) forget(l *Lease) {
-	lk.mu.Lock()
+// forgetLocked removes l from the held leases, unless another lease
+// replaced it. lk.mu is held.
+func (lk *Locker) forgetLocked(l *Lease) {
 	if lk.held[l.resource] == l {
 		delete(lk.held, l.resource)
 		lk.live--
 	}
-	lk.mu.Unlock()
 }
 
 // Renewals in batches, for stores that renew many leases in one request.
@@ -833,6 +996,17 @@ func (lk *Locker) submitRenewals(due []*Lease) {
 		}
 		return
 	}
+	// A semaphore's marker renews with an acquire (Lease.renewMarker),
+	// which no batch carries.
+	batch := due[:0:0]
+	for _, l := range due {
+		if l.isMarker {
+			lk.renew.submit(l.Deadline(), l.backgroundRenew)
+		} else {
+			batch = append(batch, l)
+		}
+	}
+	due = batch
 	for len(due) > 0 {
 		n := min(len(due), maxBatch)
 		chunk := due[:n:n]
@@ -850,6 +1024,10 @@ func (lk *Locker) submitRenewals(due []*Lease) {
 // renewBatch renews leases in one store call and applies each answer as a
 // background renewal would.
 func (lk *Locker) renewBatch(b driver.BatchRenewer, leases []*Lease) {
+	if !lk.begin() {
+		return // Close releases the leases
+	}
+	defer lk.done()
 	now := lk.clock.Now()
 	reqs := make([]driver.Renewal, 0, len(leases))
 	live := make([]*Lease, 0, len(leases))

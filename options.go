@@ -65,8 +65,9 @@ func WithOwnerID(id string) Option { return func(c *config) { c.ownerID = id } }
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
 // WithRenewInterval sets a fixed interval between renewals. Zero (the
-// default) renews every TTL/3. The interval must be shorter than
-// TTL·(1−ρ), or TryAcquire returns ErrInvalidTTL.
+// default) renews every TTL/3. The interval must end at least
+// MinRenewWindow before TTL·(1−ρ), or TryAcquire returns ErrInvalidTTL
+// (see Locker.Timing).
 func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
 
 // WithRetry sets the backoff of a blocking Acquire and of renewal retries:

@@ -55,12 +55,12 @@ func (lk *Locker) stopWaiting(ctx *context.Context, resource string) {
 	lk.mu.Lock()
 	granted := lk.held[resource] != nil
 	lk.mu.Unlock()
-	if granted || !lk.track() {
+	if granted || !lk.begin() {
 		// After Close, nothing more: the reservation expires by itself.
 		return
 	}
 	go func() {
-		defer lk.untrack()
+		defer lk.done()
 		cctx, cancel := lk.bounded(context.Background(), lk.reservation())
 		defer cancel()
 		_ = r.Unreserve(cctx, resource, lk.waiterID())

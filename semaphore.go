@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-go/tenure/driver"
@@ -17,40 +19,47 @@ import (
 const MaxSlots = 1000
 
 // ErrSlotsMismatch means that holders of a semaphore disagree on its number
-// of slots: the resource has holders that were granted a slot of a
-// semaphore with another number. Nothing was acquired. Changing the number
-// of slots is an operator action: stop the holders (or wait until none is
-// left, or free their slots with `tenure release --force`), then start them
-// all with the new number.
+// of slots: the resource has slots held or kept (Lease.ReleaseAfter) by
+// holders of another number, or its marker names another number. Nothing
+// was acquired. Changing the number of slots is an operator action: stop
+// the holders (or wait until none is left, or free their slots with
+// `tenure release --force`), then start them all with the new number once
+// the marker expired (MarkerTTL at most after the last holder stopped).
 var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the number of slots")
 
 // Semaphore is a counting lease: at most Slots holders of one resource at
 // once, across every process that uses the same store, resource and number
 // of slots. Each slot is a lease of its own (see SlotName), with the
-// lease's whole contract: renewed in the background, lost exactly once, a
-// context cancelled the moment it can no longer be trusted, and a fencing
-// token that strictly increases per slot. A resource protected by a
-// semaphore keeps the highest token it has seen for each slot lease name
-// (SlotLease.Resource(), which names the number of slots too) and rejects
-// lower ones for that name. On stores whose tokens come from one counter
-// per store or cluster (SQLite, PostgreSQL, Redis, Cassandra's native mode,
-// etcd's revisions) tokens also increase across names, so a slot's token
-// never goes back when the number of slots changes; on the memory store,
-// tokens count per name.
+// lease's whole contract, renewed, trusted and lost by the same rules as a
+// plain lease of the same TTL: a context cancelled the moment it can no
+// longer be trusted, and a fencing token that strictly increases per slot.
+// A resource protected by a semaphore keeps the highest token it has seen
+// for each slot lease name (SlotLease.Resource(), which names the number of
+// slots too) and rejects lower ones for that name. On stores whose tokens
+// come from one counter per store or cluster (SQLite, PostgreSQL, Redis,
+// Cassandra's native mode, etcd's revisions) tokens also increase across
+// names, so a slot's token never goes back when the number of slots
+// changes; on the memory store, tokens count per name.
 //
 // A Semaphore works on every store, without store code: a slot is granted
-// by the store's own atomic acquire, with point operations only. Holders
-// agree on the number of slots through a marker lease, MarkerName(resource)
-// ("R/slots"), that every holder of N slots keeps with the same owner string
-// ("tenure semaphore of N slots"): a store renews a live lease for the owner
-// string that holds it, so all holders share the marker, and a holder
-// started with another number finds it held by the other owner string and
-// gets ErrSlotsMismatch instead of silently adding slots. Each holder renews
-// the marker with MarkerTTL while it holds its slot, and trusts its slot
-// only while its marker renewals are confirmed (see MarkerTTL); the marker
-// expires MarkerTTL after the last holder stopped, and only then can the
-// number change. A holder that finds the marker taken by another number
-// gives its slot up, as lost.
+// by the store's own atomic acquire, with point operations and one List.
+// Holders agree on the number of slots in two ways. (1) A marker lease,
+// MarkerName(resource) ("R/slots"), that every holder of N slots acquires
+// with the same owner string ("tenure semaphore of N slots") before it
+// takes a slot: a store renews a live lease for the owner string that holds
+// it, so holders of one number share the marker, and one of another number
+// finds it held and gets ErrSlotsMismatch. A slot is granted only within
+// MarkerTTL·(1−ρ) of that marker acquire, while no other number can hold
+// the marker. (2) After the marker, before it takes a slot, a holder lists
+// the resource's slot leases and gets ErrSlotsMismatch when any slot of
+// another number is held or kept. Together these keep the number for as
+// long as any slot of it is held or kept, whatever the slots' TTLs and
+// however long ago the marker was last renewed: a holder of another number
+// that takes the marker after it expired still finds their slots. While a
+// slot is held, its holder also renews the marker (with its slot's TTL, at
+// least MarkerTTL), so that holders of another number are refused by the
+// marker itself; the marker expires at most MarkerTTL (or the longest slot
+// TTL) after the last holder stopped, and is never released.
 //
 // It is safe for concurrent use. Make one with Locker.Semaphore.
 type Semaphore struct {
@@ -179,6 +188,10 @@ func (s *Semaphore) Slots() int { return s.slots }
 // Holders returns the live leases on the semaphore's slots, whatever number
 // of slots their holders were started with, sorted by name.
 func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
+	if !s.lk.begin() {
+		return nil, ErrClosed
+	}
+	defer s.lk.done()
 	recs, err := s.lk.store.List(ctx, slotsPrefix(s.resource))
 	if err != nil {
 		return nil, err
@@ -194,31 +207,34 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// MarkerTTL is the TTL of a semaphore's marker lease. Every holder renews
-// the marker with this TTL, every MarkerTTL/3, whatever its slot's TTL, so
-// that no holder shortens the marker under another (a holder with a short
-// TTL that renewed the marker with its own TTL, then left, would let the
-// marker expire while a holder with a long TTL still trusts its slot). A
-// slot is trusted only while its holder's marker is: when the marker has
-// not been confirmed for MarkerTTL·(1−ρ) since its last confirmed request
-// was sent, the slot's lease is lost (ErrLeaseExpired), before the marker
-// can expire in the store. The number of slots can change once the marker
-// has expired, MarkerTTL after the last holder stopped renewing it.
+// MarkerTTL is the shortest TTL of a semaphore's marker lease (see
+// Semaphore): holders acquire and renew the marker with their slot's TTL,
+// or MarkerTTL when that is shorter, so a slot is granted only within
+// MarkerTTL·(1−ρ) of its marker acquire, and the number of slots can
+// change MarkerTTL after the last holder stopped renewing the marker (or
+// the longest slot TTL, or once the last slot kept by ReleaseAfter expired,
+// whichever is later).
 const MarkerTTL = 30 * time.Second
 
+// markerTTL is the TTL with which a holder of a slot of ttl acquires and
+// renews the marker: never below MarkerTTL, so that no holder shortens the
+// marker under a slot grant in progress.
+func markerTTL(ttl time.Duration) time.Duration { return max(MarkerTTL, ttl) }
+
 // marker acquires (or renews, for the owner string every holder of this
-// number of slots shares) the semaphore's marker lease for MarkerTTL. It
-// returns an error wrapping ErrSlotsMismatch when holders of another
-// number of slots hold it.
+// number of slots shares) the semaphore's marker lease for ttl. It returns
+// an error wrapping ErrSlotsMismatch when holders of another number of
+// slots hold it.
 //
 // The marker's owner string is shared, so a marker acquire whose outcome is
 // unknown (a lost answer; on Cassandra, contention among holders renewing
 // it at once) is simply made again, up to three times while ctx lasts:
 // whichever of them was applied, the marker is this number's.
-func (s *Semaphore) marker(ctx context.Context) error {
+func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, error) {
+	var rec Record
 	var err error
 	for try := 0; try < 3; try++ {
-		_, err = s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), MarkerTTL)
+		rec, err = s.lk.store.Acquire(ctx, MarkerName(s.resource), markerOwner(s.slots), ttl)
 		if !errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
 			break
 		}
@@ -226,50 +242,113 @@ func (s *Semaphore) marker(ctx context.Context) error {
 	var held *HeldError
 	switch {
 	case err == nil:
-		return nil
+		return rec, nil
 	case errors.As(err, &held):
 		if n := markerSlots(held.Holder.Owner); n > 0 {
-			return fmt.Errorf("%w: %q has holders of %d slots, and this one was asked for %d; changing the number of slots means stopping every holder first (the marker %q expires %v after the last one stopped)",
-				ErrSlotsMismatch, s.resource, n, s.slots, MarkerName(s.resource), MarkerTTL)
+			return Record{}, fmt.Errorf("%w: %q is a semaphore of %d slots (its marker %q says so), and this one was asked for %d; the number of slots changes only once no slot of the other number is held or kept and the marker expired",
+				ErrSlotsMismatch, s.resource, n, MarkerName(s.resource), s.slots)
 		}
-		return fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, MarkerName(s.resource), held.Holder.Owner, err)
+		return Record{}, fmt.Errorf("tenure: semaphore %q: its marker %q is held by %q, which is not a semaphore holder: %w", s.resource, MarkerName(s.resource), held.Holder.Owner, err)
 	default:
-		return fmt.Errorf("tenure: semaphore %q: marker: %w", s.resource, err)
+		return Record{}, fmt.Errorf("tenure: semaphore %q: marker: %w", s.resource, err)
 	}
 }
 
-// TryAcquire makes one attempt to acquire a free slot for ttl: it tries the
-// slots in a random order, which spreads contenders over them, one store
-// call each. It returns a *SlotsHeldError (errors.Is ErrHeld) naming the
-// holders when every slot is held, an error wrapping ErrSlotsMismatch when
-// holders with another number of slots exist, and otherwise what
-// Locker.TryAcquire returns. Bad input is refused before any I/O.
+// slotsHeld lists the semaphore's slot leases, held or kept, and returns
+// them by slot, or an error wrapping ErrSlotsMismatch when any has another
+// number of slots.
+func (s *Semaphore) slotsHeld(ctx context.Context) (map[int]Record, error) {
+	recs, err := s.lk.store.List(ctx, slotsPrefix(s.resource))
+	if err != nil {
+		return nil, fmt.Errorf("tenure: semaphore %q: list its slots: %w", s.resource, err)
+	}
+	held := make(map[int]Record, len(recs))
+	for _, r := range recs {
+		if strings.LastIndex(r.Resource, "/slot-") != len(s.resource) {
+			continue
+		}
+		slot, n, ok := ParseSlotName(r.Resource)
+		switch {
+		case !ok:
+		case n != s.slots:
+			return nil, fmt.Errorf("%w: %q has a slot of %d held by %q (%q), and this one was asked for %d slots; the number of slots changes only once no slot of the other number is held or kept",
+				ErrSlotsMismatch, s.resource, n, r.Owner, r.Resource, s.slots)
+		default:
+			held[slot] = r
+		}
+	}
+	return held, nil
+}
+
+// TryAcquire makes one attempt to acquire a free slot for ttl: it
+// acquires the marker, lists the slots (see Semaphore), and tries the free
+// ones in a random order, which spreads contenders over them, then the
+// held ones, one store call each, until one is granted. It returns a *SlotsHeldError (errors.Is ErrHeld) naming the
+// holders when every slot is held (or kept), an error wrapping
+// ErrSlotsMismatch when holders with another number of slots exist, and
+// otherwise what Locker.TryAcquire returns. Bad input is refused before
+// any I/O, and after Close it returns ErrClosed without I/O.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLease, error) {
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	tMarker := s.lk.clock.Now()
-	mctx, cancel := s.lk.bounded(ctx, s.lk.trust(MarkerTTL))
-	err := s.marker(mctx)
-	cancel()
+	if !s.lk.begin() {
+		return nil, ErrClosed
+	}
+	defer s.lk.done()
+	return s.tryAcquire(ctx, ttl)
+}
+
+func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLease, error) {
+	lk := s.lk
+	// A slot may be granted until window: while the marker is this
+	// number's, whoever renewed it since (each with MarkerTTL at least).
+	tMarker := lk.clock.Now()
+	window := tMarker.Add(lk.trust(MarkerTTL))
+	wctx, cancel := lk.bounded(ctx, lk.trust(MarkerTTL))
+	defer cancel()
+	mttl := markerTTL(ttl)
+	mrec, err := s.marker(wctx, mttl)
 	if err != nil {
 		return nil, err
 	}
-	order := rand.Perm(s.slots)
+	held, err := s.slotsHeld(wctx)
+	if err != nil {
+		return nil, err
+	}
+	// The free slots first, in a random order; then the held ones, each
+	// asked too: one may have been freed since the list, and an acquire
+	// that finds a slot held marks it as waited for on the stores whose
+	// releases notify only then (PostgreSQL, Redis).
+	order := make([]int, 0, s.slots)
+	for _, i := range rand.Perm(s.slots) {
+		if _, ok := held[i+1]; !ok {
+			order = append(order, i+1)
+		}
+	}
+	for _, i := range rand.Perm(s.slots) {
+		if _, ok := held[i+1]; ok {
+			order = append(order, i+1)
+		}
+	}
 	e := &SlotsHeldError{Resource: s.resource, Slots: s.slots}
-	for _, i := range order {
-		slot := i + 1
-		l, err := s.lk.TryAcquire(ctx, SlotName(s.resource, slot, s.slots), ttl)
+	for _, slot := range order {
+		l, err := lk.TryAcquire(wctx, SlotName(s.resource, slot, s.slots), ttl)
 		var h *HeldError
 		switch {
 		case err == nil:
-			sl := &SlotLease{Lease: l, Slot: slot}
-			l.setBound(tMarker.Add(s.lk.trust(MarkerTTL)))
-			if err := l.Err(); err != nil {
-				return nil, fmt.Errorf("tenure: semaphore %q: slot %d granted after its marker's deadline: %w", s.resource, slot, err)
+			now := lk.clock.Now()
+			if !now.Before(window) {
+				// The answer came after the window: holders of another
+				// number may hold the marker now. Free the slot.
+				_ = l.Release(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("tenure: semaphore %q: slot %d was granted %v after the marker was acquired, past the %v within which the number of slots is sure; released it: %w",
+					s.resource, slot, now.Sub(tMarker), lk.trust(MarkerTTL), ErrLeaseLost)
 			}
-			go s.keepMarker(sl, tMarker)
-			return sl, nil
+			m := newLease(lk, context.WithoutCancel(ctx), mrec.Resource, mrec.Owner, mttl, mrec.Token, tMarker, tMarker.Add(lk.trust(mttl)))
+			m.isMarker = true
+			l.setMarker(m, now)
+			return &SlotLease{Lease: l, Slot: slot}, nil
 		case errors.As(err, &h):
 			e.Holders = append(e.Holders, h.Holder)
 		default:
@@ -278,56 +357,6 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	}
 	slices.SortFunc(e.Holders, func(a, b Record) int { return strings.Compare(a.Resource, b.Resource) })
 	return nil, e
-}
-
-// keepMarker renews the semaphore's marker every MarkerTTL/3 from tSend
-// (the send time of the marker request that came with the slot), and
-// retries a failed renewal every second, until the slot's lease ends. Each
-// confirmed renewal moves the lease's bound to its send time +
-// MarkerTTL·(1−ρ); when the bound passes unconfirmed, the slot is lost. A
-// marker found taken by holders of another number of slots ends the slot's
-// lease as lost at once.
-func (s *Semaphore) keepMarker(sl *SlotLease, tSend time.Time) {
-	l := sl.Lease
-	every := MarkerTTL / 3
-	next := tSend.Add(every)
-	for {
-		l.mu.Lock()
-		bound := l.bound
-		l.mu.Unlock()
-		now := s.lk.clock.Now()
-		if !now.Before(bound) {
-			l.check()
-			return
-		}
-		if now.Before(next) {
-			t := s.lk.clock.NewTimer(min(next.Sub(now), bound.Sub(now)))
-			select {
-			case <-l.opCtx.Done():
-				t.Stop()
-				return
-			case <-t.C():
-			}
-			continue
-		}
-		cctx, cancel := s.lk.bounded(l.opCtx, bound.Sub(now))
-		err := s.marker(cctx)
-		cancel()
-		switch {
-		case err == nil:
-			l.setBound(now.Add(s.lk.trust(MarkerTTL)))
-			next = now.Add(every)
-		case errors.Is(err, ErrSlotsMismatch):
-			l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err), reasonNotOwner, false)
-			return
-		default:
-			if l.opCtx.Err() != nil {
-				return
-			}
-			s.lk.log.Warn("semaphore marker not renewed; retrying", "resource", s.resource, "err", err, "left", bound.Sub(now))
-			next = s.lk.clock.Now().Add(min(time.Second, every))
-		}
-	}
 }
 
 // Acquire blocks until a slot is granted for ttl or ctx ends, waiting
@@ -345,25 +374,30 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
+	// Counted as a whole, so that Close waits until its subscriptions ended.
+	if !s.lk.begin() {
+		return nil, ErrClosed
+	}
+	defer s.lk.done()
 	// Subscribe once every slot was found held (see Locker.Acquire), then
 	// try again at once.
-	var notify <-chan struct{}
-	stop := func() {}
-	defer func() { stop() }()
-	subscribed := false
+	w := &slotWaker{}
+	granted := 0
+	defer func() { w.end(granted) }()
 	start := s.lk.clock.Now()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
+		w.attempt()
 		l, err := s.TryAcquire(ctx, ttl)
 		if err == nil {
+			granted = l.Slot
 			return l, nil
 		}
-		if !subscribed && errors.Is(err, ErrHeld) {
-			subscribed = true
-			if notify, stop = s.subscribe(ctx); notify != nil {
-				if l, err = s.TryAcquire(ctx, ttl); err == nil {
-					return l, nil
-				}
+		if !w.subscribed && errors.Is(err, ErrHeld) && w.subscribe(ctx, s) {
+			w.attempt()
+			if l, err = s.TryAcquire(ctx, ttl); err == nil {
+				granted = l.Slot
+				return l, nil
 			}
 		}
 		var held *SlotsHeldError
@@ -371,6 +405,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 		var remaining time.Duration // until the first slot's lease would expire, when the store said
 		switch {
 		case errors.As(err, &held):
+			w.settled()
 			lastErr = err
 			for i, h := range held.Holders {
 				if i == 0 || h.Remaining < remaining {
@@ -391,7 +426,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 			lastErr = err
 			s.lk.log.Warn("semaphore acquire attempt failed; retrying", "resource", s.resource, "err", err)
 		}
-		if err := s.lk.wait(ctx, s.lk.waitDelay(attempt, notify != nil, remaining), notify); err != nil {
+		if _, err := s.lk.wait(ctx, s.lk.waitDelay(attempt, w.notify != nil, remaining), w.notify); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
 			}
@@ -404,48 +439,108 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Acqu
 // more slots it polls.
 const maxSubscribedSlots = 16
 
-// subscribe returns a channel that fires when any slot may have been
-// released, where the store notifies releases, and a function that ends the
-// subscriptions.
-func (s *Semaphore) subscribe(ctx context.Context) (<-chan struct{}, func()) {
+// slotWaker is a waiting Semaphore.Acquire's subscriptions to the release
+// notifications of its slots, one per slot, merged into one channel. A
+// release of a slot wakes one waiter of that slot (driver.Hub), so a waiter
+// that was woken by several slots, or that gives up, owes the wake-ups it
+// did not act on to the other waiters: as many waiters must be woken as
+// slots were freed. A wake-up is owed from the attempt that follows it
+// until an attempt that finds every slot held; a grant settles the granted
+// slot's own. Ending the subscriptions passes the owed wake-ups on (see
+// driver.Notifier).
+type slotWaker struct {
+	subscribed bool
+	notify     chan struct{} // nil: not subscribed (polling)
+	subs       []*slotSub    // by slot, from 1
+	cancel     context.CancelFunc
+	forwarders sync.WaitGroup
+}
+
+type slotSub struct {
+	stop   func()
+	giveUp context.CancelFunc // ends the subscription's context: passes a wake-up on
+	woken  atomic.Bool        // a wake-up arrived since the last attempt began
+	taken  bool               // a wake-up that an attempt began after is not settled
+}
+
+// subscribe subscribes to the release notifications of every slot, where
+// the store sends them and the semaphore has at most maxSubscribedSlots
+// slots, and reports whether it did. It is tried once.
+func (w *slotWaker) subscribe(ctx context.Context, s *Semaphore) bool {
+	w.subscribed = true
 	n, ok := s.lk.store.(driver.Notifier)
 	if !ok || s.slots > maxSubscribedSlots {
-		return nil, func() {}
+		return false
 	}
-	out := make(chan struct{}, 1)
-	sctx, cancel := context.WithCancel(ctx)
-	var stops []func()
+	w.notify = make(chan struct{}, 1)
+	fctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
 	for slot := 1; slot <= s.slots; slot++ {
+		sctx, giveUp := context.WithCancel(ctx)
 		ch, stop, err := n.Subscribe(sctx, SlotName(s.resource, slot, s.slots))
 		if err != nil {
+			giveUp()
 			s.lk.log.Warn("release notifications unavailable; polling", "resource", s.resource, "err", err)
-			for _, f := range stops {
-				f()
-			}
-			cancel()
-			return nil, func() {}
+			w.end(0)
+			w.notify = nil
+			return false
 		}
-		stops = append(stops, stop)
+		sub := &slotSub{stop: stop, giveUp: giveUp}
+		w.subs = append(w.subs, sub)
+		w.forwarders.Add(1)
 		go func() {
+			defer w.forwarders.Done()
 			for {
 				select {
-				case <-sctx.Done():
+				case <-fctx.Done():
 					return
 				case <-ch:
+					sub.woken.Store(true)
 					select {
-					case out <- struct{}{}:
+					case w.notify <- struct{}{}:
 					default:
 					}
 				}
 			}
 		}()
 	}
-	return out, func() {
-		cancel()
-		for _, f := range stops {
-			f()
+	return true
+}
+
+// attempt records that an attempt begins: it acts on the wake-ups that
+// arrived so far.
+func (w *slotWaker) attempt() {
+	for _, sub := range w.subs {
+		if sub.woken.Swap(false) {
+			sub.taken = true
 		}
 	}
+}
+
+// settled records that an attempt found every slot held: the wake-ups it
+// acted on are used.
+func (w *slotWaker) settled() {
+	for _, sub := range w.subs {
+		sub.taken = false
+	}
+}
+
+// end ends the subscriptions, after a grant of slot granted (0: none),
+// passing on every wake-up owed.
+func (w *slotWaker) end(granted int) {
+	if w.cancel == nil {
+		return
+	}
+	w.cancel()
+	w.forwarders.Wait() // every wake-up received is recorded
+	for i, sub := range w.subs {
+		if (sub.taken && i+1 != granted) || sub.woken.Load() {
+			sub.giveUp()
+		}
+		sub.stop()
+		sub.giveUp()
+	}
+	w.subs, w.cancel = nil, nil
 }
 
 // OnSlotsWait sets a function that Semaphore.Acquire calls after each

@@ -3,7 +3,8 @@ package tenure
 import (
 	"context"
 	"errors"
-	"sync/atomic"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,145 +13,147 @@ import (
 	"github.com/tenure-go/tenure/store/memory"
 )
 
-// slowMarkerStore holds the next acquire of the semaphore's marker while
-// hold is set, until release is closed: a marker renewal whose answer comes
-// late (a slow store, or a suspend while it was in flight).
-type slowMarkerStore struct {
+// lateSlotStore answers the acquire of a slot lease only after moving the
+// fake clock past the marker's window: a slot grant whose answer came late
+// (a slow store, or a pause while it was in flight).
+type lateSlotStore struct {
 	*memory.Store
-	marker  string
-	hold    atomic.Bool
-	entered chan struct{}
-	release chan struct{}
+	fc *clock.Fake
 }
 
-func (s *slowMarkerStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
-	if resource == s.marker && s.hold.CompareAndSwap(true, false) {
-		close(s.entered)
-		<-s.release
+func (s *lateSlotStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	rec, err := s.Store.Acquire(ctx, resource, owner, ttl)
+	if strings.Contains(resource, "/slot-") {
+		s.fc.Advance(MarkerTTL)
+	}
+	return rec, err
+}
+
+// A slot granted after the marker's window (when holders of another number
+// of slots may hold the marker) is not trusted: it is freed, and the error
+// says why.
+func TestSlotGrantedPastTheMarkersWindowIsFreed(t *testing.T) {
+	ctx := context.Background()
+	fc := clock.NewFake()
+	mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
+	lk, err := New(&lateSlotStore{Store: mem, fc: fc}, WithClock(fc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close(ctx)
+	sem, _ := lk.Semaphore("r", 2)
+	sl, err := sem.TryAcquire(ctx, 10*time.Minute)
+	if err == nil {
+		t.Fatalf("slot %d granted past the marker's window", sl.Slot)
+	}
+	if !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "released it") {
+		t.Fatalf("TryAcquire: %v; want the slot freed, wrapping ErrLeaseLost", err)
+	}
+	if recs, _ := mem.List(ctx, "r/slot-"); len(recs) != 0 {
+		t.Fatalf("the late slot is still held: %v", recs)
+	}
+}
+
+// countingRenewals counts the renewals (one by one, in batches, and the
+// marker's, which are acquires) per resource.
+type countingRenewals struct {
+	*memory.Store
+	mu      sync.Mutex
+	renews  map[string]int
+	batches int
+}
+
+func (s *countingRenewals) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
+	if strings.HasSuffix(resource, "/slots") {
+		s.mu.Lock()
+		s.renews[resource]++
+		s.mu.Unlock()
 	}
 	return s.Store.Acquire(ctx, resource, owner, ttl)
 }
 
-// slowMarkerSlot returns a slot lease of a 2-slot semaphore on "r" (TTL
-// 10 minutes, so that only the marker's bound can end it) whose marker
-// renewal, sent MarkerTTL/3 after the grant, is in flight and held.
-func slowMarkerSlot(t *testing.T) (*clock.Fake, *memory.Store, *slowMarkerStore, *SlotLease) {
-	t.Helper()
+func (s *countingRenewals) Renew(ctx context.Context, resource, owner string, token uint64, ttl time.Duration) error {
+	s.mu.Lock()
+	s.renews[resource]++
+	s.mu.Unlock()
+	return s.Store.Renew(ctx, resource, owner, token, ttl)
+}
+
+func (s *countingRenewals) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	s.mu.Lock()
+	s.batches++
+	for _, r := range leases {
+		s.renews[r.Resource]++
+	}
+	s.mu.Unlock()
+	return s.Store.RenewBatch(ctx, leases)
+}
+
+func (s *countingRenewals) count(resource string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renews[resource]
+}
+
+// The marker is renewed by the Locker's one renewal engine: the scheduler
+// and the renewal pool, at the Locker's renew interval (with an acquire by
+// the owner string every holder shares, which no batch carries; the slot
+// is renewed in a batch). While the slot is held
+// the marker stays live, however long; once the slot is released, it is
+// no longer renewed and expires (it is never released: others share it).
+func TestMarkerRenewedLikeAnyLease(t *testing.T) {
+	ctx := context.Background()
 	fc := clock.NewFake()
-	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
-	st := &slowMarkerStore{Store: mem, marker: MarkerName("r"), entered: make(chan struct{}), release: make(chan struct{})}
-	t.Cleanup(func() {
-		select {
-		case <-st.release:
-		default:
-			close(st.release)
+	mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
+	st := &countingRenewals{Store: mem, renews: map[string]int{}}
+	lk, err := New(st, WithClock(fc), WithRenewInterval(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close(ctx)
+	sem, _ := lk.Semaphore("r", 2)
+	sl, err := sem.TryAcquire(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 24 { // two minutes, four marker TTLs
+		fc.Advance(5 * time.Second)
+		waitFor(t, "the renewals did not run", func() bool {
+			return st.count(sl.Resource()) >= i+1 && st.count(MarkerName("r")) >= i+1 && scheduledAfter(lk, fc.Now()) == 2
+		})
+	}
+	if n := st.count(MarkerName("r")) - 1; n < 24 || n > 26 { // less its first acquire
+		t.Fatalf("%d marker renewals in 24 renew intervals", n)
+	}
+	if _, err := mem.Get(ctx, MarkerName("r")); err != nil {
+		t.Fatalf("the marker is gone while its slot is held: %v", err)
+	}
+	if err := sl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mem.Get(ctx, MarkerName("r")); err != nil {
+		t.Fatalf("the marker was released with the slot: %v", err)
+	}
+	before := st.count(MarkerName("r"))
+	fc.Advance(MarkerTTL + time.Second)
+	time.Sleep(10 * time.Millisecond)
+	if n := st.count(MarkerName("r")); n != before {
+		t.Fatalf("the marker was renewed %d times after its slot was released", n-before)
+	}
+	if _, err := mem.Get(ctx, MarkerName("r")); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("the marker outlived its TTL after the last slot was released: %v", err)
+	}
+}
+
+// scheduledAfter returns how many renewals lk's scheduler has due after t.
+func scheduledAfter(lk *Locker, t time.Time) int {
+	lk.sched.mu.Lock()
+	defer lk.sched.mu.Unlock()
+	n := 0
+	for _, e := range lk.sched.h {
+		if e.at.After(t) {
+			n++
 		}
-	})
-	lk, err := New(st, WithClock(fc))
-	if err != nil {
-		t.Fatal(err)
 	}
-	t.Cleanup(func() { lk.Close(context.Background()) })
-	sem, err := lk.Semaphore("r", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sl, err := sem.TryAcquire(context.Background(), 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The watchdog, the renewal timer and keepMarker's timer.
-	waitFor(t, "keepMarker did not arm its timer", func() bool { return fc.Pending() >= 3 })
-	st.hold.Store(true)
-	fc.Advance(MarkerTTL / 3)
-	<-st.entered
-	return fc, mem, st, sl
-}
-
-// A slot lease ends at its bound (the marker's deadline) while the marker's
-// renewal hangs: the watchdog watches the bound too, not only the lease's
-// own deadline, so the lease's Done channel closes before a holder of
-// another number of slots can be granted (adversarial review: it stayed
-// open while a 3-slot holder held the resource).
-func TestSlotLostAtItsBoundWhileTheMarkerRenewalHangs(t *testing.T) {
-	fc, mem, _, sl := slowMarkerSlot(t)
-	bound := sl.Deadline()
-	done := sl.Done()
-	fc.Advance(MarkerTTL) // past the bound, and past the marker's expiry in the store
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%v past the slot's bound, its Done channel is still open", fc.Now().Sub(bound))
-	}
-	if cause := context.Cause(sl.Context()); !errors.Is(cause, ErrLeaseLost) || !errors.Is(cause, errBound) {
-		t.Fatalf("cause %v, want a loss at the marker's bound", cause)
-	}
-	// The resource is now free for holders of 3 slots, and the 2-slot
-	// holder no longer trusts its slot.
-	lk3, err := New(mem, WithClock(fc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk3.Close(context.Background())
-	sem3, _ := lk3.Semaphore("r", 3)
-	if _, err := sem3.TryAcquire(context.Background(), time.Minute); err != nil {
-		t.Fatalf("3-slot holder: %v", err)
-	}
-}
-
-// A marker renewal confirmed after the slot's bound has passed leaves the
-// slot lost, its loss reported once. (Whether the watchdog or a read of Err
-// sees the passed bound first is up to the scheduler here;
-// TestSetBoundRefusesAPassedBound pins the refusal to move a passed bound.)
-func TestLateMarkerConfirmationDoesNotReviveTheSlot(t *testing.T) {
-	fc, mem, st, sl := slowMarkerSlot(t)
-	var losses atomic.Int32
-	go func() { <-sl.Done(); losses.Add(1) }()
-	fc.Advance(MarkerTTL/3*2 + 5*time.Second) // the bound and the marker's expiry in the store have passed
-	if _, err := mem.Get(context.Background(), MarkerName("r")); err == nil {
-		t.Fatal("test setup: the marker is still live in the store")
-	}
-	close(st.release) // the late answer: the request writes the marker again
-	waitFor(t, "the slot is still trusted past its bound", func() bool { return sl.Err() != nil })
-	waitFor(t, "the slot's loss was never reported", func() bool { return losses.Load() == 1 })
-	if err := sl.Err(); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("Err %v, want ErrLeaseLost", err)
-	}
-}
-
-// frozenClock is a fake clock whose AfterFunc timers never fire: a
-// watchdog that was not run (the machine was suspended, the runtime late).
-type frozenClock struct{ *clock.Fake }
-
-func (frozenClock) AfterFunc(time.Duration, func()) clock.Timer { return stuckTimer{} }
-
-type stuckTimer struct{}
-
-func (stuckTimer) C() <-chan time.Time      { return nil }
-func (stuckTimer) Reset(time.Duration) bool { return false }
-func (stuckTimer) Stop() bool               { return false }
-
-// setBound does not move a bound that has passed, even when no timer has
-// ended the lease yet: the lease is lost at once.
-func TestSetBoundRefusesAPassedBound(t *testing.T) {
-	fc := clock.NewFake()
-	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
-	lk, err := New(mem, WithClock(frozenClock{fc}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close(context.Background())
-	l, err := lk.TryAcquire(context.Background(), "r", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.setBound(fc.Now().Add(10 * time.Second))
-	fc.Advance(11 * time.Second)
-	l.setBound(fc.Now().Add(10 * time.Second)) // a confirmation that came too late
-	l.mu.Lock()
-	state := l.state
-	l.mu.Unlock()
-	if state != stateLost {
-		t.Fatalf("a bound that passed was moved: the lease is still held, until %v", l.Deadline())
-	}
+	return n
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/memory"
 )
 
@@ -126,9 +127,10 @@ func TestSemaphoreSlotsMismatch(t *testing.T) {
 }
 
 // A holder whose marker was taken by holders of another number of slots
-// (its renewals of the marker failed for a whole TTL) gives its slot up, as
-// lost.
-func TestSemaphoreMarkerTakenEndsTheSlot(t *testing.T) {
+// (an operator freed it) keeps its slot: a holder of another number that
+// takes the marker still finds the slot, and is refused. A slot ends only
+// as a lease does, and says why in the contract's terms (a *LostError).
+func TestSemaphoreMarkerTakenKeepsTheCount(t *testing.T) {
 	fc := clock.NewFake()
 	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
 	ctx := ctxT(t)
@@ -146,21 +148,37 @@ func TestSemaphoreMarkerTakenEndsTheSlot(t *testing.T) {
 	}
 	b, _ := tenure.New(mem, tenure.WithClock(fc))
 	sem5, _ := b.Semaphore("r", 5)
-	if _, err := sem5.TryAcquire(ctx, ttl); err != nil {
-		t.Fatalf("the holder of 5 slots: %v", err)
+	if s5, err := sem5.TryAcquire(ctx, ttl); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		if err == nil {
+			t.Fatalf("a 5-slot holder got slot %d while a 3-slot holder trusts slot %d", s5.Slot, l.Slot)
+		}
+		t.Fatalf("the holder of 5 slots: %v; want ErrSlotsMismatch", err)
+	}
+	for range 10 {
+		fc.Advance(ttl / 3) // the first holder renews its slot (and tries the marker)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the slot was lost: %v", err)
+	}
+	// An operator frees the slot itself: lost, as any lease.
+	rec, _ = mem.Get(ctx, l.Resource())
+	if err := mem.Release(ctx, rec.Resource, rec.Owner, rec.Token); err != nil {
+		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
-		fc.Advance(ttl / 3) // the first holder renews its slot and the marker
+		fc.Advance(ttl / 3)
 		select {
 		case cause := <-lost:
-			if !errors.Is(cause, tenure.ErrSlotsMismatch) || !errors.Is(l.Err(), tenure.ErrLeaseLost) {
-				t.Fatalf("cause %v, Err %v", cause, l.Err())
+			var le *tenure.LostError
+			if !errors.As(cause, &le) || !errors.Is(cause, tenure.ErrNotHolder) {
+				t.Fatalf("cause %v; want a *LostError matching ErrNotHolder", cause)
 			}
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
 		if i > 100 {
-			t.Fatal("the slot was kept although its marker names another number of slots")
+			t.Fatal("the slot freed by an operator was not lost")
 		}
 	}
 }
@@ -300,24 +318,11 @@ func TestSemaphoreMarkerNotShortenedByAnotherHolder(t *testing.T) {
 	}
 }
 
-// markerFails fails every acquire of a semaphore marker while fail is set.
-type markerFails struct {
-	*memory.Store
-	fail atomic.Bool
-}
-
-func (m *markerFails) Acquire(ctx context.Context, r, owner string, ttl time.Duration) (tenure.Record, error) {
-	if m.fail.Load() && strings.HasSuffix(r, "/slots") {
-		return tenure.Record{}, errors.New("injected: marker unreachable")
-	}
-	return m.Store.Acquire(ctx, r, owner, ttl)
-}
-
 // A holder whose marker renewals fail while its slot's renewals succeed
-// stops trusting its slot before the marker can expire in the store: a
-// holder of another number of slots, granted once the marker expired, never
-// overlaps with it.
-func TestSemaphoreSlotEndsWithItsMarker(t *testing.T) {
+// keeps its slot, trusted by its own renewals, past the marker's expiry:
+// a holder of another number of slots, which can take the marker then,
+// still finds the slot and is refused.
+func TestSemaphoreSlotOutlivesItsMarker(t *testing.T) {
 	ctx := ctxT(t)
 	fc := clock.NewFake()
 	mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
@@ -334,21 +339,123 @@ func TestSemaphoreSlotEndsWithItsMarker(t *testing.T) {
 	for i := range 80 {
 		fc.Advance(500 * time.Millisecond)
 		time.Sleep(2 * time.Millisecond)
-		c, err := semC.TryAcquire(ctx, 3*time.Second)
-		if err == nil {
-			if a.Err() == nil {
-				t.Fatalf("after %v: a 5-slot holder got slot %d while the 3-slot holder trusts slot %d", time.Duration(i+1)*500*time.Millisecond, c.Slot, a.Slot)
-			}
-			if !errors.Is(a.Err(), tenure.ErrLeaseExpired) {
-				t.Fatalf("the 3-slot holder's loss: %v; want ErrLeaseExpired", a.Err())
-			}
-			return
-		}
-		if !errors.Is(err, tenure.ErrSlotsMismatch) {
+		if c, err := semC.TryAcquire(ctx, 3*time.Second); err == nil {
+			t.Fatalf("after %v: a 5-slot holder got slot %d while the 3-slot holder holds slot %d (%v)", time.Duration(i+1)*500*time.Millisecond, c.Slot, a.Slot, a.Err())
+		} else if !errors.Is(err, tenure.ErrSlotsMismatch) {
 			t.Fatalf("5-slot holder: %v", err)
 		}
 	}
-	t.Fatalf("the marker never expired (3-slot holder: %v)", a.Err())
+	if err := a.Err(); err != nil {
+		t.Fatalf("the slot was lost with its marker: %v", err)
+	}
+	if _, err := mem.Get(ctx, tenure.MarkerName("r")); err == nil {
+		rec, _ := mem.Get(ctx, tenure.MarkerName("r"))
+		if !strings.Contains(rec.Owner, "5 slots") {
+			t.Fatalf("the marker is still the 3-slot holders' after 40 s without renewal: %+v", rec)
+		}
+	}
+}
+
+// A slot is trusted and renewed by the rules of a plain lease of the same
+// TTL, whatever the TTL: right after the grant its time left is
+// TTL·(1−ρ), not capped by the marker's (tenure run --slots with a TTL of
+// a minute or more never ran its command: it wants half the TTL left).
+func TestSlotTrustedLikeAPlainLease(t *testing.T) {
+	ctx := ctxT(t)
+	for _, slotTTL := range []time.Duration{time.Second, time.Minute, 10 * time.Minute} {
+		fc := clock.NewFake()
+		mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
+		lk, _ := tenure.New(mem, tenure.WithClock(fc))
+		sem, _ := lk.Semaphore("r", 2)
+		sl, err := sem.TryAcquire(ctx, slotTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := lk.TryAcquire(ctx, "plain", slotTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := sl.Remaining(), plain.Remaining(); got != want {
+			t.Fatalf("TTL %v: a slot has %v left right after its grant, a plain lease %v", slotTTL, got, want)
+		}
+		for range 9 { // three TTLs
+			fc.Advance(slotTTL / 3)
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := sl.Err(); err != nil || sl.Remaining() < slotTTL/2 {
+			t.Fatalf("TTL %v: after three TTLs the slot has %v left (%v)", slotTTL, sl.Remaining(), err)
+		}
+		lk.Close(ctx)
+	}
+}
+
+// Slots kept by ReleaseAfter keep the number of slots until the hold
+// ends, although nobody renews the marker: three holders fill three slots
+// and keep them for 50 s; 31 s later (the marker expired) a holder of five
+// slots is refused, and granted once the holds ended.
+func TestKeptSlotsKeepTheCount(t *testing.T) {
+	ctx := ctxT(t)
+	fc := clock.NewFake()
+	mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
+	sem := func(n int) *tenure.Semaphore {
+		lk, _ := tenure.New(mem, tenure.WithClock(fc))
+		t.Cleanup(func() { lk.Close(context.Background()) })
+		s, _ := lk.Semaphore("r", n)
+		return s
+	}
+	for range 3 {
+		sl, err := sem(3).TryAcquire(ctx, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sl.ReleaseAfter(ctx, 50*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fc.Advance(31 * time.Second)
+	if _, err := mem.Get(ctx, tenure.MarkerName("r")); err == nil {
+		t.Fatal("test setup: the marker is still live")
+	}
+	five := sem(5)
+	if sl, err := five.TryAcquire(ctx, 10*time.Second); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		if err == nil {
+			t.Fatalf("a 5-slot holder got slot %d while 3 slots of 3 are kept", sl.Slot)
+		}
+		t.Fatalf("5-slot holder: %v; want ErrSlotsMismatch", err)
+	}
+	fc.Advance(20 * time.Second) // the holds ended; the marker taken by the refused holder expired
+	if _, err := five.TryAcquire(ctx, 10*time.Second); err != nil {
+		t.Fatalf("5-slot holder once the holds ended: %v", err)
+	}
+}
+
+// markerFails fails every acquire and renewal of a semaphore marker while
+// fail is set.
+type markerFails struct {
+	*memory.Store
+	fail atomic.Bool
+}
+
+func (m *markerFails) Acquire(ctx context.Context, r, owner string, ttl time.Duration) (tenure.Record, error) {
+	if m.fail.Load() && strings.HasSuffix(r, "/slots") {
+		return tenure.Record{}, errors.New("injected: marker unreachable")
+	}
+	return m.Store.Acquire(ctx, r, owner, ttl)
+}
+
+func (m *markerFails) Renew(ctx context.Context, r, owner string, token uint64, ttl time.Duration) error {
+	if m.fail.Load() && strings.HasSuffix(r, "/slots") {
+		return errors.New("injected: marker unreachable")
+	}
+	return m.Store.Renew(ctx, r, owner, token, ttl)
+}
+
+func (m *markerFails) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
+	errs := make([]error, len(leases))
+	for i, l := range leases {
+		errs[i] = m.Renew(ctx, l.Resource, l.Owner, l.Token, l.TTL)
+	}
+	return errs
 }
 
 // lostMarkerAnswer applies the first marker acquires, then reports their

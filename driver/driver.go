@@ -103,7 +103,12 @@ type Notifier interface {
 	// also implements Watcher may wake only one of its waiting subscribers
 	// per release (the one that has waited longest, as Hub does), so that a
 	// hand-over costs a few store calls whatever the number of waiters; a
-	// store without Watcher wakes them all.
+	// store without Watcher wakes them all. Such a store must not lose a
+	// wake-up to a waiter that gives up: ending a subscription passes a
+	// wake-up on to the next waiter when one is pending, and when ctx has
+	// ended after a wake-up was delivered (a waiter that took one and gives
+	// up without acting on it cancels ctx first, as tenure's Locker does).
+	// Hub does both.
 	Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error)
 }
 

@@ -15,9 +15,10 @@ var (
 	ErrHeld = errors.New("tenure: lease held by another owner")
 
 	// ErrLeaseLost means that the lease can no longer be trusted: the store
-	// answered that this owner and fencing token no longer hold it, its local
-	// deadline passed without a confirmed renewal, or it was released.
-	// Jaeger's lock calls the same condition errLockOwnership.
+	// answered that this owner and fencing token no longer hold it (a Renew
+	// or Release of a lease already gone included), or its local deadline
+	// passed without a confirmed renewal. Jaeger's lock calls the same
+	// condition errLockOwnership.
 	ErrLeaseLost = errors.New("tenure: lease lost")
 
 	// ErrInvalidResource means that a resource name is empty, longer than

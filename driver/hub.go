@@ -107,6 +107,14 @@ func notify(ch chan struct{}) {
 type hubSub struct {
 	ch    chan struct{}
 	watch bool
+	ctx   context.Context // the subscriber's: ended when it gave up
+	woken bool            // a wake-up was delivered to it (guarded by Hub.mu)
+}
+
+// wakeLocked delivers a wake-up to s. h.mu is held.
+func (s *hubSub) wakeLocked() {
+	s.woken = true
+	notify(s.ch)
 }
 
 // Wake tells the subscribers of resource that it may have become free:
@@ -124,7 +132,7 @@ func (h *Hub) Wake(resource string) {
 		if s.watch {
 			notify(s.ch)
 		} else if !woke {
-			notify(s.ch)
+			s.wakeLocked()
 			woke = true
 		}
 	}
@@ -137,7 +145,7 @@ func (h *Hub) WakeAll() {
 	defer h.mu.Unlock()
 	for _, subs := range h.subs {
 		for _, s := range subs {
-			notify(s.ch)
+			s.wakeLocked()
 		}
 	}
 }
@@ -160,8 +168,15 @@ func (h *Hub) Watch(ctx context.Context, resource string, wait time.Duration) (<
 // idempotent.
 //
 // A waiter keeps its place in the queue of its resource until it ends its
-// subscription; ending it with a wake-up pending passes the wake-up on to the
-// next waiter, so a waiter that gives up never swallows a release.
+// subscription. Ending it passes a wake-up on to the next waiter when one is
+// pending on the channel, and also when ctx has ended and a wake-up was
+// delivered to this waiter: a waiter that took a wake-up and gives up
+// without acting on it (its attempt was cut short, or it was told to stop)
+// cancels ctx before it ends the subscription, and a waiter whose caller
+// gave up has a ctx that ended anyway. So a waiter that gives up never
+// swallows a release; one that was granted the resource, or found it held,
+// ends its subscription with ctx live and passes nothing on. A store that
+// wraps ctx must keep its context alive until the subscription ends.
 func (h *Hub) Subscribe(ctx context.Context, resource string, wait time.Duration) (<-chan struct{}, func(), error) {
 	return h.subscribe(ctx, resource, wait, false)
 }
@@ -176,7 +191,7 @@ func (h *Hub) subscribe(ctx context.Context, resource string, wait time.Duration
 	}
 	// Register first, then wait for the connection: a reconnection after
 	// this point wakes the new subscriber.
-	sub := &hubSub{ch: make(chan struct{}, 1), watch: watch}
+	sub := &hubSub{ch: make(chan struct{}, 1), watch: watch, ctx: ctx}
 	ch := sub.ch
 	h.mu.Lock()
 	if h.subs == nil {
@@ -199,16 +214,21 @@ func (h *Hub) subscribe(ctx context.Context, resource string, wait time.Duration
 		} else {
 			h.subs[resource] = subs
 		}
-		if !watch {
-			select {
-			case <-ch: // a wake-up this waiter will never act on: pass it on
-				for _, s := range subs {
-					if !s.watch {
-						notify(s.ch)
-						break
-					}
+		if watch {
+			return
+		}
+		passOn := sub.woken && ctx.Err() != nil // taken, and given up
+		select {
+		case <-ch: // a wake-up this waiter will never act on
+			passOn = true
+		default:
+		}
+		if passOn {
+			for _, s := range subs {
+				if !s.watch {
+					s.wakeLocked()
+					break
 				}
-			default:
 			}
 		}
 	}

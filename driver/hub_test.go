@@ -59,3 +59,35 @@ func TestHubWakesOneWaiter(t *testing.T) {
 		t.Fatal("WakeAll should wake everyone")
 	}
 }
+
+// A waiter that took its wake-up and then gave up (its ctx ended before it
+// ended the subscription) passes the wake-up on; one that took it and ends
+// its subscription with ctx live (it was granted the resource, or found it
+// held) passes nothing on.
+func TestHubPassesOnAWakeUpTakenByAWaiterThatGaveUp(t *testing.T) {
+	var h driver.Hub
+	h.SetListening(true, nil)
+	ctx1, giveUp := context.WithCancel(context.Background())
+	w1, stop1, err := h.Subscribe(ctx1, "r", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, stop2, _ := h.Subscribe(context.Background(), "r", 0)
+	w3, stop3, _ := h.Subscribe(context.Background(), "r", 0)
+	defer stop3()
+
+	h.Wake("r")
+	if !pending(w1) { // taken
+		t.Fatal("the first waiter was not woken")
+	}
+	giveUp()
+	stop1()
+	if !pending(w2) {
+		t.Fatal("a wake-up taken by a waiter that gave up was lost")
+	}
+	// w2 took it and acted on it (ctx live): nothing passed on.
+	stop2()
+	if pending(w3) {
+		t.Fatal("a waiter that acted on its wake-up passed one on")
+	}
+}

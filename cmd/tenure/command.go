@@ -22,7 +22,8 @@ import (
 
 // minTTL is the smallest --ttl of run and elect. A lease is renewed every
 // TTL/3, each renewal a round trip to the store, and the command may only
-// start while the lease has half its TTL left (see usableLease): below a
+// start while the lease has its renew window left (tenure.Timing, about
+// two thirds of the TTL; see usableLease): below a
 // second, a store that answers in a few hundred milliseconds, a busy host
 // or a garbage-collection pause loses the lease before or soon after the
 // command starts, and the command would run on a lease nobody holds.

@@ -16,8 +16,9 @@ import (
 
 // leaseJSON is a lease as status and list print it with --json. A slot
 // lease of a semaphore has the semaphore's resource, its slot and number of
-// slots too. The status of a semaphore has the number of slots held and
-// the slot leases (holders).
+// slots too, and its marker lease the semaphore's resource and number of
+// slots. The status of a semaphore has the number of slots (the marker's
+// when no slot is held), the number held and the slot leases (holders).
 type leaseJSON struct {
 	Resource    string `json:"resource"`
 	Held        bool   `json:"held"`
@@ -46,6 +47,8 @@ func toJSON(rec tenure.Record) leaseJSON {
 	}
 	if sem, slot, slots, ok := semaphoreOf(rec.Resource); ok {
 		j.Semaphore, j.Slot, j.Slots = sem, slot, slots
+	} else if sem, slots, ok := markerOf(rec); ok {
+		j.Semaphore, j.Slots = sem, slots
 	}
 	return j
 }

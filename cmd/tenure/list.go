@@ -72,12 +72,18 @@ output cannot be written.`,
 						bySem[sem] = append(bySem[sem], r)
 					}
 				}
+				// A semaphore's marker (R/slots) without a slot held shows
+				// as a semaphore with none held.
+				grouped := map[string]bool{}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "RESOURCE\tOWNER\tTOKEN\tTTL\tLEFT")
 				for _, r := range recs {
-					if sem, _, _, ok := semaphoreOf(r.Resource); ok && bySem[sem] != nil {
+					if sem, _, _, ok := semaphoreOf(r.Resource); ok && !grouped[sem] {
 						fmt.Fprintf(tw, "%s\t(%s)\t-\t-\t-\n", display(sem), slotsSummary(bySem[sem]))
-						bySem[sem] = nil
+						grouped[sem] = true
+					} else if sem, n, ok := markerOf(r); ok && !grouped[sem] {
+						fmt.Fprintf(tw, "%s\t(0 of %d slots held)\t-\t-\t-\n", display(sem), n)
+						grouped[sem] = true
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", display(r.Resource), display(r.Owner), tokenCell(r.Token), durCell(r.TTL), durCell(r.Remaining))
 				}

@@ -34,21 +34,25 @@ import (
 	_ "github.com/tenure-go/tenure/store/all" // every store's URL scheme
 )
 
-// Exit codes. The 6x and 7x codes are those of sysexits.h.
+// Exit codes. The 6x and 7x codes are those of sysexits.h. A slot-count
+// conflict (78) is the holders' configurations disagreeing: the arguments
+// themselves are fine (not 64), and waiting does not help while the others
+// run (not 75).
 const (
-	exitOK          = 0
-	exitFree        = 1   // status: not held; release: nothing released
-	exitUsage       = 64  // EX_USAGE: bad arguments or input
-	exitNoStore     = 66  // EX_NOINPUT: status, list, release: no tenure store there (nothing was created)
-	exitUnavailable = 69  // EX_UNAVAILABLE: the store cannot be opened or reached
-	exitSoftware    = 70  // EX_SOFTWARE: an internal error
-	exitOSErr       = 71  // EX_OSERR: run, elect: the command's reaper could not be started (the command did not run)
-	exitIOErr       = 74  // EX_IOERR: tenure's own output could not be written (stdout closed or full)
-	exitNotAcquired = 75  // EX_TEMPFAIL: the lease is held by another owner
-	exitLost        = 79  // the lease was lost while the command ran (or before it could start)
-	exitCannotExec  = 126 // the command was found but cannot be executed
-	exitNotFound    = 127 // the command was not found
-	exitSignalBase  = 128 // 128+N: the command (or tenure, while waiting) was killed by signal N
+	exitOK            = 0
+	exitFree          = 1   // status: not held; release: nothing released
+	exitUsage         = 64  // EX_USAGE: bad arguments or input
+	exitNoStore       = 66  // EX_NOINPUT: status, list, release: no tenure store there (nothing was created)
+	exitUnavailable   = 69  // EX_UNAVAILABLE: the store cannot be opened or reached
+	exitSoftware      = 70  // EX_SOFTWARE: an internal error
+	exitOSErr         = 71  // EX_OSERR: run, elect: the command's reaper could not be started (the command did not run)
+	exitIOErr         = 74  // EX_IOERR: tenure's own output could not be written (stdout closed or full)
+	exitNotAcquired   = 75  // EX_TEMPFAIL: the lease is held by another owner
+	exitSlotsMismatch = 78  // EX_CONFIG: run --slots N: RESOURCE is a semaphore of another number of slots (slots of it held or kept, or its marker); nothing was acquired
+	exitLost          = 79  // the lease was lost while the command ran (or before it could start)
+	exitCannotExec    = 126 // the command was found but cannot be executed
+	exitNotFound      = 127 // the command was not found
+	exitSignalBase    = 128 // 128+N: the command (or tenure, while waiting) was killed by signal N
 )
 
 // envStore names the environment variable that holds the default store URL.

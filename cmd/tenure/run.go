@@ -334,7 +334,7 @@ func (a *app) notAcquired(st driver.Store, resource string, f *runFlags, timedOu
 		return fail(exitNotAcquired, "%s%s", describeSlotsHeld(slots), gaveUp)
 	}
 	if errors.Is(err, tenure.ErrSlotsMismatch) {
-		return usage("run: --slots %d: %s", f.slots, errText(err))
+		return fail(exitSlotsMismatch, "run: --slots %d: %s", f.slots, errText(err))
 	}
 	var held *tenure.HeldError
 	if errors.As(err, &held) {
@@ -454,7 +454,7 @@ func (a *app) release(lease *tenure.Lease) error {
 	switch {
 	case err == nil:
 		a.log.Info("lease released", "resource", lease.Resource(), "token", lease.Token())
-	case errors.Is(err, tenure.ErrLeaseLost):
+	case errors.Is(err, tenure.ErrLeaseLost), errors.Is(err, tenure.ErrReleased):
 		a.log.Info("lease already gone at release", "resource", lease.Resource(), "token", lease.Token(), "err", err)
 	default:
 		msg := errText(err)

@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/tenure-go/tenure"
@@ -21,6 +23,49 @@ func semaphoreOf(name string) (resource string, slot, slots int, ok bool) {
 		return "", 0, 0, false
 	}
 	return name[:strings.LastIndex(name, "/slot-")], slot, slots, true
+}
+
+// markerPrefix starts the owner string of a semaphore's marker lease
+// (tenure.MarkerName): "tenure semaphore of N slots".
+const markerPrefix = "tenure semaphore of "
+
+// markerOf returns the semaphore resource and number of slots of a marker
+// lease (name tenure.MarkerName(R), owner "tenure semaphore of N slots");
+// ok is false for other leases.
+func markerOf(rec tenure.Record) (resource string, slots int, ok bool) {
+	resource, ok = strings.CutSuffix(rec.Resource, "/slots")
+	if !ok || tenure.MarkerName(resource) != rec.Resource {
+		return "", 0, false
+	}
+	n, ok := strings.CutPrefix(rec.Owner, markerPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	slots, err := strconv.Atoi(strings.TrimSuffix(n, " slots"))
+	if err != nil || slots < 1 || slots > tenure.MaxSlots || !strings.HasSuffix(n, " slots") {
+		return "", 0, false
+	}
+	return resource, slots, true
+}
+
+// semaphoreMarker returns the number of slots that the live marker of the
+// semaphore on resource names, and the marker, or 0 when there is none.
+func semaphoreMarker(ctx context.Context, s driver.Store, resource string) (int, tenure.Record, error) {
+	if driver.ValidateResource(tenure.MarkerName(resource)) != nil {
+		return 0, tenure.Record{}, nil
+	}
+	rec, err := s.Get(ctx, tenure.MarkerName(resource))
+	if errors.Is(err, tenure.ErrNotHeld) {
+		return 0, tenure.Record{}, nil
+	}
+	if err != nil {
+		return 0, tenure.Record{}, err
+	}
+	_, n, ok := markerOf(rec)
+	if !ok {
+		return 0, tenure.Record{}, nil
+	}
+	return n, rec, nil
 }
 
 // slotHolders returns the live slot leases of the semaphore on resource,

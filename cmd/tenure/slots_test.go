@@ -6,12 +6,16 @@ package main
 // processes, with a fencing token per slot.
 
 import (
+	"context"
 	"encoding/json"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/store/memory"
 )
 
 // Ten "tenure run --slots 2" on one resource, on SQLite and on every
@@ -32,6 +36,32 @@ func TestRunSlots(t *testing.T) {
 			}
 			e.init()
 			checkSlots(t, e, uniqueResource("slots"), 2, 10)
+		})
+	}
+}
+
+// "tenure run --slots 2" with a TTL of a minute or more runs its command,
+// as a plain lease of that TTL does, on SQLite and on every network store:
+// a slot is trusted by its own TTL, not capped by the semaphore's marker.
+func TestRunSlotsLongTTL(t *testing.T) {
+	t.Parallel()
+	stores := map[string]string{"sqlite": ""}
+	for name, url := range networkStoresOrNone() {
+		stores[name] = url
+	}
+	for name, url := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			if url != "" {
+				e.store = url
+			}
+			e.init()
+			for _, ttl := range []string{"59s", "1m", "10m"} {
+				if code, _, stderr := e.run("run", "--slots", "2", "--ttl", ttl, uniqueResource("long"), "--", "true"); code != 0 {
+					t.Errorf("run --slots 2 --ttl %s: exit %d:\n%s", ttl, code, stderr)
+				}
+			}
 		})
 	}
 }
@@ -137,8 +167,8 @@ func TestSlotsHeld(t *testing.T) {
 		}
 	}
 	code, _, stderr := e.run("run", "--slots", "3", "--no-wait", "backups", "--", "true")
-	if code != exitUsage || !strings.Contains(stderr, "slots") {
-		t.Errorf("--slots 3 with holders of 2 slots: exit %d, want %d:\n%s", code, exitUsage, stderr)
+	if code != exitSlotsMismatch || !strings.Contains(stderr, "semaphore of 2 slots") {
+		t.Errorf("--slots 3 with holders of 2 slots: exit %d, want %d saying the resource is a semaphore of 2 slots:\n%s", code, exitSlotsMismatch, stderr)
 	}
 
 	code, stdout, _ := e.run("status", "backups")
@@ -171,7 +201,49 @@ func TestSlotsHeld(t *testing.T) {
 			t.Fatalf("%s exited %d:\n%s", p.name, code, p.stderr())
 		}
 	}
-	if code, stdout, _ := e.run("status", "backups"); code != exitFree {
-		t.Errorf("status after the holders ended: exit %d:\n%s", code, stdout)
+	// The semaphore is free, and still a semaphore of 2 slots until its
+	// marker expires: status and list say so (status said "is free" while
+	// list showed the marker).
+	if code, stdout, _ := e.run("status", "backups"); code != exitFree || !strings.Contains(stdout, "semaphore of 2 slots, none held") {
+		t.Errorf("status after the holders ended: exit %d, want %d saying it is a semaphore of 2 slots:\n%s", code, exitFree, stdout)
+	}
+	code, stdout, _ = e.run("status", "--json", "backups")
+	st = leaseJSON{}
+	if err := json.Unmarshal([]byte(stdout), &st); code != exitFree || err != nil || st.Held || st.Slots != 2 || st.SlotsHeld != 0 {
+		t.Errorf("status --json after the holders ended: exit %d, %v: %s", code, err, stdout)
+	}
+	if code, stdout, _ := e.run("list"); code != 0 || !strings.Contains(stdout, "(0 of 2 slots held)") || !strings.Contains(stdout, "backups/slots") {
+		t.Errorf("list after the holders ended: exit %d:\n%s", code, stdout)
+	}
+}
+
+// markerOf reads the marker lease that the library writes (its owner
+// string is the library's: the two must stay in step), and nothing else.
+func TestMarkerOfReadsTheLibrarysMarker(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	lk, _ := tenure.New(mem)
+	sem, _ := lk.Semaphore("jobs", 7)
+	sl, err := sem.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Release(ctx)
+	rec, err := mem.Get(ctx, tenure.MarkerName("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, n, ok := markerOf(rec); !ok || r != "jobs" || n != 7 {
+		t.Fatalf("markerOf(%+v) = %q, %d, %v; want jobs, 7", rec, r, n, ok)
+	}
+	for _, rec := range []tenure.Record{
+		{Resource: "jobs/slots", Owner: "someone#1.1"},
+		{Resource: "jobs/slots", Owner: "tenure semaphore of 0 slots"},
+		{Resource: "jobs/slots", Owner: "tenure semaphore of 7"},
+		{Resource: "jobs/slot-1-of-7", Owner: "tenure semaphore of 7 slots"},
+	} {
+		if _, _, ok := markerOf(rec); ok {
+			t.Errorf("markerOf(%+v) took it for a marker", rec)
+		}
 	}
 }

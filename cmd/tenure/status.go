@@ -62,6 +62,27 @@ reached, or is not a tenure store; 74 when the output cannot be written.`,
 				if err != nil {
 					return storeErr(err, "status %s: list its slots", quoteName(resource))
 				}
+				markerN, marker, err := semaphoreMarker(ctx, s, resource)
+				if err != nil {
+					return storeErr(err, "status %s: read its semaphore's marker", quoteName(resource))
+				}
+				if !held && len(slots) == 0 && markerN > 0 {
+					// A semaphore with no slot held: free, but its number of
+					// slots is fixed until its marker expires.
+					if asJSON {
+						if err := a.printJSON(leaseJSON{Resource: resource, Slots: markerN}); err != nil {
+							return err
+						}
+					} else {
+						until := "until it expires"
+						if marker.Remaining > 0 {
+							until = "for " + fmtDur(marker.Remaining) + " more"
+						}
+						fmt.Fprintf(a.stdout, "%s is a semaphore of %d slots, none held; its marker %s keeps the number of slots at %d %s\n",
+							quoteName(resource), markerN, quoteName(marker.Resource), markerN, until)
+					}
+					return exitWith(exitFree)
+				}
 				if !held && len(slots) == 0 {
 					if asJSON {
 						if err := a.printJSON(leaseJSON{Resource: resource}); err != nil {

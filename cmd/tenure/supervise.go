@@ -63,12 +63,14 @@ const leftoverPoll = 20 * time.Millisecond
 const killWait = 5 * time.Second
 
 // usableLease checks, right before the command starts, that the lease is
-// live and has at least half its TTL left, the margin it has in steady state
-// just before a renewal. A lease with less (its acquire was answered
-// slowly, or tenure was paused since) is renewed first, up to three times.
-// A lease that is lost is exit code 79 and one that the store cannot renew
-// with that margin 69; the command does not start in either case.
+// live and has at least its renew window left (tenure.Timing), the least
+// time a lease renewed on schedule has, just before a renewal. A lease with
+// less (its acquire was answered slowly, or tenure was paused since) is
+// renewed first, up to three times. A lease that is lost is exit code 79
+// and one that the store cannot renew with that margin 69; the command does
+// not start in either case.
 func (a *app) usableLease(c command, lease *tenure.Lease) error {
+	need := lease.Timing().RenewWindow
 	for attempt := 0; ; attempt++ {
 		if err := lease.Err(); err != nil {
 			return &notStartedError{exitError{code: exitLost, msg: fmt.Sprintf(
@@ -76,15 +78,15 @@ func (a *app) usableLease(c command, lease *tenure.Lease) error {
 				c.name, describeLease(lease), describeLoss(err))}}
 		}
 		left := lease.Remaining()
-		if left >= lease.TTL()/2 {
+		if left >= need {
 			return nil
 		}
 		if attempt == 3 {
 			return &notStartedError{exitError{code: exitUnavailable, msg: fmt.Sprintf(
-				"%s: the store does not renew the lease on %s fast enough for --ttl %v (%s left after three renewals, and the command needs half the TTL to start); the command did not run; use a longer --ttl",
-				c.name, quoteName(lease.Resource()), lease.TTL(), fmtDur(left))}}
+				"%s: the store does not renew the lease on %s fast enough for --ttl %v (%s left after three renewals, and the command needs %s, what a lease renewed on schedule keeps, to start); the command did not run; use a longer --ttl",
+				c.name, quoteName(lease.Resource()), lease.TTL(), fmtDur(left), fmtDur(need))}}
 		}
-		a.log.Info("the lease has less than half its TTL left; renewing it before the command starts", "resource", lease.Resource(), "left", left)
+		a.log.Info("the lease has less than its renew window left; renewing it before the command starts", "resource", lease.Resource(), "left", left, "renew_window", need)
 		ctx, cancel := context.WithTimeout(context.Background(), left)
 		if err := lease.Renew(ctx); err != nil {
 			a.log.Info("renewal before the command starts failed", "resource", lease.Resource(), "err", err)
@@ -191,9 +193,9 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 		if err := lease.Err(); err != nil {
 			return notStarted(exitLost, "%s: the %s was lost before the command could start; the command did not run: %s", c.name, describeLease(lease), describeLoss(err))
 		}
-		if lease.Remaining() < lease.TTL()/2 {
-			return notStarted(exitUnavailable, "%s: the lease on %s had less than half its TTL left when the command was to start (tenure was paused or starved); the command did not run",
-				c.name, quoteName(lease.Resource()))
+		if lease.Remaining() < lease.Timing().RenewWindow {
+			return notStarted(exitUnavailable, "%s: the lease on %s had less than its renew window (%s) left when the command was to start (tenure was paused or starved); the command did not run",
+				c.name, quoteName(lease.Resource()), fmtDur(lease.Timing().RenewWindow))
 		}
 		_, err := gate.Write([]byte{gateGo})
 		gate.Close()
@@ -225,11 +227,13 @@ func (a *app) supervise(c command, lease *tenure.Lease, sigCh <-chan os.Signal) 
 	// The lease's deadline bounds the command: the reaper learns every new
 	// deadline and kills the group when one passes (even while tenure is
 	// stopped); tenure sends SIGTERM once the time left falls below the
-	// grace period (at most a third of the TTL, which a lease renewed on
-	// schedule always has), and SIGKILL when the lease is lost.
+	// grace period, and SIGKILL when the lease is lost. The grace period
+	// counts here for at most half the renew window (tenure.Timing): a lease
+	// renewed on schedule never has less than the whole window left, and
+	// the other half is for the renewal's retries.
 	watch := time.NewTicker(watchEvery(lease.TTL()))
 	defer watch.Stop()
-	warnBelow := min(c.grace, lease.TTL()/3)
+	warnBelow := min(c.grace, lease.Timing().RenewWindow/2)
 	warned := false
 	// near fires killMargin before the deadline as last seen: if no renewal
 	// moved it by then, the command gets SIGKILL, before the reaper's

@@ -289,12 +289,14 @@ func (s *Store) subscribe(ctx context.Context, resource string,
 	if down != nil {
 		return nil, nil, fmt.Errorf("postgres store: %w: %w", driver.ErrNotListening, down)
 	}
+	// sctx lives as long as the subscription: the hub reads it when the
+	// subscription ends, to pass on a wake-up its subscriber gave up.
 	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	stop := context.AfterFunc(downCtx, func() { cancel(context.Cause(downCtx)) })
 	ch, unsubscribe, err := hub(sctx, resource, 2*s.connTO+time.Second)
 	stop()
 	if err != nil {
+		cancel(nil)
 		switch {
 		case ctx.Err() == nil && sctx.Err() != nil:
 			err = fmt.Errorf("postgres store: %w: %w", driver.ErrNotListening, err)
@@ -303,5 +305,5 @@ func (s *Store) subscribe(ctx context.Context, resource string,
 		}
 		return nil, nil, err
 	}
-	return ch, unsubscribe, nil
+	return ch, func() { unsubscribe(); cancel(nil) }, nil
 }

@@ -189,6 +189,103 @@ func testSemaphoreSlotsMismatch(t *testing.T, cfg Config) {
 	}
 }
 
+// testSemaphoreSlotTrustedAtAnyTTL: a slot of a long TTL is trusted as a
+// plain lease of that TTL is, TTL·(1−ρ) from its grant, not for as long as
+// the semaphore's marker (MarkerTTL) only.
+func testSemaphoreSlotTrustedAtAnyTTL(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	ctx := ctxT(t)
+	const ttl = 2 * time.Minute
+	lk := e.locker(e.store)
+	sem, err := lk.Semaphore(e.res("sem"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	sl, err := sem.TryAcquire(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Release(ctx)
+	if left, least := sl.Remaining(), lk.Timing(ttl).TrustedFor-time.Since(start); left < least {
+		t.Fatalf("a slot of TTL %v has %v left right after its grant; a plain lease would have at least %v", ttl, left, least)
+	}
+}
+
+// testSemaphoreKeptSlotsKeepTheCount: slots held and slots kept
+// (ReleaseAfter) keep the number of slots even when the marker is gone
+// (here freed by an operator, as its expiry would): a holder of another
+// number takes the marker, finds the slots and is refused, and the
+// holder's slot is not lost for it.
+func testSemaphoreKeptSlotsKeepTheCount(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	ctx := ctxT(t)
+	r := e.res("sem")
+	held, err := e.semaphore(r, 2).TryAcquire(ctx, longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	kept, err := e.semaphore(r, 2).TryAcquire(ctx, longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.ReleaseAfter(ctx, longTTL); err != nil {
+		t.Fatal(err)
+	}
+	freeMarker := func() {
+		rec, err := e.store.Get(ctx, tenure.MarkerName(r))
+		if err != nil {
+			t.Fatalf("the marker: %v", err)
+		}
+		if err := e.store.Release(ctx, rec.Resource, rec.Owner, rec.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	freeMarker()
+	three := e.semaphore(r, 3)
+	if sl, err := three.TryAcquire(ctx, longTTL); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		if err == nil {
+			sl.Release(ctx)
+			t.Fatalf("a 3-slot holder got slot %d while 2-slot holders hold one slot and keep another", sl.Slot)
+		}
+		t.Fatalf("a 3-slot holder: %v; want ErrSlotsMismatch", err)
+	}
+	// Only the kept slot now.
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	freeMarker()
+	if sl, err := three.TryAcquire(ctx, longTTL); !errors.Is(err, tenure.ErrSlotsMismatch) {
+		if err == nil {
+			sl.Release(ctx)
+			t.Fatalf("a 3-slot holder got slot %d while a 2-slot holder keeps one", sl.Slot)
+		}
+		t.Fatalf("a 3-slot holder: %v; want ErrSlotsMismatch", err)
+	}
+}
+
+// testSemaphoreClosedLockerWritesNothing: after Locker.Close, a
+// semaphore's TryAcquire returns ErrClosed and writes no marker.
+func testSemaphoreClosedLockerWritesNothing(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
+	ctx := ctxT(t)
+	lk := e.locker(e.store)
+	sem, err := lk.Semaphore(e.res("sem"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx, longTTL); !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("TryAcquire after Close: %v; want ErrClosed", err)
+	}
+	if recs, err := e.store.List(ctx, e.res("")); err != nil || len(recs) != 0 {
+		t.Fatalf("a closed Locker wrote %v (%v)", recs, err)
+	}
+}
+
 // semaphore returns a Semaphore of slots slots on r, on a Locker of its own.
 func (e *env) semaphore(r string, slots int) *tenure.Semaphore {
 	e.t.Helper()
