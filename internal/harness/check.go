@@ -1012,36 +1012,41 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 	}
 }
 
-// WakeUpRoundTrip is what the wake-up check allows for one round trip to
-// the store and back (a waiter's attempt), on a loaded machine: generous,
-// so that only lost wake-ups pass the bound.
-const WakeUpRoundTrip = time.Second
+// WakeUpSlack is what the wake-up check allows, beyond the store's poll
+// bound, between a release's answer and the send of the acquire that is
+// granted next: the notification's way to the waiter and the scheduling
+// of its process on a loaded machine. Generous, so that only lost
+// wake-ups pass the bound.
+const WakeUpSlack = time.Second
 
 // WakeUpBound is how long after a release a waiter (one that was granted
-// later) may wait for a grant of the resource to someone: one round trip
-// (WakeUpRoundTrip) plus the store's poll bound (none with release
-// notifications, the retry interval when waiters poll), plus SlackLiveness
-// for scheduling, plus a quarter TTL when the workers' second waiters give
-// up during wake-ups (their attempt is held back that long before its
-// context ends, and only then is the wake-up passed on). While a
-// notify-halfopen fault is on, or was within the store's bound on silence,
-// the bound grows by that bound (Profile.SilenceBound).
+// later) may take to send the acquire that is granted: the store's poll
+// bound (none with release notifications, the retry interval when waiters
+// poll) plus WakeUpSlack, plus a quarter TTL when the workers' second
+// waiters give up during wake-ups (their attempt is held back that long
+// before its context ends, and only then is the wake-up passed on). The
+// granted acquire's own round trip is not counted: its latency is the
+// store's, however loaded. While a notify-halfopen fault is on, or began
+// within the store's bound on silence before the release, the bound grows
+// by that bound (Profile.SilenceBound).
 func WakeUpBound(p Profile, ttl, retry time.Duration, cancelWaiters bool) time.Duration {
-	b := WakeUpRoundTrip + p.PollBound(retry) + SlackLiveness
+	b := p.PollBound(retry) + WakeUpSlack
 	if cancelWaiters {
 		b += ttl / 4
 	}
 	return b
 }
 
-// wakeUps checks that a freed resource with a waiter is granted within
-// WakeUpBound: for every confirmed release while a waiter of another
-// process waited (one whose wait ended in a grant: a waiter that gave up,
-// or was refused for another slot count, does not count), the time from
-// the release's answer until the next grant of the resource (of a slot of
-// the semaphore) to anyone, the releaser included (the resource was then
-// not left free; which waiter is served is the stores' order, not this
-// check's). A release that a fault other than notify-halfopen overlapped
+// wakeUps checks that a freed resource with a waiter is granted within one
+// round trip plus WakeUpBound: for every confirmed release while a waiter
+// of another process waited (one whose wait ended in a grant: a waiter that
+// gave up, or was refused for another slot count, does not count), the
+// time until the send of the acquire of the next grant of the resource (of
+// a slot of the semaphore) to anyone, the releaser included (the resource
+// was then not left free; which waiter is served is the stores' order, not
+// this check's), counted from the release's answer or, when the grantee
+// had an attempt in flight then, from that attempt's answer (the one round
+// trip), and 0 when the granted acquire was sent before. A release that a fault other than notify-halfopen overlapped
 // (from a TTL before it to the grant) is left out (Excluded); the others
 // past the bound are violations (wakeup-late). The distribution of all
 // that were checked is reported.
@@ -1051,6 +1056,9 @@ func (r *Report) wakeUps(hs []*History, faults []Fault, byGroup map[string][]*Te
 		proc string
 	}
 	waits := map[string][]wait{}
+	// answers: per process, when its acquire calls were answered (in
+	// order): an attempt in flight at the release delays the next one.
+	answers := map[string][]int64{}
 	cancelWaiters := false
 	for _, h := range hs {
 		if h.Operator() {
@@ -1058,6 +1066,15 @@ func (r *Report) wakeUps(hs []*History, faults []Fault, byGroup map[string][]*Te
 		}
 		if strings.HasSuffix(h.File, "-c.jsonl") {
 			cancelWaiters = true
+		}
+		acquires := map[int64]bool{}
+		for _, e := range h.Events {
+			switch {
+			case e.Ev == EvCall && e.Op == OpAcquire:
+				acquires[e.ID] = true
+			case e.Ev == EvReturn && acquires[e.ID]:
+				answers[h.Owner] = append(answers[h.Owner], e.T)
+			}
 		}
 		g := histGroup(h)
 		var w int64
@@ -1110,7 +1127,7 @@ func (r *Report) wakeUps(hs []*History, faults []Fault, byGroup map[string][]*Te
 			if i == len(gts) {
 				continue
 			}
-			next := max(gts[i].Reply, e.T)
+			next := gts[i].Reply
 			b := bound
 			excluded := false
 			for _, f := range faults {
@@ -1135,11 +1152,19 @@ func (r *Report) wakeUps(hs []*History, faults []Fault, byGroup map[string][]*Te
 				r.WakeUp.Excluded++
 				continue
 			}
-			d := time.Duration(next - e.T)
+			// From the release, or from the answer of the grantee's
+			// attempt that was in flight then (one round trip), whichever
+			// is later.
+			from = e.T
+			as := answers[gts[i].Process]
+			if j := sort.Search(len(as), func(j int) bool { return as[j] >= gts[i].Send }); j > 0 {
+				from = max(from, as[j-1])
+			}
+			d := time.Duration(max(gts[i].Send-from, 0))
 			r.WakeUp.add(d)
 			if d > b {
 				r.WakeUp.Over++
-				r.violate("wakeup-late", "%s: released by %s (token %d) at %d while another process waited; next grant to another process (%s, token %d) %v later, over the bound %v",
+				r.violate("wakeup-late", "%s: released by %s (token %d) at %d while another process waited; the next grant's acquire (%s, token %d) was sent %v later, over the bound %v",
 					g, h.Owner, e.Token, e.T, gts[i].Owner, gts[i].Token, d.Round(time.Millisecond), b)
 			}
 		}
