@@ -30,7 +30,11 @@ type Store struct {
 	// stalls follows the requests in flight to each node (hosts.go).
 	stalls *stallTracker
 	st     statements
-	cache  *tokenCache
+	// reservations: the native table has the waiter column
+	// (driver.Reserver); a table of an earlier version, until Init adds
+	// it, keeps none.
+	reservations bool
+	cache        *tokenCache
 	// now is the clock of the token floor and of heldErr (time.Now; tests
 	// change it).
 	now func() time.Time
@@ -52,8 +56,13 @@ type statements struct {
 	grantNewInsert, grantNewOwner   string // batch: a never-seen resource
 	grantFreeOwner, grantFreeToken  string // batch: a free resource with a known token
 	renew, release, get, list, find string
+	// Reservations (reserve.go): a free resource granted only when no
+	// waiter reserved it, or only to its waiter; a waiter's reservation.
+	grantFreeUnreserved, grantFreeReserved, reserve, unreserve, findWaiter string
 	// ModeJaeger
 	jInsert, jUpdate, jDelete string
+	// jMarker gives the row's liveness the hold's TTL, in Keep's batch.
+	jMarker string
 }
 
 func newStatements(r resolved) statements {
@@ -64,6 +73,7 @@ func newStatements(r resolved) statements {
 			jInsert: `INSERT INTO ` + t + ` (name, owner) VALUES (?, ?) IF NOT EXISTS USING TTL ?`,
 			jUpdate: `UPDATE ` + t + ` USING TTL ? SET owner = ? WHERE name = ? IF owner = ?`,
 			jDelete: `DELETE FROM ` + t + ` WHERE name = ? IF owner = ?`,
+			jMarker: `INSERT INTO ` + t + ` (name) VALUES (?) USING TTL ?`,
 			get:     `SELECT owner, TTL(owner) AS remaining FROM ` + t + ` WHERE name = ?`,
 			list:    `SELECT name, owner, TTL(owner) AS remaining FROM ` + t,
 			find:    `SELECT name, owner FROM ` + t + ` WHERE name = ?`,
@@ -82,11 +92,17 @@ func newStatements(r resolved) statements {
 		grantFreeToken: `UPDATE ` + t + ` USING TTL 0 SET fencing_token = ? WHERE resource = ?`,
 		// renew (and keep) applies only over the write it was built from
 		// (see casRenew).
-		renew:   `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ? AND write_id = ?`,
-		release: `UPDATE ` + t + ` USING TTL 0 SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
-		get:     `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
-		list:    `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
-		find:    `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` WHERE resource = ?`,
+		renew:               `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ? AND write_id = ?`,
+		release:             `UPDATE ` + t + ` USING TTL 0 SET owner = null, ttl_ms = null, write_id = ? WHERE resource = ? IF owner = ? AND fencing_token = ?`,
+		grantFreeUnreserved: `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ? WHERE resource = ? IF owner = null AND fencing_token = ? AND waiter = null`,
+		grantFreeReserved: `UPDATE ` + t + ` USING TTL ? SET owner = ?, ttl_ms = ?, write_id = ?, waiter = null WHERE resource = ? ` +
+			`IF owner = null AND fencing_token = ? AND waiter IN (null, ?)`,
+		reserve:    `UPDATE ` + t + ` USING TTL ? SET waiter = ? WHERE resource = ? IF waiter IN (null, ?)`,
+		unreserve:  `UPDATE ` + t + ` SET waiter = null WHERE resource = ? IF waiter = ?`,
+		findWaiter: `SELECT waiter FROM ` + t + ` WHERE resource = ?`,
+		get:        `SELECT owner, fencing_token, ttl_ms, write_id, TTL(owner) AS remaining FROM ` + t + ` WHERE resource = ?`,
+		list:       `SELECT resource, owner, fencing_token, ttl_ms, TTL(owner) AS remaining FROM ` + t,
+		find:       `SELECT resource, owner, fencing_token, ttl_ms, write_id FROM ` + t + ` WHERE resource = ?`,
 	}
 }
 
@@ -122,6 +138,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.checkSchema(ctx); err != nil {
 		session.Close()
 		return nil, err
+	}
+	if r.Mode == ModeNative {
+		ok, err := s.hasWaiterColumn(ctx)
+		if err != nil {
+			session.Close()
+			return nil, err
+		}
+		s.reservations = ok
 	}
 	return s, nil
 }
@@ -258,6 +282,9 @@ type row struct {
 	// must match it: nil when null or not in the result, else its int64.
 	writeIDCell any
 	remaining   int // TTL(owner) in seconds; 0 when unknown or without TTL
+	// waiter is the waiter that reserved the resource (driver.Reserver),
+	// when the result carried the column and it was set.
+	waiter string
 }
 
 // newRowMap returns the map a row is scanned into: the columns whose null
@@ -265,7 +292,7 @@ type row struct {
 // rather than as a zero value; a column the result did not carry keeps its
 // destination (see returned).
 func newRowMap() map[string]any {
-	return map[string]any{"owner": new(*string), "fencing_token": new(*int64), "write_id": new(*int64)}
+	return map[string]any{"owner": new(*string), "fencing_token": new(*int64), "write_id": new(*int64), "waiter": new(*string)}
 }
 
 // returned reports whether a value of a map from newRowMap came from the
@@ -314,6 +341,9 @@ func rowFrom(m map[string]any) row {
 		r.writeID, r.writeIDCell = v, v
 	}
 	r.remaining = int(colInt(m["remaining"]))
+	if returned(m["waiter"]) {
+		r.waiter = colString(m["waiter"])
+	}
 	return r
 }
 
@@ -791,6 +821,12 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	if err := driver.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
+	return s.acquire(ctx, resource, owner, ttl, "", 0)
+}
+
+// acquire runs Acquire, or AcquireWaiting when waiter is not empty (the
+// reservation lasting wait).
+func (s *Store) acquire(ctx context.Context, resource, owner string, ttl time.Duration, waiter string, wait time.Duration) (driver.Record, error) {
 	secs, err := StoreTTL(ttl)
 	if err != nil {
 		return driver.Record{}, err
@@ -801,7 +837,10 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	if s.cfg.Mode == ModeJaeger {
 		return s.acquireJaeger(ctx, resource, owner, ttl, secs)
 	}
-	g := grant{s: s, resource: resource, owner: owner, ttl: ttl, secs: secs, ttlMs: driver.Milliseconds(ttl), wid: newWriteID()}
+	g := grant{s: s, resource: resource, owner: owner, ttl: ttl, secs: secs, ttlMs: driver.Milliseconds(ttl), wid: newWriteID(), waiter: waiter}
+	if !s.reservations {
+		g.waiter = ""
+	}
 	var res attempt
 	last, cached := s.cache.get(resource)
 	if cached {
@@ -825,7 +864,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		}
 		res = g.renewal(ctx, cur.token)
 	case cur.hasOwner:
-		return driver.Record{}, s.heldErr(ctx, resource, cur)
+		return driver.Record{}, g.heldErr(ctx, cur, wait)
+	case g.reservedOther(cur):
+		return driver.Record{}, g.reservedErr(cur)
 	default:
 		// Free: grant it on the row's token cell as it is (possibly null
 		// or not positive), above every token known.
@@ -835,9 +876,12 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		return res.rec, res.err
 	}
 	if res.row.hasOwner {
-		return driver.Record{}, s.heldErr(ctx, resource, res.row)
+		return driver.Record{}, g.heldErr(ctx, res.row, wait)
 	}
 	s.cache.set(resource, res.row.token)
+	if g.reservedOther(res.row) {
+		return driver.Record{}, g.reservedErr(res.row)
+	}
 	return driver.Record{}, res.row.held(resource)
 }
 
@@ -912,6 +956,10 @@ type grant struct {
 	ttl        time.Duration
 	secs       int
 	ttlMs, wid int64
+	// waiter names the blocking acquire of an AcquireWaiting (driver.
+	// Reserver); empty for Acquire, and when the table has no waiter
+	// column.
+	waiter string
 }
 
 // attempt is the result of one conditional write of a grant: done with a
@@ -961,10 +1009,14 @@ func (g grant) free(ctx context.Context, cell any, last uint64) attempt {
 	if next > math.MaxInt64 {
 		return attempt{done: true, err: fmt.Errorf("cassandra store: acquire %q: fencing tokens exhausted", g.resource)}
 	}
-	applied, cur, err := g.s.casBatch(ctx,
-		batchStmt{g.s.st.grantFreeOwner, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource, cell}},
-		batchStmt{g.s.st.grantFreeToken, []any{int64(next), g.resource}},
-	)
+	owner := batchStmt{g.s.st.grantFreeOwner, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource, cell}}
+	switch {
+	case g.waiter != "":
+		owner = batchStmt{g.s.st.grantFreeReserved, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource, cell, g.waiter}}
+	case g.s.reservations:
+		owner = batchStmt{g.s.st.grantFreeUnreserved, []any{g.secs, g.owner, g.ttlMs, g.wid, g.resource, cell}}
+	}
+	applied, cur, err := g.s.casBatch(ctx, owner, batchStmt{g.s.st.grantFreeToken, []any{int64(next), g.resource}})
 	switch {
 	case err != nil:
 		return g.resolve(ctx, err, func(r row) bool { return r.present && !r.hasOwner && r.tokenCell == cell })
@@ -1071,8 +1123,11 @@ func (s *Store) Renew(ctx context.Context, resource, owner string, token uint64,
 // as Renew rounds them) only if the row still has this owner and fencing
 // token. A lost answer is resolved by a serial read, as Renew's is: the
 // keeper with this write's id shows it applied. In ModeJaeger, Jaeger's
-// conditional update of the owner; the keeper's string, which no other
-// write uses, shows it applied.
+// conditional update of the owner, in one conditional batch with a write of
+// the row's marker with the hold's TTL (so the row ends with the hold, not
+// with the lease's TTL); the keeper's string, which no other write uses,
+// shows it applied. The hold ends between ⌈TTL⌉ and ⌈TTL⌉ + 1 s after the
+// write was applied (StoreTTL): Cassandra's resolution.
 func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
 	if err := driver.ValidateKeep(resource, owner, keeper, ttl); err != nil {
 		return err
@@ -1090,7 +1145,15 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 		if token != 0 {
 			return notHolder("keep", resource, owner, row{}, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
 		}
-		applied, cur, err = s.casQuery(ctx, s.st.jUpdate, secs, keeper, resource, owner)
+		// Jaeger's INSERT gave the row's liveness (its row marker) the
+		// lease's TTL; the UPDATE that hands the owner cell over does not
+		// change it, and a row that lives on without an owner refuses
+		// every INSERT ... IF NOT EXISTS. So the hold rewrites the marker
+		// with its own TTL, in the same conditional batch: the row ends
+		// when the hold does, sooner than the lease would have.
+		applied, cur, err = s.casBatch(ctx,
+			batchStmt{s.st.jUpdate, []any{secs, keeper, resource, owner}},
+			batchStmt{s.st.jMarker, []any{resource, secs}})
 	} else {
 		if token == 0 || token > math.MaxInt64 {
 			return notHolder("keep", resource, owner, row{}, "no lease has token %d", token)

@@ -46,6 +46,9 @@
 //     move delivered late never applies after a newer renewal.
 //   - Release is one transaction: delete the key if it holds this owner and
 //     token, else read it (naming the holder).
+//   - Keep (Lease.ReleaseAfter) moves the key onto an etcd lease of its own,
+//     granted for the hold without a margin and kept alive by nothing, so
+//     the hold ends when asked, within etcd's resolution (see Keep).
 //   - RenewBatch needs at most one keep-alive per shared etcd lease; it
 //     checks up to 128 keys per transaction, or, for 128 or more grants of
 //     one etcd lease, audits that etcd lease's keys in the background.
@@ -76,7 +79,9 @@
 // The Store implements driver.Notifier with an etcd watch on the key, from
 // the revision the subscription read, so that no release or expiry after
 // Subscribe returns is missed. The etcd client multiplexes all watches of a
-// Store on one gRPC stream.
+// Store on one gRPC stream. A watch silent for ListenCheck is checked with a
+// progress request and set up again when that goes unanswered; gRPC
+// keep-alives replace a connection that went half-open (see ListenCheck).
 package etcd
 
 import (
@@ -84,6 +89,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -150,6 +156,11 @@ type Config struct {
 	// 3.6 before 3.6.5). With it, a paused or overloaded etcd leader can
 	// delete the key of a lease its holder still trusts.
 	AllowUnsafeServer bool
+
+	// Logger receives what the Store does on its own: a watch of release
+	// notifications found silent and re-established (warnings and
+	// information). Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a driver.Store, driver.Notifier and driver.BatchRenewer on
@@ -182,6 +193,13 @@ type Store struct {
 	watchMu sync.Mutex
 	watches map[string]*watchGroup // by resource: one etcd watch each
 	dialTO  time.Duration
+
+	log *slog.Logger
+	// listenCheck is how long a watch may be silent before the Store asks
+	// for a progress notification, and how long that may take (ListenCheck).
+	listenCheck time.Duration
+	progressMu  sync.Mutex
+	progressAt  time.Time // when the last progress notification was asked for
 }
 
 // Open connects to etcd and checks that the cluster answers a linearizable
@@ -229,10 +247,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.MaxTxnOps = DefaultMaxTxnOps
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	return &Store{
 		cli: cli, prefix: cfg.Prefix, maxTxnOps: cfg.MaxTxnOps, clock: clock.Real(), dialTO: cc.DialTimeout,
 		bgCtx: bgCtx, bgCancel: bgCancel, checks: make(chan struct{}, maxChecks),
 		sessions: map[int64]*session{}, granting: map[int64]*pendingGrant{}, grants: map[string]*grant{},
+		log: log, listenCheck: ListenCheck,
 	}, nil
 }
 
@@ -529,14 +552,57 @@ func (s *Store) subscribe(ctx context.Context, resource string, watch bool) (<-c
 	return ch, func() { once.Do(func() { stop(); leave() }) }, nil
 }
 
+// ListenCheck bounds how long a watch of release notifications may be
+// silent: after ListenCheck without a message the Store asks etcd for a
+// progress notification on its watch stream (one request for all its
+// watches), and a watch that still received nothing ListenCheck later is
+// cancelled and set up again from a fresh read, with a warning in the
+// Store's log, and its waiters are woken to ask the store (a release during
+// the dead period is not lost). The connection under the watches is also
+// kept by gRPC keep-alives (Config.Client.DialKeepAliveTime, default 10 s,
+// and DialKeepAliveTimeout, default 5 s, here): one that went half-open is
+// closed and dialed again within their sum, and the new watch goes through
+// the new connection.
+const ListenCheck = 5 * time.Second
+
+// requestProgress makes sure that etcd was asked for a progress
+// notification on every watch of the Store's watch stream after since: it
+// asks in the background unless a request was sent after since already
+// (one request serves every watch of the Store), and returns when the
+// request that serves since was sent. A watch that received nothing since
+// since gets the answer to that request, unless its stream is dead.
+func (s *Store) requestProgress(since time.Time) time.Time {
+	s.progressMu.Lock()
+	if s.progressAt.After(since) {
+		at := s.progressAt
+		s.progressMu.Unlock()
+		return at
+	}
+	now := time.Now()
+	s.progressAt = now
+	s.progressMu.Unlock()
+	s.goBackground(func() {
+		// The watches' stream is the one of their context's metadata
+		// (WithRequireLeader).
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(s.bgCtx), s.listenCheck)
+		defer cancel()
+		_ = s.cli.RequestProgress(ctx)
+	})
+	return now
+}
+
 // watchKey keeps the etcd watch of one resource's key until ctx ends: it
-// reads the key's revision, watches deletes from the next one, and when the
-// watch ends (compaction, lost leader) wakes everyone, who ask the store,
-// and watches again from now.
+// reads the store's revision, watches deletes from it, and when the
+// watch ends (compaction, lost leader) or falls silent (ListenCheck)
+// watches again from a new read, and then wakes everyone, who ask the
+// store.
 func (s *Store) watchKey(ctx context.Context, hub *driver.Hub, resource, key string) {
 	wctx := clientv3.WithRequireLeader(ctx)
+	var lost error // why the last watch ended; nil before the first
 	for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
-		resp, err := s.cli.Get(wctx, key, clientv3.WithCountOnly())
+		gctx, cancel := context.WithTimeout(wctx, s.dialTO+s.listenCheck)
+		resp, err := s.cli.Get(gctx, key, clientv3.WithCountOnly())
+		cancel()
 		if err != nil {
 			hub.SetListening(false, err)
 			select {
@@ -546,31 +612,75 @@ func (s *Store) watchKey(ctx context.Context, hub *driver.Hub, resource, key str
 				return
 			}
 		}
-		rev := resp.Header.Revision + 1
+		// From the revision read, not the next one: a delete at that
+		// revision wakes a waiter that asks the store for nothing, but a
+		// watch that starts after the current revision gets no progress
+		// notification until the next write anywhere (etcd's
+		// watchableStore.progressIfSync), and the silence check needs them.
+		rev := resp.Header.Revision
 		one, stopOne := context.WithCancel(wctx)
 		wch := s.cli.Watch(one, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
 		hub.SetListening(true, nil)
-		for wr := range wch {
+		if lost != nil {
+			s.log.Info("etcd store: release notifications: watching again; every waiter asks the store", "resource", resource, "after", lost)
+			hub.WakeAll() // anything released while the watch was down
+		}
+		lost = s.watchEvents(ctx, hub, resource, wch)
+		stopOne()
+		if ctx.Err() != nil || s.cli.Ctx().Err() != nil {
+			return
+		}
+		// Something may be missed until the watch is up again; waiters are
+		// woken once it is (above), not now: on a connection that went
+		// half-open, their store calls would hang too.
+		hub.SetListening(false, lost)
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// errWatchEnded is the error of a watch whose channel closed.
+var errWatchEnded = errors.New("etcd watch ended")
+
+// watchEvents wakes hub's waiters at each delete that wch reports, until
+// the watch ends (its error), falls silent through a progress request (an
+// error, logged), or ctx ends (nil).
+func (s *Store) watchEvents(ctx context.Context, hub *driver.Hub, resource string, wch clientv3.WatchChan) error {
+	check := s.listenCheck
+	last := time.Now() // of the last message, or the watch's start
+	timer := time.NewTimer(check)
+	defer timer.Stop()
+	asked := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case wr, ok := <-wch:
+			if !ok {
+				return errWatchEnded
+			}
 			if err := wr.Err(); err != nil {
-				break
+				return fmt.Errorf("%w: %w", errWatchEnded, err)
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
 					hub.Wake(resource)
 				}
 			}
-		}
-		stopOne()
-		if ctx.Err() != nil || s.cli.Ctx().Err() != nil {
-			return
-		}
-		// Something may have been missed while the watch was down.
-		hub.SetListening(false, errors.New("etcd watch ended"))
-		hub.WakeAll()
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-ctx.Done():
-			return
+			last, asked = time.Now(), false
+			timer.Reset(check)
+		case <-timer.C:
+			if asked {
+				err := fmt.Errorf("etcd watch silent for %v, through a progress request", time.Since(last).Round(time.Millisecond))
+				s.log.Warn("etcd store: release notifications: the watch fell silent; watching again", "resource", resource, "err", err)
+				return err
+			}
+			sent := s.requestProgress(last)
+			asked = true
+			timer.Reset(time.Until(sent.Add(check)))
 		}
 	}
 }

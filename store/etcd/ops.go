@@ -423,15 +423,22 @@ func (s *Store) moveOnce(ctx context.Context, op, resource, owner, to string, tt
 }
 
 // Keep implements driver.Keeper: it reads the key and, when it is this
-// grant's, moves it to the Store's shared etcd lease for ttl (rounded up to
-// whole seconds) with owner string keeper, as a renewal with another TTL
-// moves it (its create revision, the token, stays). The reaper deletes it
-// ttl after the move was confirmed; nothing renews it.
+// grant's, grants an etcd lease of its own for ttl (rounded up to whole
+// seconds, no margin) and moves the key onto it with owner string keeper
+// (its create revision, the token, stays), after a keep-alive proved the
+// key's etcd lease alive, conditioned on the key's owner, token, etcd lease
+// and mod_revision as read. Nothing renews that etcd lease: etcd deletes the
+// key when it expires, ceil(ttl) after it was granted (etcd checks for
+// expired leases every 500 ms, raises a TTL below its minimum, 2 s with the
+// default election timeout, to it, and a leader change extends every etcd
+// lease by its TTL), whether or not this Store lives on. A shared etcd
+// lease, granted with a margin and kept alive by other grants, would hold
+// the key up to the margin, or the reaper's interval, longer than asked.
+// The etcd lease of a move that was not applied is revoked.
 func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
 	if err := ttls.ValidateKeep(resource, owner, keeper, ttl); err != nil {
 		return err
 	}
-	begin := s.clock.Now()
 	key := s.key(resource)
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
@@ -444,7 +451,91 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 	if kv == nil || string(kv.Value) != owner || uint64(kv.CreateRevision) != token {
 		return notHolder("keep", resource, owner, token, kv)
 	}
-	return s.moveKV(ctx, "keep", resource, owner, keeper, ttl, begin, kv)
+	lease, err := s.cli.Grant(ctx, wholeSeconds(ttl))
+	if err != nil {
+		return fmt.Errorf("etcd store: keep %q: grant an etcd lease for the hold: %w", resource, err)
+	}
+	for try := 1; ; try++ {
+		moved, err := s.keepOnce(ctx, resource, owner, keeper, kv, lease.ID)
+		if moved == nil {
+			if err != nil && !errors.Is(err, driver.ErrUnknownOutcome) {
+				s.revoke(lease.ID)
+			}
+			return err
+		}
+		if try == moveTries {
+			return driver.UnknownOutcome(fmt.Errorf("etcd store: keep %q: other writes of this owner's lease passed this one %d times", resource, moveTries))
+		}
+		kv = moved
+	}
+}
+
+// keepOnce makes one try of Keep's move of kv onto etcd lease hold. It
+// returns the key as it found it when the key was still (owner, token) but
+// under another write than kv's, with a nil error; otherwise the result.
+func (s *Store) keepOnce(ctx context.Context, resource, owner, keeper string, kv *mvccpb.KeyValue, hold clientv3.LeaseID) (*mvccpb.KeyValue, error) {
+	key := s.key(resource)
+	token := uint64(kv.CreateRevision)
+	old := clientv3.LeaseID(kv.Lease)
+	s.mu.Lock()
+	g := s.grants[key]
+	if g != nil && (g.owner != owner || uint64(g.token) != token) {
+		g = nil
+	}
+	reaped := g != nil && g.reaped
+	s.mu.Unlock()
+	if reaped || old == clientv3.NoLease {
+		return nil, notHolder("keep", resource, owner, token, nil)
+	}
+	// Prove the key's etcd lease alive now, so that moving the key cannot
+	// revive an expired one.
+	if g == nil || g.ss.id != old || !g.ss.aliveAt(s.clock.Now()) {
+		if _, err := s.cli.KeepAliveOnce(ctx, old); err != nil {
+			if leaseGone(err) {
+				if g != nil {
+					s.forget(g)
+				}
+				return nil, notHolder("keep", resource, owner, token, nil)
+			}
+			return nil, fmt.Errorf("etcd store: keep %q: keep-alive: %w", resource, err)
+		}
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", owner),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token)),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", old),
+			clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, keeper, clientv3.WithLease(hold))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		// An unknown outcome needs no clean-up: the hold's etcd lease ends
+		// the key in time anyway.
+		return nil, writeErr("keep", resource, err)
+	}
+	if !resp.Succeeded {
+		if cur := firstKV(resp, 0); cur != nil && string(cur.Value) == owner && uint64(cur.CreateRevision) == token {
+			return cur, nil // still this lease, under another write: read as it is now
+		}
+		if g != nil {
+			s.forget(g)
+		}
+		return nil, notHolder("keep", resource, owner, token, firstKV(resp, 0))
+	}
+	if g != nil {
+		s.forget(g) // the key is the hold's now: nothing of this Store renews or reaps it
+	}
+	return nil, nil
+}
+
+// revoke revokes an etcd lease that carries nothing, in the background
+// (best effort: it expires by its TTL anyway).
+func (s *Store) revoke(id clientv3.LeaseID) {
+	s.goBackground(func() {
+		ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
+		defer cancel()
+		_, _ = s.cli.Revoke(ctx, id)
+	})
 }
 
 // RenewBatch implements driver.BatchRenewer: the grants this Store made,

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,3 +30,7 @@ func GateWaiting(s *Store) (releases, others int) {
 
 // Closing reports whether Close was called on s.
 func (s *Store) Closing() bool { return s.closed.Load() }
+
+// SetListenCheck sets s's bound on the listening connection's silence
+// (ListenCheck); call it before the first Subscribe.
+func SetListenCheck(s *Store, d time.Duration) { s.listenCheck = d }

@@ -77,6 +77,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"regexp"
@@ -165,6 +166,11 @@ type Config struct {
 	// until Close; each Store waits a random 50% to 150% of it between
 	// sweeps. Default DefaultSweepInterval; negative: never.
 	SweepInterval time.Duration
+
+	// Logger receives what the Store does on its own: the listening
+	// connection of release notifications lost, found silent, and
+	// re-established (warnings and information). Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a driver.Store, driver.Notifier and driver.BatchRenewer on
@@ -194,6 +200,10 @@ type Store struct {
 	schemaOK atomic.Bool
 
 	hub driver.Hub // release notifications; Listen is listen
+	log *slog.Logger
+	// listenCheck is how long the listening connection may be silent before
+	// it is pinged, and how long the ping may take (ListenCheck).
+	listenCheck time.Duration
 
 	// notify is the state of release notifications (notify.go).
 	notify struct {
@@ -273,15 +283,20 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	seqParts[len(seqParts)-1] = last + "_token_seq"
 	s := &Store{
-		pool:       pool,
-		gate:       newGate(int(pool.Config().MaxConns)),
-		table:      pgx.Identifier(parts).Sanitize(),
-		seq:        pgx.Identifier(seqParts).Sanitize(),
-		regName:    cfg.Table,
-		channel:    cfg.Channel,
-		connCfg:    pc.ConnConfig.Copy(),
-		connTO:     pc.ConnConfig.ConnectTimeout,
-		sweepEvery: cfg.SweepInterval,
+		pool:        pool,
+		gate:        newGate(int(pool.Config().MaxConns)),
+		table:       pgx.Identifier(parts).Sanitize(),
+		seq:         pgx.Identifier(seqParts).Sanitize(),
+		regName:     cfg.Table,
+		channel:     cfg.Channel,
+		connCfg:     pc.ConnConfig.Copy(),
+		connTO:      pc.ConnConfig.ConnectTimeout,
+		sweepEvery:  cfg.SweepInterval,
+		log:         cfg.Logger,
+		listenCheck: ListenCheck,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
 	}
 	s.life, s.end = context.WithCancel(context.Background())
 	s.hub.Listen = s.listen

@@ -1,5 +1,7 @@
 package redis
 
+import "time"
+
 // KeySlot is keySlot, for the tests of package redis_test.
 var KeySlot = keySlot
 
@@ -9,3 +11,7 @@ func SetOnRedirect(f func(msg string)) func() {
 	onRedirect.Store(&f)
 	return func() { onRedirect.Store(nil) }
 }
+
+// SetListenCheck sets s's bound on the pub/sub connection's silence
+// (ListenCheck); call it before the first Subscribe.
+func SetListenCheck(s *Store, d time.Duration) { s.listenCheck = d }

@@ -118,6 +118,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -215,6 +216,11 @@ type Config struct {
 	// anything: to count or trace commands. On a cluster they are added to
 	// the client of every node, which send every command.
 	Hooks []redis.Hook
+
+	// Logger receives what the Store does on its own: the pub/sub
+	// connection of release notifications lost, found silent, and
+	// re-established (warnings and information). Default slog.Default().
+	Logger *slog.Logger
 }
 
 // DefaultWaitTimeout is how long a WAIT for replicas lasts at most when
@@ -269,6 +275,10 @@ type Store struct {
 	hub    driver.Hub // release notifications; Listen is listen
 	waits  waits      // the resources subscribed to
 	closed atomic.Bool
+	log    *slog.Logger
+	// listenCheck is how long the pub/sub connection may be silent before
+	// it is pinged, and how long the ping may take (ListenCheck).
+	listenCheck time.Duration
 }
 
 // Open connects to the server (the master Sentinel names, or the cluster's
@@ -320,6 +330,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		channel:     cfg.Prefix + "released",
 		waitN:       cfg.WaitReplicas,
 		waitTimeout: cfg.WaitTimeout,
+		log:         cfg.Logger,
+
+		listenCheck: ListenCheck,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
 	}
 	if s.waitTimeout == 0 {
 		s.waitTimeout = DefaultWaitTimeout

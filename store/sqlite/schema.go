@@ -30,6 +30,15 @@ const (
 	expires_ms INTEGER,           -- CLOCK_BOOTTIME milliseconds at which the lease expires
 	granted_at TEXT               -- wall-clock time of the grant, for display only
 ) WITHOUT ROWID`
+	// createWaiting: one reservation per resource (driver.Reserver), live
+	// while expires_ms is ahead of the clock of its epoch. Programs of
+	// versions without it ignore it (they do not honour reservations).
+	createWaiting = `CREATE TABLE IF NOT EXISTS tenure_waiting (
+	resource   TEXT PRIMARY KEY NOT NULL,
+	waiter     TEXT NOT NULL,     -- the blocking acquire that reserved it
+	epoch      TEXT NOT NULL,     -- boot id of the clock that expires_ms counts on
+	expires_ms INTEGER NOT NULL   -- CLOCK_BOOTTIME milliseconds at which the reservation lapses
+) WITHOUT ROWID`
 	createMeta = `CREATE TABLE IF NOT EXISTS tenure_meta (
 	name  TEXT PRIMARY KEY NOT NULL, -- 'schema': the file's format; 'token': the last fencing token granted
 	value INTEGER
@@ -174,7 +183,7 @@ func setup(ctx context.Context, conn *sql.Conn, path string, epoch string, nowMs
 			conn.ExecContext(context.Background(), `ROLLBACK`)
 		}
 	}()
-	for _, ddl := range []string{createLeases, createMeta} {
+	for _, ddl := range []string{createLeases, createMeta, createWaiting} {
 		if _, err := conn.ExecContext(ctx, ddl); err != nil {
 			return err
 		}

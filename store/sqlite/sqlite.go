@@ -431,7 +431,11 @@ func (s *Store) openWriter(ctx context.Context, cfg Config, params string, creat
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA wal_autocheckpoint = %d`, autoCheckpointPages)); err != nil {
 		return err
 	}
-	w, err := prepare(ctx, conn)
+	waiting, err := tableColumns(ctx, conn, s.path, "tenure_waiting")
+	if err != nil {
+		return err
+	}
+	w, err := prepare(ctx, conn, len(waiting) > 0)
 	if err != nil {
 		return fmt.Errorf("sqlite store: prepare the statements on %s: %w", s.path, err)
 	}
@@ -606,14 +610,22 @@ func scanRow(sc interface{ Scan(...any) error }) (row, error) {
 	return r, err
 }
 
-// Acquire implements driver.Store. A row that is not a live lease (released
-// by an older version, expired, written partly or with values of the wrong
-// type by another tool, from another boot) is free: the grant replaces it,
-// with a token above the row's.
+// Acquire implements driver.Store. A row that is not a live lease
+// (released by an older version, expired, written partly or with values of
+// the wrong type by another tool, from another boot) is free: the grant
+// replaces it, with a token above the row's. A free resource that a waiter
+// reserved (driver.Reserver) is not granted: the *driver.HeldError is
+// Reserved and names the waiter.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
+	return s.acquire(ctx, resource, owner, ttl, "", 0)
+}
+
+// acquire runs Acquire, or AcquireWaiting when waiter is not empty, in one
+// transaction.
+func (s *Store) acquire(ctx context.Context, resource, owner string, ttl time.Duration, waiter string, wait time.Duration) (driver.Record, error) {
 	if err := s.writeBlocked(); err != nil {
 		return driver.Record{}, err
 	}
@@ -631,6 +643,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		if found && r.live(epoch, now) {
 			held := r.record(resource, now)
 			if held.Owner != owner {
+				if err := b.reserve(resource, waiter, wait, epoch, now); err != nil {
+					return err
+				}
 				return &driver.HeldError{Holder: held}
 			}
 			// The same owner string: the same grant, renewed.
@@ -640,12 +655,21 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			rec = driver.Record{Resource: resource, Owner: owner, Token: held.Token, TTL: ttl, Remaining: time.Duration(ms) * time.Millisecond}
 			return nil
 		}
+		if other, err := b.reservedFor(resource, waiter, epoch, now); err != nil || other != nil {
+			if err != nil {
+				return err
+			}
+			return &driver.HeldError{Holder: *other, Reserved: true}
+		}
 		token, err := b.nextToken(resource, r, found)
 		if err != nil {
 			return err
 		}
 		if _, err := b.exec(s.w.grant, resource, owner, token, ms, epoch, now+ms, s.wall().UTC().Format(time.RFC3339Nano)); err != nil {
 			return fmt.Errorf("sqlite store: grant %q: %w", resource, err)
+		}
+		if err := b.clearReserved(resource); err != nil {
+			return err
 		}
 		rec = driver.Record{Resource: resource, Owner: owner, Token: uint64(token), TTL: ttl, Remaining: time.Duration(ms) * time.Millisecond}
 		return nil

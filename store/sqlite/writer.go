@@ -54,6 +54,7 @@ const (
 	opRenewBatch
 	opSweep
 	opKeep
+	opUnreserve
 )
 
 // An op is one write operation waiting for, or inside, a transaction.
@@ -109,6 +110,10 @@ type statements struct {
 	row, sameOwner, grant, renew, release *sql.Stmt
 	keep                                  *sql.Stmt
 	counterGet, counterSet, sweep         *sql.Stmt
+	// Reservations (reserve.go); nil when the file has no tenure_waiting
+	// table (a store opened with MustExist on a file of an earlier
+	// version): it then has no reservations to honour.
+	reserved, reserve, unreserve, clearReserved, sweepReserved *sql.Stmt
 }
 
 const (
@@ -126,13 +131,25 @@ const (
 	sweepSQL   = `DELETE FROM tenure_leases WHERE resource = ?3 AND NOT ` + liveSQL + ` RETURNING token`
 )
 
-// prepare prepares the writer's statements on conn.
-func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
+// prepare prepares the writer's statements on conn; those of reservations
+// only when reservations is set.
+func prepare(ctx context.Context, conn *sql.Conn, reservations bool) (*statements, error) {
 	st := &statements{}
-	for _, p := range []struct {
+	type stmt struct {
 		dst **sql.Stmt
 		sql string
-	}{
+	}
+	var more []stmt
+	if reservations {
+		more = []stmt{
+			{&st.reserved, reservedSQL},
+			{&st.reserve, reserveSQL},
+			{&st.unreserve, `DELETE FROM tenure_waiting WHERE resource = ? AND waiter = ?`},
+			{&st.clearReserved, `DELETE FROM tenure_waiting WHERE resource = ?`},
+			{&st.sweepReserved, `DELETE FROM tenure_waiting WHERE epoch <> ?1 OR expires_ms <= ?2`},
+		}
+	}
+	for _, p := range append([]stmt{
 		{&st.begin, `BEGIN IMMEDIATE`},
 		{&st.commit, `COMMIT`},
 		{&st.rollback, `ROLLBACK`},
@@ -145,7 +162,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 		{&st.counterGet, `SELECT value FROM tenure_meta WHERE name = 'token'`},
 		{&st.counterSet, `INSERT INTO tenure_meta (name, value) VALUES ('token', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value`},
 		{&st.sweep, sweepSQL},
-	} {
+	}, more...) {
 		s, err := conn.PrepareContext(ctx, p.sql)
 		if err != nil {
 			st.close()
@@ -158,7 +175,8 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 
 func (st *statements) close() {
 	for _, s := range []*sql.Stmt{st.begin, st.commit, st.rollback, st.row, st.sameOwner, st.grant, st.renew,
-		st.release, st.keep, st.counterGet, st.counterSet, st.sweep} {
+		st.release, st.keep, st.counterGet, st.counterSet, st.sweep,
+		st.reserved, st.reserve, st.unreserve, st.clearReserved, st.sweepReserved} {
 		if s != nil {
 			s.Close()
 		}
@@ -528,7 +546,15 @@ func (s *Store) sweepOnce(ctx context.Context) (int, error) {
 		}
 	}
 	rows.Close()
-	if len(names) == 0 {
+	lapsed := 0
+	if s.w.sweepReserved != nil {
+		err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM tenure_waiting WHERE epoch <> ?1 OR expires_ms <= ?2`,
+			epoch, now.Milliseconds()).Scan(&lapsed)
+		if err != nil {
+			return 0, fmt.Errorf("sqlite store: sweep: %w", err)
+		}
+	}
+	if len(names) == 0 && lapsed == 0 {
 		return 0, nil
 	}
 	deleted := 0
@@ -536,6 +562,12 @@ func (s *Store) sweepOnce(ctx context.Context) (int, error) {
 		epoch, now, err := b.clock()
 		if err != nil {
 			return err
+		}
+		if lapsed > 0 {
+			// Reservations of waiters that stopped asking.
+			if _, err := b.exec(s.w.sweepReserved, epoch, now); err != nil {
+				return fmt.Errorf("sqlite store: sweep: %w", err)
+			}
 		}
 		if err := b.loadCounter(); err != nil {
 			return err
