@@ -101,8 +101,11 @@ func WithMaxConcurrentRenewals(n int) Option { return func(c *config) { c.maxRen
 
 // WithReleaseWatch makes every lease watch its resource's release
 // notifications, on stores that send them (driver.Notifier: PostgreSQL,
-// Redis, etcd), and renew at once when one arrives. A lease freed or taken
-// by someone else (an operator's forced release, say) is then lost within
-// a round trip of the notification instead of at the next renewal. It costs
-// one subscription per lease; stores without notifications ignore it.
+// Redis, etcd and Kubernetes; MySQL, which has no notifications, polls the
+// watched rows every poll interval, 50 ms by default), and renew at once
+// when one arrives. A lease freed or taken by someone else (an operator's
+// forced release, say) is then lost within a round trip of the
+// notification (a poll interval on MySQL) instead of at the next renewal.
+// It costs one subscription per lease; stores without notifications
+// (SQLite, Cassandra) ignore it.
 func WithReleaseWatch() Option { return func(c *config) { c.watchRelease = true } }

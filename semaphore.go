@@ -24,7 +24,8 @@ const MaxSlots = 1000
 // was acquired. Changing the number of slots is an operator action: stop
 // the holders (or wait until none is left, or free their slots with
 // `tenure release --force`), then start them all with the new number once
-// the marker expired (MarkerTTL at most after the last holder stopped).
+// the marker expired (MarkerTTL, or the holders' slot TTL if that is
+// longer, after the last holder stopped).
 var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the number of slots")
 
 // Semaphore is a counting lease: at most Slots holders of one resource at
@@ -36,10 +37,13 @@ var ErrSlotsMismatch = errors.New("tenure: semaphore holders disagree on the num
 // A resource protected by a semaphore keeps the highest token it has seen
 // for each slot lease name (SlotLease.Resource(), which names the number of
 // slots too) and rejects lower ones for that name. On stores whose tokens
-// come from one counter per store or cluster (SQLite, PostgreSQL, Redis,
-// Cassandra's native mode, etcd's revisions) tokens also increase across
-// names, so a slot's token never goes back when the number of slots
-// changes; on the memory store, tokens count per name.
+// come from one counter per store or cluster (SQLite, PostgreSQL, Redis on
+// one server or under Sentinel, Cassandra's native mode, etcd's revisions)
+// tokens also increase across names, so a slot's token never goes back
+// when the number of slots changes; on MySQL (a token follows its row and
+// the database's clock), a Redis Cluster (a counter per hash slot),
+// Kubernetes (a token follows its own Lease object's versions) and the
+// memory store, compare tokens per name only.
 //
 // A Semaphore works on every store, without store code: a slot is granted
 // by the store's own atomic acquire, with point operations and one List.

@@ -107,7 +107,8 @@ func (o *Observer) Leader(ctx context.Context) (Leader, error) {
 //
 // A change is seen within PollInterval, and sooner where the store
 // notifies releases (driver.Watcher, driver.Notifier: PostgreSQL, etcd,
-// Redis) and when a leader's lease expires (read at the time the store
+// Redis, Kubernetes; MySQL within its poll interval) and when a leader's
+// lease expires (read at the time the store
 // said it had left). A term shorter than that may be missed, and a
 // hand-over from one leader to the next, without a read in between, is
 // reported without the "nobody leads" between them.

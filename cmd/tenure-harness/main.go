@@ -47,6 +47,6 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: tenure-harness run [flags]     (tenure-harness run -h for the flags)
-       tenure-harness check -out DIR [-store sqlite|cassandra]   (check a run's histories again)
+       tenure-harness check -out DIR [-store sqlite|cassandra|postgres|mysql|etcd|redis]   (check a run's histories again)
        tenure-harness worker [flags]  (started by run)`)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -197,7 +198,7 @@ func readDoc(t *testing.T, path string) string {
 	return string(b)
 }
 
-// storeDirs maps a registered scheme to its package's directory.
+// storeDir maps a registered scheme to its package's directory.
 func storeDir(scheme string) string { return "store/" + scheme }
 
 // docs/configuration.md names every option of the Locker and of election,
@@ -250,6 +251,21 @@ func TestConfigurationReference(t *testing.T) {
 			if !mentions(sec, f) {
 				t.Errorf("docs/configuration.md, %s: the field %s.Config.%s is missing", s.Name, s.Name, f)
 			}
+		}
+	}
+
+	// The Kubernetes store, a module of its own that the root module does
+	// not import (it requires client-go) and store.Schemes so does not
+	// list: its URL parameters and Config fields, read from its sources.
+	k8s := sectionOf(t, secs, "(`store/kubernetes`)")
+	for _, p := range kubernetesParams(t) {
+		if !mentions(k8s, p) {
+			t.Errorf("docs/configuration.md, kubernetes: the URL parameter %s is missing", p)
+		}
+	}
+	for _, f := range structFields(parseDir(t, "store/kubernetes"), "Config") {
+		if !mentions(k8s, f) {
+			t.Errorf("docs/configuration.md, kubernetes: the field kubernetes.Config.%s is missing", f)
 		}
 	}
 
@@ -337,4 +353,45 @@ func TestConfigurationReference(t *testing.T) {
 			}
 		}
 	}
+}
+
+// kubernetesParams returns the URL parameters of the Kubernetes store: the
+// string cases of the switch on the parameter's name in its ParseURL
+// (store/kubernetes/url.go). The store is a module of its own, which this
+// module must not import, so its parser cannot be probed as the others'
+// are.
+func kubernetesParams(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, f := range parseDir(t, "store/kubernetes") {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || fn.Name.Name != "ParseURL" {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				sw, ok := n.(*ast.SwitchStmt)
+				if !ok {
+					return true
+				}
+				if _, ok := sw.Tag.(*ast.Ident); !ok {
+					return true
+				}
+				for _, st := range sw.Body.List {
+					for _, e := range st.(*ast.CaseClause).List {
+						if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							s, _ := strconv.Unquote(lit.Value)
+							out = append(out, s)
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("store/kubernetes: no URL parameters found in the switch of its ParseURL; has the parser changed?")
+	}
+	sort.Strings(out)
+	return out
 }

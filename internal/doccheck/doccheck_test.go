@@ -314,9 +314,11 @@ type pkgDecls struct {
 }
 
 // modulePackages are the names under which documents refer to the
-// module's packages.
+// module's packages, and to those of the modules nested in it
+// (store/kubernetes, whose sources loadAPI reads like the rest: the root
+// module must not import it, as it requires client-go).
 var modulePackages = map[string]bool{"tenure": true, "driver": true, "election": true, "clock": true, "store": true, "storetest": true,
-	"sqlite": true, "postgres": true, "etcd": true, "redis": true, "cassandra": true, "memory": true, "mysql": true}
+	"sqlite": true, "postgres": true, "etcd": true, "redis": true, "cassandra": true, "memory": true, "mysql": true, "kubernetes": true}
 
 func loadAPI(t *testing.T) *api {
 	t.Helper()
@@ -633,20 +635,24 @@ func TestIdentifiers(t *testing.T) {
 func TestIdentifierCheckCatches(t *testing.T) {
 	a := loadAPI(t)
 	for _, s := range []string{"tenure.UnknownOutcome(cause)", "tenure.TTLChecker", "tenure.Locker.Reacquire", "Lease.Refresh", "(*redis.Store).RemoveOld",
-		"driver.ErrBadConn", "mysql.Config.Timeout"} {
+		"driver.ErrBadConn", "mysql.Config.Timeout", "kubernetes.Config.Server", "kubernetes.ErrNotInPod"} {
 		if len(a.check(s, nil)) == 0 {
 			t.Errorf("%q is not reported", s)
 		}
 	}
 	for _, s := range []string{"driver.UnknownOutcome(cause)", "driver.TTLChecker", "tenure.ErrLeaseLost", "Lease.Release", "tenure.SlotLease.Release",
 		"(*redis.Store).RemoveOldLayout", "cassandra.Config.ClusterHook", "election.Config.OnStartedLeading", "tenure.HeldError.Holder", "Locker.Owns",
-		"database/sql/driver.ErrBadConn", "mysql.Config.SweepInterval", "redis.Config.WaitReplicas"} {
+		"database/sql/driver.ErrBadConn", "mysql.Config.SweepInterval", "redis.Config.WaitReplicas",
+		"kubernetes.Config.Kubeconfig", "kubernetes.ErrNotInCluster", "kubernetes.LeaseName"} {
 		if bad := a.check(s, nil); len(bad) > 0 {
 			t.Errorf("%q: %v reported", s, bad)
 		}
 	}
 	if bad := a.check("redis.NewClient(&redis.Options{})", map[string]bool{"redis": true}); len(bad) > 0 {
 		t.Errorf("go-redis's names reported: %v", bad)
+	}
+	if bad := a.check("kubernetes.NewForConfig(cfg)", map[string]bool{"kubernetes": true}); len(bad) > 0 {
+		t.Errorf("client-go's names reported: %v", bad)
 	}
 }
 

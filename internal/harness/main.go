@@ -171,7 +171,7 @@ func CheckMain(args []string, stdout, stderr io.Writer) int {
 	var o Options
 	fs.StringVar(&out, "out", "", "the run's output directory")
 	fs.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
-	fs.StringVar(&store, "store", "sqlite", "the store's kind: sqlite, cassandra, postgres, etcd or redis")
+	fs.StringVar(&store, "store", "sqlite", "the store's kind: sqlite, cassandra, postgres, mysql, etcd or redis, or one the harness command registers (kubernetes, in the Kubernetes store's module)")
 	fs.DurationVar(&o.TTL, "ttl", 0, "the workers' TTL (default: from the histories)")
 	fs.DurationVar(&o.RetryInterval, "retry", 250*time.Millisecond, "the workers' retry interval")
 	fs.DurationVar(&o.LinearizabilityTimeout, "lin-timeout", 5*time.Minute, "bound of the linearizability check (0: none)")

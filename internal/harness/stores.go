@@ -37,14 +37,14 @@ const (
 	FaultProxyBlackhole = "proxy-blackhole" // the proxy drops everything without closing connections
 	FaultProxyPartition = "proxy-partition" // a black hole in which new connections never complete either (dials hang)
 	FaultLateDelivery   = "late-delivery"   // network stores: the proxy holds requests back and delivers them after their senders gave up
-	FaultNodeKill       = "node-kill"       // Cassandra, etcd and Galera clusters: SIGKILL one node, restart it later
-	FaultNodePause      = "node-pause"      // Cassandra, etcd and Galera clusters: SIGSTOP one node for longer than the TTL
+	FaultNodeKill       = "node-kill"       // Cassandra, etcd and Galera clusters, Kubernetes (its etcd, its API server): SIGKILL one node, restart it later
+	FaultNodePause      = "node-pause"      // Cassandra, etcd and Galera clusters, Kubernetes (its etcd, its API server): SIGSTOP one node for longer than the TTL
 	FaultCASTimeout     = "cas-timeout"     // Cassandra cluster: pause two replicas for a moment while holders renew
 	FaultLeaderChange   = "leader-change"   // etcd cluster: move the raft leader to another member
 	FaultLeaderPause    = "leader-pause"    // etcd cluster: SIGSTOP the raft leader for longer than the TTL (an open etcd server bug; not a default)
 	FaultServerRestart  = "server-restart"  // PostgreSQL, MySQL: SIGKILL the server, start it again (crash recovery)
 	FaultStoreReset     = "store-reset"     // SQLite: delete or replace the database file under running workers
-	FaultKeyDelete      = "key-delete"      // PostgreSQL, MySQL, etcd, Redis: an operator deletes lease rows or keys
+	FaultKeyDelete      = "key-delete"      // PostgreSQL, MySQL, etcd, Redis, Kubernetes: an operator deletes lease rows, keys or Lease objects
 	FaultStaleRenewal   = "stale-renewal"   // Cassandra: a renewal its holder gave up is applied after a newer one, with the time its coordinator started it
 	FaultMasterFailover = "master-failover" // Redis Sentinel and Cluster: SIGKILL a master; a replica takes over; the node rejoins as a replica
 	FaultNotifyHalfOpen = "notify-halfopen" // PostgreSQL, etcd, a single Redis server: the proxy silences the workers' notification connections (no FIN, no reset)

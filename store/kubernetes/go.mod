@@ -3,7 +3,7 @@ module github.com/tenure-go/tenure/store/kubernetes
 go 1.26.8
 
 require (
-	github.com/tenure-go/tenure v0.0.0
+	github.com/tenure-go/tenure v0.1.0
 	golang.org/x/net v0.61.0
 	golang.org/x/sys v0.50.0
 	k8s.io/api v0.37.2
