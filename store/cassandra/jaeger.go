@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -42,7 +41,7 @@ const DefaultJaegerTTL = 60 * time.Second
 //     store). An error here would be wrong for Jaeger's participant, which
 //     keeps its last answer when Acquire fails: a deposed leader would go on
 //     leading until its next refresh.
-//   - The owner is the readable id plus a random nonce (tenure.NewOwner), so
+//   - The owner is the readable id plus a random nonce (driver.NewOwner), so
 //     two processes configured with the same id (identical containers)
 //     still exclude each other; and each grant (an Acquire that was not a
 //     renewal) writes an owner string of its own, Owner() + "." + N, so a
@@ -98,17 +97,18 @@ func WithJaegerLockLogger(l *slog.Logger) JaegerLockOption {
 	}
 }
 
-// NewJaegerLock returns a lock on store for the owner id (tenure.NewOwner
-// appends a random nonce; an empty id means tenure.DefaultOwnerID()). It
+// NewJaegerLock returns a lock on store for the owner id (driver.NewOwner,
+// which is tenure.NewOwner, appends a random nonce; an empty id means
+// driver.DefaultOwnerID()). It
 // returns an error wrapping driver.ErrInvalidOwner for a bad id.
 func NewJaegerLock(store *Store, ownerID string, opts ...JaegerLockOption) (*JaegerLock, error) {
 	if store == nil {
 		return nil, errors.New("cassandra store: nil store")
 	}
 	if ownerID == "" {
-		ownerID = tenure.DefaultOwnerID()
+		ownerID = driver.DefaultOwnerID()
 	}
-	owner, err := tenure.NewOwner(ownerID)
+	owner, err := driver.NewOwner(ownerID)
 	if err != nil {
 		return nil, err
 	}
