@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -97,4 +98,9 @@ func filePath(p string) (string, error) {
 		p = filepath.Join(home, p[2:])
 	}
 	return p, nil
+}
+
+// OpenURL opens the store that a sqlite: URL names (see ParseURL and Open).
+func OpenURL(ctx context.Context, raw string) (*Store, error) {
+	return driver.OpenURL(ctx, raw, ParseURL, Open)
 }
