@@ -36,8 +36,9 @@ type Record struct {
 	Resource string
 	// Owner is the holder's owner string. tenure writes one string per
 	// grant: the Locker's readable id, "#", its 64-bit random nonce in hex,
-	// ".", and the number of the grant (see tenure.NewOwner). Stores treat
-	// it as opaque and compare it byte for byte.
+	// ".", and the number of the grant (see NewOwner, which is
+	// tenure.NewOwner). Stores treat it as opaque and compare it byte for
+	// byte.
 	Owner string
 	// Token is the lease's fencing token. It strictly increases with every
 	// new grant of the resource and never goes back. Zero means that the

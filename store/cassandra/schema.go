@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenure-go/tenure/driver"
+
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
 
@@ -219,4 +221,35 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// schemaProbeKey is the partition checkSchema reads. Reading one partition
+// by key (not a LIMIT 1 scan) keeps Open fast and working on tables full of
+// tombstones: a scan that meets more than tombstone_failure_threshold
+// (100,000 by default, cassandra.yaml) fails with READ_TOO_MANY_TOMBSTONES,
+// and deleted or expired leases leave tombstones until gc_grace_seconds.
+const schemaProbeKey = "tenure/schema-probe"
+
+// checkSchema reads one partition with every column the mode uses, so that
+// a missing keyspace, table or column fails Open with a clear message.
+func (s *Store) checkSchema(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	iter := s.session.Query(s.st.find, schemaProbeKey).Consistency(gocql.One).IterContext(qctx)
+	err := iter.Close()
+	if err == nil {
+		return nil
+	}
+	var inv *gocql.RequestErrInvalid
+	if errors.As(err, &inv) {
+		// Missing (ErrNoStore), or there but not the mode's table
+		// (ErrNotStore)? The schema metadata tells.
+		kind := driver.ErrNotStore
+		if ks, merr := s.session.KeyspaceMetadata(s.cfg.keyspace); errors.Is(merr, gocql.ErrKeyspaceDoesNotExist) || (merr == nil && ks.Tables[s.cfg.table] == nil) {
+			kind = driver.ErrNoStore
+		}
+		return fmt.Errorf("cassandra store: table %s.%s is missing or lacks the columns of %s mode (create it with cassandra.Init, `tenure init`, or the CQL of cassandra.Schema): %w: %w",
+			s.cfg.keyspace, s.cfg.table, s.cfg.Mode, kind, err)
+	}
+	return fmt.Errorf("cassandra store: check table %s.%s: %w", s.cfg.keyspace, s.cfg.table, err)
 }

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/tenure-go/tenure/driver"
 )
 
@@ -172,4 +173,45 @@ func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, fu
 		_, _ = s.eval(mctx, markScript, []string{s.leaseKey(resource)})
 	}()
 	return ch, stop, nil
+}
+
+// waits are the resources that this Store's subscribers wait for: the
+// acquire attempts of this Store mark the leases of those they find held.
+type waits struct {
+	n     atomic.Int64 // subscriptions
+	mu    sync.Mutex
+	count map[string]int
+}
+
+// has tells whether resource is subscribed to.
+func (w *waits) has(resource string) bool {
+	if w.n.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.count[resource] > 0
+}
+
+// add counts a subscription to resource and returns the function that
+// ends it.
+func (w *waits) add(resource string) func() {
+	w.n.Add(1)
+	w.mu.Lock()
+	if w.count == nil {
+		w.count = map[string]int{}
+	}
+	w.count[resource]++
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			if w.count[resource]--; w.count[resource] <= 0 {
+				delete(w.count, resource)
+			}
+			w.mu.Unlock()
+			w.n.Add(-1)
+		})
+	}
 }

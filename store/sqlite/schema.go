@@ -79,23 +79,6 @@ var (
 	metaColumns = []string{"name", "value"}
 )
 
-// liveSQL is the condition under which a row is a live lease, given the
-// epoch (?1) and the host clock in milliseconds (?2): every column of the
-// right type, an owner, a positive token and TTL, this boot's epoch, an
-// expiry in the future, and no more than its TTL away (a lease is written
-// as now + TTL on a clock that never goes back, so a row whose expiry is
-// further away was not written by tenure). Any other row is free: it blocks
-// nobody, and its token still counts for the floor. Every comparison is
-// guarded by a type test, so the condition is never NULL.
-const liveSQL = `(` + mayBeLiveSQL + ` AND expires_ms - ttl_ms <= ?2)`
-
-// mayBeLiveSQL is liveSQL without its bound on the time of the grant: the
-// rows that a read which saw the table at or after ?2 may judge live (see
-// row.liveBetween).
-const mayBeLiveSQL = `(typeof(owner) = 'text' AND owner <> '' AND typeof(token) = 'integer' AND token > 0
-	AND typeof(ttl_ms) = 'integer' AND ttl_ms > 0 AND typeof(epoch) = 'text' AND epoch = ?1
-	AND typeof(expires_ms) = 'integer' AND expires_ms > ?2)`
-
 // tableColumns returns the columns of table, in order; none when it does
 // not exist.
 func tableColumns(ctx context.Context, q querier, path, table string) ([]string, error) {
@@ -242,4 +225,16 @@ func migrate(ctx context.Context, conn *sql.Conn, path, epoch string, nowMs int6
 		return fail(err)
 	}
 	return nil
+}
+
+// Init creates the database file and its tables if they do not exist, or
+// upgrades a file of an earlier tenure version, as Open does, and closes
+// it: for programs that prepare a store before its users run.
+func Init(ctx context.Context, cfg Config) error {
+	cfg.MustExist = false
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }
