@@ -388,7 +388,7 @@ func (lk *Locker) tryAcquire(parent, ctx context.Context, resource string, ttl t
 	}
 	tSend := lk.clock.Now()
 	cctx, cancel := lk.bounded(ctx, trust)
-	rec, err := lk.store.Acquire(cctx, resource, owner, ttl)
+	rec, err := lk.storeAcquire(cctx, resource, owner, ttl)
 	interrupted := cctx.Err() != nil
 	cancel()
 	if err == nil {
@@ -452,7 +452,7 @@ func (lk *Locker) resolveAcquire(parent, ctx context.Context, resource, owner st
 			break
 		}
 		cctx, cancel = lk.bounded(ctx, until.Sub(now))
-		rec, err := lk.store.Acquire(cctx, resource, owner, ttl)
+		rec, err := lk.storeAcquire(cctx, resource, owner, ttl)
 		cancel()
 		if err == nil {
 			lk.log.Info("acquire outcome resolved: granted", "resource", resource, "token", rec.Token)
@@ -637,8 +637,10 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 	start := lk.clock.Now()
 	var held *HeldError
 	var lastErr error
+	attemptCtx := ctx // marked once the resource was found held (reserve.go)
+	defer lk.stopWaiting(&attemptCtx, resource)
 	for attempt := 0; ; attempt++ {
-		lease, err := lk.tryAcquireWith(ctx, resource, ttl, ac.grant)
+		lease, err := lk.tryAcquireWith(attemptCtx, resource, ttl, ac.grant)
 		if err == nil {
 			w.settled()
 			return lease, nil
@@ -652,6 +654,7 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 		var remaining time.Duration // the holder's, when the store said
 		switch {
 		case errors.As(err, &held):
+			attemptCtx = waiting(ctx)
 			w.settled()
 			lastErr = err
 			remaining = held.Holder.Remaining

@@ -1,28 +1,14 @@
 package tenure
 
-import (
-	"os"
-	"strconv"
-
-	"github.com/tenure-go/tenure/internal/naming"
-)
+import "github.com/tenure-go/tenure/internal/naming"
 
 // MaxOwnerIDLen is the longest readable owner id (WithOwnerID), in bytes.
-const MaxOwnerIDLen = 200
+const MaxOwnerIDLen = naming.MaxOwnerIDLen
 
 // DefaultOwnerID returns the readable owner id that a Locker has unless
 // WithOwnerID sets another: "HOST:PID", the host name (at most
 // MaxOwnerIDLen−12 bytes of it) and the process id.
-func DefaultOwnerID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	if len(host) > MaxOwnerIDLen-12 {
-		host = host[:MaxOwnerIDLen-12]
-	}
-	return host + ":" + strconv.Itoa(os.Getpid())
-}
+func DefaultOwnerID() string { return naming.DefaultOwnerID() }
 
 // OwnerID returns the readable id (WithOwnerID) of an owner string as a
 // store reports it (Record.Owner, HeldError's Holder.Owner, Lease.Owner):

@@ -230,6 +230,52 @@ type Keeper interface {
 	Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error
 }
 
+// Reserver is implemented by stores without release notifications
+// (Notifier), so that a waiter in another process is not starved by a
+// holder that releases and acquires again at once (it would win every race
+// against a waiter that polls). A blocking acquire that found the resource
+// held reserves it with its attempts (AcquireWaiting); once the resource is
+// free, the store grants it to the reserving waiter and refuses everyone
+// else (Acquire and other waiters' AcquireWaiting return a *HeldError with
+// Reserved set) until that waiter is granted, gives up (Unreserve), or
+// stops asking (the reservation expires). One waiter at a time holds a
+// reservation of a resource; the others take it in turn as each is granted,
+// in the order of their attempts. A reservation is not a lease: Get and List
+// do not show it, and it has no fencing token.
+type Reserver interface {
+	// AcquireWaiting is Acquire for an attempt of a blocking acquire.
+	// waiter names the blocking acquire (the same string for all its
+	// attempts; an owner string, validated as one); wait is how long its
+	// reservation lasts if no other attempt of it comes (rounded up to the
+	// store's resolution). A free resource that no other waiter has
+	// reserved is granted as Acquire grants it, and a reservation of waiter
+	// ends; a live lease of the same owner string is renewed as by Acquire.
+	// Otherwise it returns the *HeldError that Acquire would (Reserved when
+	// the resource is free), and reserves the resource for waiter for wait
+	// from now unless another waiter's reservation is live (its own is
+	// extended). Input is validated before any I/O, as in Acquire, and a
+	// wait that is not positive is ErrInvalidTTL.
+	AcquireWaiting(ctx context.Context, resource, owner, waiter string, ttl, wait time.Duration) (Record, error)
+
+	// Unreserve ends waiter's reservation of resource, if it has one: the
+	// blocking acquire gave up. It changes nothing else.
+	Unreserve(ctx context.Context, resource, waiter string) error
+}
+
+// ValidateWaiting checks the arguments of Reserver.AcquireWaiting.
+func ValidateWaiting(resource, owner, waiter string, ttl, wait time.Duration) error {
+	if err := ValidateAcquire(resource, owner, ttl); err != nil {
+		return err
+	}
+	if err := ValidateOwner(waiter); err != nil {
+		return err
+	}
+	if wait <= 0 {
+		return fmt.Errorf("%w: reservation time %v is not positive", ErrInvalidTTL, wait)
+	}
+	return nil
+}
+
 // ValidateKeep checks the arguments of Keeper.Keep.
 func ValidateKeep(resource, owner, keeper string, ttl time.Duration) error {
 	if err := ValidateAcquire(resource, owner, ttl); err != nil {

@@ -78,10 +78,22 @@ type HeldError struct {
 	// empty when the store saw the resource change hands while the request
 	// ran; trying again is the answer.
 	Holder Record
+	// Reserved says that nobody holds the resource, but a waiter of
+	// another blocking acquire reserved it (driver.Reserver): Holder.Owner
+	// names that waiter, Holder.Token is zero and Holder.Remaining is the
+	// time left on the reservation.
+	Reserved bool
 }
 
 // Error describes the holder.
 func (e *HeldError) Error() string {
+	if e.Reserved {
+		s := fmt.Sprintf("tenure: %q is free but reserved for the waiter %q", e.Holder.Resource, e.Holder.Owner)
+		if e.Holder.Remaining > 0 {
+			s += fmt.Sprintf(" (%s left)", e.Holder.Remaining.Round(time.Millisecond))
+		}
+		return s
+	}
 	if e.Holder.Owner == "" {
 		// A store saw the resource taken and freed by others while the
 		// request ran (Cassandra gives up after two attempts).

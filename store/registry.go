@@ -33,7 +33,8 @@
 // Parse checks a URL completely without connecting or creating anything
 // (it reads the certificate files a URL names, nothing else): the scheme,
 // the host names and ports (1 to 65535 in every scheme), every query
-// parameter (an unknown one is an error in every scheme). The result's
+// parameter (an unknown one, or one given twice, is an error in every
+// scheme), and TLS by one rule (driver.DecideTLS). The result's
 // CheckTTL tells whether the store can keep a TTL, from the URL alone, so a
 // program can refuse a configuration before it touches the store. Open and
 // Init parse first, so a bad URL never causes I/O either.
@@ -80,13 +81,14 @@ import (
 )
 
 var (
-	// ErrBadURL means that a store URL cannot work: it is malformed, has no
-	// scheme or one that is not registered, names a port outside 1 to
-	// 65535, has a parameter its store does not know or a value it does not
-	// accept, or names a certificate file that cannot be read. Nothing was
-	// opened or created. The message says what is wrong; for an unknown
-	// scheme it names the registered ones.
-	ErrBadURL = errors.New("bad store URL")
+	// ErrBadURL is driver.ErrBadURL: a store URL cannot work. It is
+	// malformed, has no scheme or one that is not registered, names a port
+	// outside 1 to 65535, has a parameter its store does not know, gives one
+	// twice or with a value the store does not accept, contradicts itself
+	// (TLS turned off and a CA file named), or names a certificate file that
+	// cannot be read. Nothing was opened or created. The message says what
+	// is wrong; for an unknown scheme it names the registered ones.
+	ErrBadURL = driver.ErrBadURL
 
 	// ErrUnavailable means that the URL is fine but the store could not be
 	// opened, reached or prepared. The store's own error is wrapped too.
@@ -127,8 +129,9 @@ type Driver[C any, S driver.Store] struct {
 	// Parse checks raw (whose scheme, compared without case, is one of
 	// Schemes) completely and returns the configuration it names, without
 	// connecting or creating anything: every error it returns is a bad URL.
-	// It must refuse a port outside 1 to 65535 and an unknown query
-	// parameter.
+	// It must refuse a port outside 1 to 65535, an unknown query parameter
+	// and one given twice; driver.URLSpec and driver.Query read a URL by
+	// these rules and return *driver.URLError, which names the store.
 	Parse func(raw string) (C, error)
 
 	// Open opens the store, bounded by ctx. Its errors are reported as

@@ -49,9 +49,12 @@ func (a *app) makeDefaultDir() error {
 
 // setDriverLoggers sends what store drivers log on their own (go-redis
 // prints dial failures) to tenure's logger at debug level, instead of raw
-// lines on stderr.
+// lines on stderr, and what tenure's stores log (a notification connection
+// lost and replaced; they log to slog.Default() unless configured) to
+// tenure's logger as it is.
 func setDriverLoggers(log *slog.Logger) {
 	goredis.SetLogger(driverLog{log.With("driver", "go-redis")})
+	slog.SetDefault(log)
 }
 
 type driverLog struct{ log *slog.Logger }

@@ -454,7 +454,7 @@ func TestRunExitCodes(t *testing.T) {
 	// Other stores' URLs: a bad one is 64, an unreachable cluster 69; no
 	// password is shown.
 	code, _, stderr = e.run("--store", "cassandra://u:secret@127.0.0.1:1,h2/ks", "status", "job")
-	if code != exitUsage || !strings.Contains(stderr, "bad URL") || strings.Contains(stderr, "secret") {
+	if code != exitUsage || !strings.Contains(stderr, "bad store URL: cassandra store: ") || strings.Contains(stderr, "secret") {
 		t.Fatalf("bad cassandra URL: exit %d, want %d:\n%s", code, exitUsage, stderr)
 	}
 	code, _, stderr = e.run("--store", "cassandra://u:secret@127.0.0.1:1/ks?connect_timeout=1s&timeout=1s", "status", "job")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -223,6 +224,7 @@ type Report struct {
 	LongestGapNoFault string                `json:"longest_free_gap_without_fault"`
 	TakeoverAfterKill Stat                  `json:"takeover_after_kill"`
 	HandoffAfterFree  Stat                  `json:"handoff_after_release"`
+	WakeUp            Dist                  `json:"wakeup_after_release"`
 	LivenessBound     string                `json:"liveness_bound"`
 	LivenessExceeded  int                   `json:"liveness_exceeded"`
 	Linearizability   LinearizabilityResult `json:"linearizability"`
@@ -244,6 +246,33 @@ func (s *Stat) add(d time.Duration) {
 	s.max = max(s.max, d)
 	s.Max = s.max.Round(time.Millisecond).String()
 	s.Mean = (s.sum / time.Duration(s.N)).Round(time.Millisecond).String()
+}
+
+// Dist is a distribution of durations, with how many passed a bound.
+type Dist struct {
+	N        int    `json:"n"`
+	P50      string `json:"p50"`
+	P90      string `json:"p90"`
+	P99      string `json:"p99"`
+	Max      string `json:"max"`
+	Bound    string `json:"bound"`
+	Over     int    `json:"over_bound"`
+	Excluded int    `json:"excluded_for_faults"`
+	ds       []time.Duration
+}
+
+func (d *Dist) add(x time.Duration) { d.ds = append(d.ds, x); d.N++ }
+
+// finish computes the percentiles.
+func (d *Dist) finish() {
+	if len(d.ds) == 0 {
+		return
+	}
+	slices.Sort(d.ds)
+	at := func(p int) string {
+		return d.ds[min(len(d.ds)-1, len(d.ds)*p/100)].Round(time.Millisecond).String()
+	}
+	d.P50, d.P90, d.P99, d.Max = at(50), at(90), at(99), d.ds[len(d.ds)-1].Round(time.Millisecond).String()
 }
 
 const maxExamples = 20
@@ -609,7 +638,7 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 			}
 		}
 	}
-	r.semaphoreHolders(ts, outside)
+	r.semaphoreHolders(ts, deletions, outside)
 	r.rwHolders(ts, deletions, outside)
 
 	// (4) Liveness.
@@ -649,7 +678,7 @@ func (r *Report) outsideContract(kind, format string, args ...any) {
 // trusted holders (the sweep counts holds of every slot name of the
 // semaphore, whatever number of slots its holders were started with), nor
 // more than N holders working.
-func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end int64) string) {
+func (r *Report) semaphoreHolders(ts []*Tenure, deletions []Fault, outside func(a, b *Tenure, end int64) string) {
 	bySem := map[string][]*Tenure{}
 	var sems []string
 	for _, t := range ts {
@@ -662,10 +691,17 @@ func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end i
 		bySem[t.Sem] = append(bySem[t.Sem], t)
 	}
 	sort.Strings(sems)
+	// A holder is a tenure's trust window, or the hold that followed it (a
+	// slot kept by ReleaseAfter: from the end of trust until the hold's
+	// length after it was asked for): a kept slot counts as held.
+	type holder struct {
+		t    *Tenure
+		kept bool
+	}
 	type edge struct {
 		t     int64
 		start bool
-		h     *Tenure
+		h     holder
 	}
 	for _, sem := range sems {
 		for _, kind := range []string{"semaphore-trust", "semaphore-work"} {
@@ -678,7 +714,20 @@ func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end i
 					}
 					s, e = t.Steps[0], t.Steps[len(t.Steps)-1]
 				}
-				es = append(es, edge{s, true, t}, edge{e, false, t})
+				es = append(es, edge{s, true, holder{t, false}}, edge{e, false, holder{t, false}})
+				if kind == "semaphore-trust" && t.HeldUntil > t.End {
+					// An operator's deletion of the store's data ends the
+					// hold (outside the contract, as for hold-broken).
+					until := t.HeldUntil
+					for _, f := range deletions {
+						if f.Start <= until && f.End >= t.End {
+							until = min(until, max(f.Start, t.End+1))
+						}
+					}
+					if until > t.End+1 {
+						es = append(es, edge{t.End + 1, true, holder{t, true}}, edge{until, false, holder{t, true}})
+					}
+				}
 			}
 			// Starts before ends at the same instant: touching holds count
 			// as overlapping, as in the per-lease check.
@@ -688,7 +737,13 @@ func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end i
 				}
 				return es[i].start && !es[j].start
 			})
-			active := map[*Tenure]bool{}
+			active := map[holder]bool{}
+			end := func(h holder) int64 {
+				if h.kept {
+					return h.t.HeldUntil
+				}
+				return h.t.End
+			}
 			for _, e := range es {
 				if !e.start {
 					delete(active, e.h)
@@ -699,22 +754,30 @@ func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end i
 				// (holders of one semaphore may be started with different
 				// numbers: the marker must keep them apart), so the limit
 				// is the least among the holders at this instant.
-				n := e.h.Slots
+				n := e.h.t.Slots
+				mixed := false
 				for a := range active {
-					n = min(n, a.Slots)
+					n = min(n, a.t.Slots)
+					mixed = mixed || a.t.Slots != e.h.t.Slots
 				}
-				if len(active) <= n {
+				count := kind == "semaphore-trust" && mixed
+				if len(active) <= n && !count {
 					continue
 				}
-				// Too many: outside the contract when an operator's
-				// deletion explains it for one of the earlier holders.
+				// Too many, or another count: outside the contract when an
+				// operator's deletion explains it for one of the earlier
+				// holders.
 				var others []string
 				k := ""
 				for a := range active {
 					if a != e.h {
-						others = append(others, fmt.Sprintf("%s (slot %d, token %d)", a.Owner, a.Slot, a.Token))
+						what := ""
+						if a.kept {
+							what = ", kept"
+						}
+						others = append(others, fmt.Sprintf("%s (slot %d of %d, token %d%s)", a.t.Owner, a.t.Slot, a.t.Slots, a.t.Token, what))
 						if k == "" {
-							k = outside(a, e.h, min(a.End, e.h.End))
+							k = outside(a.t, e.h.t, min(end(a), end(e.h)))
 						}
 					}
 				}
@@ -723,8 +786,14 @@ func (r *Report) semaphoreHolders(ts []*Tenure, outside func(a, b *Tenure, end i
 					r.outsideContract(k, "semaphore %q: %d holders at %d", sem, len(active), e.t)
 					continue
 				}
-				r.violate(kind, "semaphore %q of %d slots: %s (slot %d, token %d) at %d makes %d holders, with %s",
-					sem, n, e.h.Owner, e.h.Slot, e.h.Token, e.t, len(active), strings.Join(others, ", "))
+				if len(active) > n {
+					r.violate(kind, "semaphore %q of %d slots: %s (slot %d, token %d) at %d makes %d holders, with %s",
+						sem, n, e.h.t.Owner, e.h.t.Slot, e.h.t.Token, e.t, len(active), strings.Join(others, ", "))
+				}
+				if count {
+					r.violate("semaphore-count", "semaphore %q: %s holds slot %d of %d (token %d) from %d while a slot of another count is held or kept: %s",
+						sem, e.h.t.Owner, e.h.t.Slot, e.h.t.Slots, e.h.t.Token, e.t, strings.Join(others, ", "))
+				}
 			}
 		}
 	}
@@ -942,6 +1011,7 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 			r.LivenessExceeded++
 		}
 	}
+	r.wakeUps(hs, faults, byGroup, ttl, opt)
 	// Hand-off after a release: until another process's grant was
 	// answered, when someone was waiting (a releaser that takes the lease
 	// again first did not leave it free).
@@ -973,6 +1043,166 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 	}
 }
 
+// WakeUpSlack is what the wake-up check allows, beyond the store's poll
+// bound, between a release's answer and the send of the acquire that is
+// granted next: the notification's way to the waiter and the scheduling
+// of its process on a loaded machine. Generous, so that only lost
+// wake-ups pass the bound.
+const WakeUpSlack = time.Second
+
+// WakeUpBound is how long after a release a waiter (one that was granted
+// later) may take to send the acquire that is granted: the store's poll
+// bound (none with release notifications, the retry interval when waiters
+// poll) plus WakeUpSlack, plus a quarter TTL when the workers' second
+// waiters give up during wake-ups (their attempt is held back that long
+// before its context ends, and only then is the wake-up passed on). The
+// granted acquire's own round trip is not counted: its latency is the
+// store's, however loaded. While a notify-halfopen fault is on, or began
+// within the store's bound on silence before the release, the bound grows
+// by that bound (Profile.SilenceBound).
+func WakeUpBound(p Profile, ttl, retry time.Duration, cancelWaiters bool) time.Duration {
+	b := p.PollBound(retry) + WakeUpSlack
+	if cancelWaiters {
+		b += ttl / 4
+	}
+	return b
+}
+
+// wakeUps checks that a freed resource with a waiter is granted within one
+// round trip plus WakeUpBound: for every confirmed release while a waiter
+// of another process waited (one whose wait ended in a grant: a waiter that
+// gave up, or was refused for another slot count, does not count), the
+// time until the send of the acquire of the next grant of the resource (of
+// a slot of the semaphore) to anyone, the releaser included (the resource
+// was then not left free; which waiter is served is the stores' order, not
+// this check's), counted from the release's answer or, when the grantee
+// had an attempt in flight then, from that attempt's answer (the one round
+// trip), and 0 when the granted acquire was sent before. A release that a fault other than notify-halfopen overlapped
+// (from a TTL before it to the grant) is left out (Excluded); the others
+// past the bound are violations (wakeup-late). The distribution of all
+// that were checked is reported.
+func (r *Report) wakeUps(hs []*History, faults []Fault, byGroup map[string][]*Tenure, ttl time.Duration, opt Options) {
+	type wait struct {
+		span
+		proc string
+	}
+	waits := map[string][]wait{}
+	// answers: per process, when its acquire calls were answered (in
+	// order): an attempt in flight at the release delays the next one.
+	answers := map[string][]int64{}
+	cancelWaiters := false
+	for _, h := range hs {
+		if h.Operator() {
+			continue
+		}
+		if strings.HasSuffix(h.File, "-c.jsonl") {
+			cancelWaiters = true
+		}
+		acquires := map[int64]bool{}
+		for _, e := range h.Events {
+			switch {
+			case e.Ev == EvCall && e.Op == OpAcquire:
+				acquires[e.ID] = true
+			case e.Ev == EvReturn && acquires[e.ID]:
+				answers[h.Owner] = append(answers[h.Owner], e.T)
+			}
+		}
+		g := histGroup(h)
+		var w int64
+		for _, e := range h.Events {
+			switch e.Ev {
+			case EvWait:
+				w = e.T
+			case EvGrant:
+				if w != 0 {
+					waits[g] = append(waits[g], wait{span{w, e.T}, h.Owner})
+				}
+				w = 0
+			case EvAcqErr, EvExit:
+				w = 0
+			}
+		}
+	}
+	bound := WakeUpBound(opt.Profile, ttl, opt.RetryInterval, cancelWaiters)
+	r.WakeUp.Bound = bound.String()
+	for _, h := range hs {
+		if h.Operator() {
+			continue
+		}
+		g := histGroup(h)
+		var releasing int64 // the release call began
+		for _, e := range h.Events {
+			if e.Ev == EvRelease {
+				releasing = e.T
+			}
+			if e.Ev != EvReleased || e.Err != "" || releasing == 0 {
+				continue
+			}
+			// The store freed the resource between the release's start and
+			// its answer; a grant answered after the start, to anyone (the
+			// releaser included: the resource was not left free), ends the
+			// wait for a grant.
+			from := releasing
+			waited := false
+			for _, w := range waits[g] {
+				if w.proc != h.Owner && w.start < e.T && from < w.end {
+					waited = true
+					break
+				}
+			}
+			if !waited {
+				continue
+			}
+			gts := byGroup[g]
+			i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > from })
+			if i == len(gts) {
+				continue
+			}
+			next := gts[i].Reply
+			b := bound
+			excluded := false
+			for _, f := range faults {
+				if f.Start > next || max(f.End, f.Start)+int64(ttl) < e.T {
+					continue
+				}
+				if f.Kind != FaultNotifyHalfOpen {
+					excluded = true
+					break
+				}
+				b = bound + opt.Profile.SilenceBound
+			}
+			// A half-open connection may be found dead up to the bound on
+			// silence after the fault began, and a release before its end
+			// may wait for that.
+			for _, f := range faults {
+				if f.Kind == FaultNotifyHalfOpen && f.Start <= next && f.Start+int64(opt.Profile.SilenceBound) >= e.T {
+					b = bound + opt.Profile.SilenceBound
+				}
+			}
+			if excluded {
+				r.WakeUp.Excluded++
+				continue
+			}
+			// From the release, or from the answer of the grantee's
+			// attempt that was in flight then (one round trip), whichever
+			// is later.
+			from = e.T
+			as := answers[gts[i].Process]
+			if j := sort.Search(len(as), func(j int) bool { return as[j] >= gts[i].Send }); j > 0 {
+				from = max(from, as[j-1])
+			}
+			d := time.Duration(max(gts[i].Send-from, 0))
+			r.WakeUp.add(d)
+			if d > b {
+				r.WakeUp.Over++
+				r.violate("wakeup-late", "%s: released by %s (token %d) at %d while another process waited; the next grant's acquire (%s, token %d) was sent %v later, over the bound %v",
+					g, h.Owner, e.Token, e.T, gts[i].Owner, gts[i].Token, d.Round(time.Millisecond), b)
+			}
+		}
+	}
+	r.WakeUp.finish()
+}
+
 // deletedDuring returns the kind of a deletion of the store's data by an
 // operator (OutsideContract) that overlaps [from, to], or "": a hold whose
 // record was deleted after it began is gone, for the rest of its length.
@@ -985,7 +1215,8 @@ func deletedDuring(deletions []Fault, from, to int64) string {
 	return ""
 }
 
-// fullSpans returns when at least n of the holds were trusted at once.
+// fullSpans returns when at least n of the holds were trusted, or kept by
+// a hold, at once.
 func fullSpans(ts []*Tenure, n int) []span {
 	type edge struct {
 		t int64
@@ -993,8 +1224,9 @@ func fullSpans(ts []*Tenure, n int) []span {
 	}
 	var es []edge
 	for _, t := range ts {
-		if t.End >= t.Reply {
-			es = append(es, edge{t.Reply, 1}, edge{t.End, -1})
+		// A hold (ReleaseAfter) keeps the resource after the trust ended.
+		if end := max(t.End, t.HeldUntil); end >= t.Reply {
+			es = append(es, edge{t.Reply, 1}, edge{end, -1})
 		}
 	}
 	sort.Slice(es, func(i, j int) bool {
@@ -1054,6 +1286,10 @@ func (r *Report) Summary() string {
 		}
 		sort.Strings(os)
 		s += " outside-contract=" + strings.Join(os, ",")
+	}
+	if r.WakeUp.N > 0 {
+		s += fmt.Sprintf(" wakeup-after-release=%s/%s/%s(p50/p99/max,n=%d,bound=%s,over=%d)",
+			r.WakeUp.P50, r.WakeUp.P99, r.WakeUp.Max, r.WakeUp.N, r.WakeUp.Bound, r.WakeUp.Over)
 	}
 	if r.SemWorkers > 0 || r.SlotGrants > 0 {
 		s += fmt.Sprintf(" slot-grants=%d slot-handoffs=%d", r.SlotGrants, r.SlotHandoffs)

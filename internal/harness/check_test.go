@@ -341,3 +341,64 @@ func TestLockerOwner(t *testing.T) {
 		}
 	}
 }
+
+// keptSlot is slotHist whose round ends with a confirmed ReleaseAfter of
+// holdFor milliseconds instead of a release.
+func keptSlot(owner string, slot, n int, token uint64, reply, end, holdFor int64) *History {
+	h := slotHist(owner, slot, n, token, reply, end)
+	h.Events[len(h.Events)-1] = Event{Ev: EvHold, T: (end + 1) * ms, Token: token, TTL: holdFor * ms}
+	return h
+}
+
+// A kept slot (ReleaseAfter) keeps the semaphore's count: a holder of
+// another number of slots beside it is a violation (semaphore-count),
+// and so are more holders than slots with the kept one counted; after the
+// hold, another count is fine.
+func TestCheckSemaphoreCount(t *testing.T) {
+	kept := keptSlot("A", 1, 2, 1, 0, 100, 2000)
+	ok := []*History{kept, slotHist("D", 1, 3, 2, 2200, 2500)}
+	if r := check(ok); r.Violations != 0 {
+		t.Fatalf("another count after the hold: %+v", r.Examples)
+	}
+	other := []*History{kept, slotHist("D", 1, 3, 2, 1500, 1800)}
+	if r := check(other); r.ViolationsByKind["semaphore-count"] != 1 {
+		t.Fatalf("another count during the hold: %v %+v; want one semaphore-count", r.ViolationsByKind, r.Examples)
+	}
+	full := []*History{kept, keptSlot("B", 2, 2, 2, 50, 150, 2000), slotHist("C", 1, 2, 3, 1000, 1200)}
+	if r := check(full); r.ViolationsByKind["semaphore-trust"] == 0 {
+		t.Fatalf("a third holder of 2 slots while both are kept: no violation (%v)", r.ViolationsByKind)
+	}
+}
+
+// A release while another process waits must be followed by a grant
+// within WakeUpBound (wakeup-late); a fault other than notify-halfopen
+// excludes it, and a notify-halfopen fault extends the bound by the
+// store's bound on silence.
+func TestCheckWakeUpLate(t *testing.T) {
+	late := []*History{
+		whist("A", 0, hold{token: 1, send: 0, reply: 5, deadline: 990, steps: []int64{10}, release: 450}),
+		whist("B", 100, hold{token: 2, send: 2990, reply: 3000, deadline: 3990, steps: []int64{3010}, release: 3100}),
+	}
+	r := check(late)
+	if r.ViolationsByKind["wakeup-late"] != 1 || r.WakeUp.N != 1 || r.WakeUp.Over != 1 {
+		t.Fatalf("grant 2.55 s after the release: %v, %+v; want one wakeup-late", r.ViolationsByKind, r.WakeUp)
+	}
+	if want := WakeUpBound(SQLiteProfile, time.Second, 250*time.Millisecond, false); r.WakeUp.Bound != want.String() {
+		t.Errorf("bound %s, want %v", r.WakeUp.Bound, want)
+	}
+	if r := check(late, Fault{Kind: FaultPause, Start: 400 * ms, End: 2000 * ms}); r.Violations != 0 || r.WakeUp.Excluded != 1 {
+		t.Fatalf("with a pause during the hand-off: %v, %+v; want it excluded", r.ViolationsByKind, r.WakeUp)
+	}
+	pg := Check(late, []Fault{{Kind: FaultNotifyHalfOpen, Start: 300 * ms, End: 10300 * ms}},
+		Options{Profile: PostgresProfile, RetryInterval: 250 * time.Millisecond, SkipLinearizability: true})
+	if pg.Violations != 0 || pg.WakeUp.N != 1 {
+		t.Fatalf("with a half-open notification connection: %v, %+v; want the bound extended", pg.ViolationsByKind, pg.WakeUp)
+	}
+	// A waiter that gave up does not count.
+	gaveUp := late[:1:1]
+	b := &History{File: "B", Owner: "B", TTL: time.Second}
+	b.Events = []Event{{Ev: EvStart, Owner: "B"}, {Ev: EvWait, T: 100 * ms}, {Ev: EvAcqErr, T: 3000 * ms}}
+	if r := check(append(gaveUp, b)); r.Violations != 0 || r.WakeUp.N != 0 {
+		t.Fatalf("a waiter that gave up: %v, %+v; want nothing checked", r.ViolationsByKind, r.WakeUp)
+	}
+}

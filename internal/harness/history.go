@@ -86,6 +86,7 @@ const (
 const (
 	ResGranted  = "granted"
 	ResHeld     = "held"
+	ResReserved = "reserved" // Acquire refused a free resource that another waiter reserved (driver.Reserver): Holder names the waiter
 	ResRenewed  = "renewed"
 	ResReleased = "released"
 	ResLost     = "lost"

@@ -44,6 +44,9 @@ func WorkerMain(args []string) int {
 	fs.BoolVar(&cfg.SharedOwner, "shared-owner", false, "give the store one owner string per Locker, as before grant identity (deliberately unsafe)")
 	fs.Float64Var(&cfg.HoldProb, "hold-prob", 0, "probability of ending a round with ReleaseAfter (a hold of two TTLs) instead of Release")
 	fs.BoolVar(&cfg.HoldByRenew, "hold-by-renew", false, "make ReleaseAfter one renewal with the hold's TTL, as before driver.Keeper (deliberately unsafe)")
+	fs.IntVar(&cfg.SlotsAlt, "slots-alt", 0, "the other slot count of -slot-change-prob (-workload semaphore)")
+	fs.Float64Var(&cfg.SlotChangeProb, "slot-change-prob", 0, "probability that a round takes a slot of -slots-alt slots instead of -slots (-workload semaphore)")
+	fs.BoolVar(&cfg.CancelWaiter, "cancel-waiter", false, "run a second waiter in the process, which gives up during half of its wake-ups (-workload lease or reacquire)")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -86,9 +89,11 @@ func RunMain(args []string, stdout, stderr io.Writer, exe string) int {
 	fs.BoolVar(&cfg.SemMixed, "sem-mixed", false, "start the semaphore workers with different settings: every other one with twice the TTL, the last one with one slot more (the marker must keep it apart)")
 	fs.IntVar(&cfg.Slots, "slots", 2, "the semaphore's number of slots")
 	fs.IntVar(&cfg.RWWorkers, "rw-workers", 3, "workers that hold a shared/exclusive lock (on a resource of their own), each round shared or, one time in three, exclusive, besides the -workers and -sem-workers workers")
+	fs.Float64Var(&cfg.SlotChangeProb, "slot-change-prob", 0.2, "probability that a semaphore worker's round takes a slot of -slots+1 slots instead (0: never): the count may change only when no slot of the old one is held or kept")
+	fs.BoolVar(&cfg.CancelWaiter, "cancel-waiters", true, "every lease worker process runs a second waiter on its store, which gives up during half of its wake-ups (the wake-up must reach the other waiter)")
 	fs.StringVar(&out, "out", "", "output directory for histories, logs and report.json (default: a new temporary directory)")
 	fs.Float64Var(&cfg.ExitProb, "exit-prob", 0.1, "probability that a worker exits without releasing after a piece of work")
-	fs.Float64Var(&cfg.HoldProb, "hold-prob", 0.15, "probability that a worker ends a round with Lease.ReleaseAfter, a hold of two TTLs that nobody may be granted within, instead of Release (not with -shared-owner)")
+	fs.Float64Var(&cfg.HoldProb, "hold-prob", 0.15, "probability that a worker ends a round with Lease.ReleaseAfter, a hold of two TTLs (for half of a semaphore worker's holds, 30 s (the marker's TTL) more) that nobody may be granted within, instead of Release (not with -shared-owner)")
 	fs.BoolVar(&cfg.HoldByRenew, "hold-by-renew", false, "the workers' ReleaseAfter is one renewal with the hold's TTL, as before driver.Keeper (deliberately unsafe: a late renewal cuts the hold short; the checker must report it)")
 	fs.StringVar(&cfg.CassandraScript, "cassandra-script", "scripts/cassandra", "the script that kills, restarts, pauses and resumes Cassandra nodes")
 	fs.StringVar(&cfg.EtcdScript, "etcd-script", "scripts/etcd", "the script that kills, restarts, pauses and resumes the members of a three-member etcd cluster (start3) and moves its leader")

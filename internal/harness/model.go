@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/tenure-go/tenure/store/etcd"
+	"github.com/tenure-go/tenure/store/postgres"
+	"github.com/tenure-go/tenure/store/redis"
 )
 
 // Profile is what the checker may assume about a store's timing.
@@ -67,6 +71,30 @@ type Profile struct {
 	// started counts a lease's duration from its own first look), it is
 	// the duration a waiting worker, which watches the Lease, counts.
 	Takeover func(ttl time.Duration) time.Duration
+	// Notifies says that the store wakes waiters on a release
+	// (driver.Notifier); otherwise they poll, at most a retry interval
+	// apart, and (driver.Reserver) the store keeps the freed resource for
+	// the waiter that reserved it.
+	Notifies bool
+	// SilenceBound is how long the store may take to replace a
+	// notification connection that went half-open (from its last message):
+	// postgres.ListenCheck and redis.ListenCheck twice (a single server, a
+	// Sentinel set or a cluster alike); for etcd, gRPC's keep-alive (10 s +
+	// 5 s) and the Store's watch check twice; for Kubernetes, the time its
+	// Store gives one watch (70 s). Zero for a store without such a
+	// connection.
+	SilenceBound time.Duration
+}
+
+// PollBound is how long after a release a waiter may take to ask the
+// store again, if nothing went wrong: none for a store that notifies a
+// release (a round trip is allowed apart), the retry interval for one whose
+// waiters poll.
+func (p Profile) PollBound(retry time.Duration) time.Duration {
+	if p.Notifies {
+		return 0
+	}
+	return retry
 }
 
 func ceilMillis(ttl time.Duration) time.Duration {
@@ -777,10 +805,12 @@ var CassandraProfile = Profile{
 // that did not see it yet (safety-ci seed 402, under load). So the expiry
 // is counted from the send time, as the holder's deadline is.
 var PostgresProfile = Profile{
-	Name:        "postgres",
-	MinTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
-	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
-	LateEffects: true,
+	Name:         "postgres",
+	MinTTL:       func(ttl time.Duration) time.Duration { return ceilMillis(ttl) - clockSlack },
+	MaxTTL:       func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + clockSlack },
+	LateEffects:  true,
+	Notifies:     true,
+	SilenceBound: 2 * postgres.ListenCheck,
 }
 
 // MySQLProfile is the MySQL store's timing (store/mysql): the statement
@@ -791,12 +821,16 @@ var PostgresProfile = Profile{
 // for a row lock, a commit for its log flush), and a lease is live while
 // expires_at > UTC_TIMESTAMP(6). As on PostgreSQL, a request delivered
 // late may take effect after its client gave up, and the expiry counts from
-// the send time.
+// the send time. The Store notifies its waiters (driver.Notifier) by
+// polling the rows they wait for every mysql.DefaultPollInterval (50 ms)
+// over its pool, which WakeUpSlack covers; it has no notification
+// connection of its own to go half-open (no SilenceBound).
 var MySQLProfile = Profile{
 	Name:        "mysql",
 	MinTTL:      func(ttl time.Duration) time.Duration { return ceilMicros(ttl) - clockSlack },
 	MaxTTL:      func(ttl time.Duration) time.Duration { return ceilMicros(ttl) + clockSlack },
 	LateEffects: true,
+	Notifies:    true,
 }
 
 func ceilMicros(ttl time.Duration) time.Duration {
@@ -812,6 +846,8 @@ var RedisProfile = Profile{
 	MaxTTL:           func(ttl time.Duration) time.Duration { return ceilMillis(ttl) + time.Millisecond + clockSlack },
 	LateEffects:      true,
 	ExpiryFromEffect: true,
+	Notifies:         true,
+	SilenceBound:     2 * redis.ListenCheck,
 }
 
 // EtcdProfile is the etcd store's timing (docs/stores.md, measured on etcd
@@ -842,6 +878,8 @@ var EtcdProfile = Profile{
 	LateEffects:        true,
 	LeaderExtension:    1500 * time.Millisecond,
 	UnknownMayEndEarly: true,
+	Notifies:           true,
+	SilenceBound:       max(15*time.Second, 2*etcd.ListenCheck),
 }
 
 // etcdMargin is how much longer than the TTL, in whole seconds, the etcd

@@ -33,6 +33,9 @@ func NewRecordingStore(inner driver.Store, rec *Recorder) driver.Store {
 		}
 		return &recordingNotifier{RecordingStore: s, n: n}
 	}
+	if r, ok := inner.(driver.Reserver); ok {
+		return &recordingReserver{RecordingStore: s, r: r}
+	}
 	return s
 }
 
@@ -45,6 +48,24 @@ type recordingWatcher struct {
 
 func (s *recordingWatcher) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
 	return s.w.Watch(ctx, resource)
+}
+
+// recordingReserver is a RecordingStore of a driver.Reserver: a waiting
+// acquire is recorded as an acquire; Unreserve, which changes no lease,
+// is not recorded.
+type recordingReserver struct {
+	*RecordingStore
+	r driver.Reserver
+}
+
+func (s *recordingReserver) AcquireWaiting(ctx context.Context, resource, owner, waiter string, ttl, wait time.Duration) (tenure.Record, error) {
+	return s.acquire(resource, owner, ttl, func() (tenure.Record, error) {
+		return s.r.AcquireWaiting(ctx, resource, owner, waiter, ttl, wait)
+	})
+}
+
+func (s *recordingReserver) Unreserve(ctx context.Context, resource, waiter string) error {
+	return s.r.Unreserve(ctx, resource, waiter)
 }
 
 type recordingNotifier struct {
@@ -67,6 +88,8 @@ func LastGrant(s driver.Store, resource string) (send, reply int64, owner string
 	case *recordingNotifier:
 		rs = v.RecordingStore
 	case *recordingWatcher:
+		rs = v.RecordingStore
+	case *recordingReserver:
 		rs = v.RecordingStore
 	default:
 		return 0, 0, "", 0
@@ -97,6 +120,9 @@ func classify(err error, ok string) (string, string) {
 	}
 	var held *tenure.HeldError
 	if errors.As(err, &held) {
+		if held.Reserved {
+			return ResReserved, ""
+		}
 		return ResHeld, ""
 	}
 	return ResError, err.Error()
@@ -104,15 +130,20 @@ func classify(err error, ok string) (string, string) {
 
 // Acquire implements driver.Store.
 func (s *RecordingStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	return s.acquire(resource, owner, ttl, func() (tenure.Record, error) { return s.inner.Acquire(ctx, resource, owner, ttl) })
+}
+
+// acquire records one acquire, which call makes.
+func (s *RecordingStore) acquire(resource, owner string, ttl time.Duration, call func() (tenure.Record, error)) (tenure.Record, error) {
 	id, send := s.call(OpAcquire, resource, owner, 0, ttl)
-	rec, err := s.inner.Acquire(ctx, resource, owner, ttl)
+	rec, err := call()
 	e := Event{Ev: EvReturn, T: MonoNow(), ID: id}
 	e.Res, e.Err = classify(err, ResGranted)
 	switch e.Res {
 	case ResGranted:
 		e.Token = rec.Token
 		e.Holder = rec.Owner
-	case ResHeld:
+	case ResHeld, ResReserved:
 		var held *tenure.HeldError
 		errors.As(err, &held)
 		e.Holder, e.HolderToken = held.Holder.Owner, held.Holder.Token

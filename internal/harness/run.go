@@ -61,6 +61,13 @@ type Config struct {
 	// their own (WorkloadRW), each round in a mode drawn at random.
 	RWWorkers int
 
+	// SlotChangeProb is the probability that a semaphore worker's round
+	// takes a slot of Slots+1 slots instead (WorkerConfig.SlotChangeProb).
+	SlotChangeProb float64
+	// CancelWaiter runs a second waiter in every lease worker's process
+	// (WorkerConfig.CancelWaiter).
+	CancelWaiter bool
+
 	// ServerFaults allows faults that crash and restart the store's server
 	// (server-restart on PostgreSQL and MySQL, through PostgresScript and
 	// MySQLScript); the server
@@ -290,12 +297,19 @@ func (o *orch) semSettings(idx int) (time.Duration, int) {
 func (o *orch) resources() []string {
 	rs := []string{o.resource}
 	if o.cfg.SemWorkers > 0 {
-		for i := 1; i <= o.cfg.Slots; i++ {
-			rs = append(rs, naming.SlotName(o.semResource(), i, o.cfg.Slots))
-		}
+		// The slot counts the workers may use: Slots, one more for
+		// SemMixed's last worker, and one more than each with
+		// SlotChangeProb.
+		most := o.cfg.Slots
 		if o.cfg.SemMixed {
-			for i := 1; i <= o.cfg.Slots+1; i++ {
-				rs = append(rs, naming.SlotName(o.semResource(), i, o.cfg.Slots+1))
+			most++
+		}
+		if o.cfg.SlotChangeProb > 0 {
+			most++
+		}
+		for n := o.cfg.Slots; n <= most; n++ {
+			for i := 1; i <= n; i++ {
+				rs = append(rs, naming.SlotName(o.semResource(), i, n))
 			}
 		}
 		rs = append(rs, naming.MarkerName(o.semResource()))
@@ -364,6 +378,12 @@ func (o *orch) startLocked(s *slot) error {
 	if o.cfg.HoldByRenew {
 		args = append(args, "-hold-by-renew")
 	}
+	if s.sem && o.cfg.SlotChangeProb > 0 {
+		args = append(args, "-slots-alt", strconv.Itoa(slots+1), "-slot-change-prob", strconv.FormatFloat(o.cfg.SlotChangeProb, 'g', -1, 64))
+	}
+	if !s.sem && o.cfg.CancelWaiter && !o.cfg.Unsafe {
+		args = append(args, "-cancel-waiter")
+	}
 	logf, err := os.Create(filepath.Join(o.cfg.Out, "logs", name+".log"))
 	if err != nil {
 		return err
@@ -413,6 +433,11 @@ func (o *orch) startLocked(s *slot) error {
 		}
 		if err := AppendEvent(hist, gone); err != nil {
 			fmt.Fprintf(o.cfg.Log, "harness: %v\n", err)
+		}
+		if c := CompanionHistory(hist); fileExists(c) {
+			if err := AppendEvent(c, gone); err != nil {
+				fmt.Fprintf(o.cfg.Log, "harness: %v\n", err)
+			}
 		}
 		o.mu.Lock()
 		defer o.mu.Unlock()
@@ -673,6 +698,8 @@ func (o *orch) fault(ctx context.Context, kind string) (Fault, error) {
 		return f, nil
 	case FaultLateDelivery:
 		return o.lateDelivery(ctx, f)
+	case FaultNotifyHalfOpen:
+		return o.notifyHalfOpen(ctx, f)
 	case FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange, FaultLeaderPause:
 		return o.nodeFault(ctx, f)
 	case FaultServerRestart:
@@ -724,6 +751,41 @@ func (o *orch) lateDelivery(ctx context.Context, f Fault) (Fault, error) {
 	}
 	f.Detail = fmt.Sprintf("requests sent during %v delivered %v late: %d chunks held, %d delivered, %d of them after their client closed the connection",
 		hold.Round(time.Millisecond), late.Round(time.Millisecond), held-held0, deliv-deliv0, after-after0)
+	return f, nil
+}
+
+// notifyHalfOpen silences the workers' notification connections (a
+// LISTEN, a pub/sub subscription; on etcd every open connection, which
+// carries the watches and everything else): their bytes are dropped both
+// ways and neither side learns it, as when a NAT or a firewall forgets a
+// connection. The stores must notice (a bound on silence), replace the
+// connection and wake their waiters; connections opened afterwards pass.
+// The fault lasts the store's bound on silence, during which its waiters
+// may be woken late; it waits up to 3 TTLs for a connection to silence (a
+// worker's store listens from its first wait on).
+func (o *orch) notifyHalfOpen(ctx context.Context, f Fault) (Fault, error) {
+	f.Target = "notification connections"
+	deadline := time.Now().Add(3 * o.cfg.TTL)
+	n := 0
+	for {
+		f.Start = MonoNow()
+		for _, p := range o.env.proxies {
+			n += p.Silence(o.env.notifyPattern)
+		}
+		if n > 0 || !time.Now().Before(deadline) {
+			break
+		}
+		if !sleep(ctx, o.cfg.TTL/4) {
+			return f, ctx.Err()
+		}
+	}
+	if n == 0 {
+		return f, errNoFault
+	}
+	d := o.env.profile.SilenceBound
+	sleep(ctx, d)
+	f.End = MonoNow()
+	f.Detail = fmt.Sprintf("%d connections silenced; the stores' bound on silence is %v", n, d)
 	return f, nil
 }
 
@@ -1013,4 +1075,9 @@ func (o *orch) masterFailover(ctx context.Context, f Fault) (Fault, error) {
 	f.End = MonoNow()
 	f.Detail = fmt.Sprintf("a replica took over %v after the kill", time.Duration(promoted-f.Start).Round(time.Millisecond))
 	return f, err
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

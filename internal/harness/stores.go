@@ -47,12 +47,14 @@ const (
 	FaultKeyDelete      = "key-delete"      // PostgreSQL, MySQL, etcd, Redis, Kubernetes: an operator deletes lease rows, keys or Lease objects
 	FaultStaleRenewal   = "stale-renewal"   // Cassandra: a renewal its holder gave up is applied after a newer one, with the time its coordinator started it
 	FaultMasterFailover = "master-failover" // Redis Sentinel and Cluster: SIGKILL a master; a replica takes over; the node rejoins as a replica
+	FaultNotifyHalfOpen = "notify-halfopen" // PostgreSQL, etcd, a single Redis server: the proxy silences the workers' notification connections (no FIN, no reset)
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultProxyDelay, FaultProxyDrop,
 	FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultNodeKill, FaultNodePause, FaultCASTimeout, FaultLeaderChange,
-	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal, FaultMasterFailover}
+	FaultLeaderPause, FaultServerRestart, FaultStoreReset, FaultKeyDelete, FaultStaleRenewal, FaultMasterFailover,
+	FaultNotifyHalfOpen}
 
 // OutsideContract lists the fault kinds that break a premise of the lease
 // contract, with the reason: the checker reports the overlaps of trusted
@@ -85,7 +87,11 @@ type storeEnv struct {
 	nodeScript string // the script that kills, restarts, pauses and resumes nodes
 	serverCmd  string // scripts/postgres or scripts/mariadb, for server-restart
 	sqlitePth  string // SQLite: the database file
-	closers    []func() error
+	// notifyPattern is what a worker's notification connection sends
+	// first (netfault.Proxy.Silence): LISTEN, subscribe; empty for etcd,
+	// whose watches share the client's one connection with everything.
+	notifyPattern []byte
+	closers       []func() error
 }
 
 func (e *storeEnv) close() {
@@ -205,7 +211,8 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 			env.close()
 			return nil, err
 		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
+		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete,
+			FaultNotifyHalfOpen}
 		if len(env.nodes) >= 3 {
 			if err := checkScriptNodes(ctx, cfg.EtcdScript, scfg.Client.Endpoints); err != nil {
 				env.close()
@@ -302,6 +309,17 @@ func setupOneServer(ctx context.Context, cfg Config, env *storeEnv, su *store.UR
 		return nil, err
 	}
 	env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete}
+	// PostgreSQL's listening connection and Redis's pub/sub connection
+	// can go half-open on their own; MySQL has no notification
+	// connection (its Store polls over the pool), so no notify-halfopen.
+	switch scfg.(type) {
+	case *postgres.Config:
+		env.notifyPattern = []byte("LISTEN")
+		env.faults = append(env.faults, FaultNotifyHalfOpen)
+	case *redis.Config:
+		env.notifyPattern = []byte("subscribe")
+		env.faults = append(env.faults, FaultNotifyHalfOpen)
+	}
 	script, name := cfg.PostgresScript, "TENURE_POSTGRES"
 	if _, ok := scfg.(*mysql.Config); ok {
 		script, name = cfg.MySQLScript, "TENURE_MYSQL"

@@ -7,11 +7,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/naming"
 )
 
 // WorkerConfig configures one contender process.
@@ -49,10 +51,32 @@ type WorkerConfig struct {
 	// tenure did before driver.Keeper (withoutKeeper): a deliberately unsafe
 	// configuration, which a renewal delivered late breaks.
 	HoldByRenew bool
+	// SlotsAlt and SlotChangeProb (WorkloadSemaphore): with probability
+	// SlotChangeProb a round takes a slot of a semaphore of SlotsAlt slots
+	// on the same resource instead of Slots, as a process of a deployment
+	// whose slot count changes does: it must be refused
+	// (ErrSlotsMismatch) while a slot of the other count is held or kept.
+	SlotsAlt       int
+	SlotChangeProb float64
+	// CancelWaiter (WorkloadLease, WorkloadReacquire) runs a second waiter
+	// in the worker's process: a Locker of its own on the same store (so
+	// on the same notification connection and hub), with a history of its
+	// own, that acquires, works a step and releases in a loop, and in half
+	// of its waits gives up during an attempt that follows a wake-up (see
+	// wakeCanceller): a waiter that took a wake-up and then gave up.
+	CancelWaiter bool
+}
+
+// CompanionHistory is the history file of a worker's second waiter
+// (CancelWaiter), next to the worker's own.
+func CompanionHistory(history string) string {
+	return strings.TrimSuffix(history, ".jsonl") + "-c.jsonl"
 }
 
 // holdFor is the length of a worker's hold (HoldProb), in TTLs: longer than
-// the TTL, the case that a late renewal could cut short.
+// the TTL, the case that a late renewal could cut short. Half of a
+// semaphore worker's holds last naming.MarkerTTL longer: a kept slot must
+// keep the slot count after the marker lease could have expired.
 const holdFor = 2
 
 // Workloads.
@@ -134,6 +158,11 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 			return err
 		}
 		w.sem = sem
+		if cfg.SlotsAlt > 0 && cfg.SlotsAlt != cfg.Slots && cfg.SlotChangeProb > 0 {
+			if w.semAlt, err = lk.Semaphore(cfg.Resource, cfg.SlotsAlt); err != nil {
+				return err
+			}
+		}
 		start.Sem, start.Slots = cfg.Resource, cfg.Slots
 	case WorkloadRW:
 		rw, err := lk.RWLock(cfg.Resource)
@@ -146,6 +175,17 @@ func runWorker(ctx context.Context, cfg WorkerConfig, translate string, status i
 		return fmt.Errorf("harness: unknown workload %q (want %v)", cfg.Workload, Workloads)
 	}
 	rec.Record(start)
+	if cfg.CancelWaiter && w.sem == nil && !cfg.Unsafe {
+		cctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- runCompanion(cctx, cfg, store) }()
+		defer func() {
+			stop()
+			if err := <-done; err != nil {
+				fmt.Fprintln(os.Stderr, "harness: the second waiter:", err)
+			}
+		}()
+	}
 	lost := false
 	for ctx.Err() == nil {
 		// Rest a little between pieces of work, so that others get a turn;
@@ -186,9 +226,13 @@ type worker struct {
 	lk     *tenure.Locker
 	sem    *tenure.Semaphore // WorkloadSemaphore
 	rw     *tenure.RWLock    // WorkloadRW
+	semAlt *tenure.Semaphore // and the other slot count (SlotsAlt), or nil
 	status io.Writer
 	rng    *rand.Rand
 	step   time.Duration
+	// canceller arms the second waiter's waits (CancelWaiter); nil for
+	// the worker itself.
+	canceller *wakeCanceller
 }
 
 func (w *worker) say(s string) { fmt.Fprintln(w.status, s) }
@@ -200,12 +244,25 @@ func (w *worker) acquire(ctx context.Context) (*tenure.Lease, Event, error) {
 		return w.acquireRW(ctx)
 	}
 	if w.sem != nil {
-		sl, err := w.sem.Acquire(ctx, w.cfg.TTL)
+		sem := w.sem
+		if w.semAlt != nil && w.rng.Float64() < w.cfg.SlotChangeProb {
+			sem = w.semAlt
+		}
+		sl, err := sem.Acquire(ctx, w.cfg.TTL)
 		if err != nil {
 			return nil, g, err
 		}
-		g.Sem, g.Slots, g.Slot = w.sem.Resource(), w.sem.Slots(), sl.Slot
+		g.Sem, g.Slots, g.Slot = sem.Resource(), sem.Slots(), sl.Slot
 		return sl.Lease, g, nil
+	}
+	if w.canceller != nil && w.rng.IntN(2) == 0 {
+		// Give up during an attempt that follows a wake-up.
+		actx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w.canceller.arm(cancel)
+		defer w.canceller.arm(nil)
+		l, err := w.lk.Acquire(actx, w.cfg.Resource, w.cfg.TTL)
+		return l, g, err
 	}
 	l, err := w.lk.Acquire(ctx, w.cfg.Resource, w.cfg.TTL)
 	return l, g, err
@@ -262,7 +319,7 @@ func (w *worker) round(ctx context.Context) (lost bool, err error) {
 	}
 	w.rec.Record(Event{Ev: EvRelease, T: MonoNow(), Token: tok})
 	w.say(statusEnd)
-	if w.sem == nil && ctx.Err() == nil && w.rng.Float64() < w.cfg.HoldProb {
+	if ctx.Err() == nil && w.rng.Float64() < w.cfg.HoldProb {
 		w.hold(ctx, lease)
 		return false, nil
 	}
@@ -274,6 +331,9 @@ func (w *worker) round(ctx context.Context) (lost bool, err error) {
 // the store keeps it for holdFor TTLs (see HoldProb).
 func (w *worker) hold(ctx context.Context, lease *tenure.Lease) {
 	d := holdFor * w.cfg.TTL
+	if w.sem != nil && w.rng.IntN(2) == 0 {
+		d += naming.MarkerTTL
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.TTL+5*time.Second)
 	defer cancel()
 	err := lease.ReleaseAfter(rctx, d)
@@ -366,4 +426,148 @@ func (w *worker) watchDeadline(lease *tenure.Lease) func() {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// runCompanion runs a worker's second waiter (CancelWaiter) on the
+// worker's store until ctx ends: a Locker of its own (owner wN-PID-c), a
+// history of its own (CompanionHistory), the lease workload without
+// exits, holds or losses' haste, and half of its waits given up during an
+// attempt after a wake-up.
+func runCompanion(ctx context.Context, cfg WorkerConfig, store driver.Store) error {
+	cfg.History = CompanionHistory(cfg.History)
+	cfg.ExitProb, cfg.HoldProb, cfg.Workload = 0, 0, WorkloadLease
+	rec, err := NewRecorder(cfg.History)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	canceller := newWakeCanceller(NewRecordingStore(store, rec), cfg.TTL/4)
+	rs := canceller.inner
+	lk, err := tenure.New(canceller.store(), tenure.WithOwnerID(fmt.Sprintf("w%d-%d-c", cfg.Worker, os.Getpid())),
+		tenure.WithRetry(min(10*time.Millisecond, cfg.Retry), cfg.Retry))
+	if err != nil {
+		return err
+	}
+	defer lk.Close(context.Background())
+	rec.Record(Event{Ev: EvStart, T: MonoNow(), Owner: lk.Owner(), PID: os.Getpid(), Worker: cfg.Worker, TTL: int64(cfg.TTL), Workload: cfg.Workload})
+	w := &worker{cfg: cfg, rec: rec, rs: rs, lk: lk, status: io.Discard, canceller: canceller,
+		rng:  rand.New(rand.NewPCG(cfg.Seed^0xc0, uint64(os.Getpid()))),
+		step: max(cfg.TTL/8, time.Millisecond)}
+	for ctx.Err() == nil {
+		if !w.sleep(ctx, time.Duration(w.rng.Int64N(int64(cfg.TTL)))) {
+			break
+		}
+		if _, err := w.round(ctx); err != nil {
+			return err
+		}
+		if err := rec.Err(); err != nil {
+			return err
+		}
+	}
+	rec.Record(Event{Ev: EvExit, T: MonoNow(), Err: "stopped"})
+	return rec.Err()
+}
+
+// wakeCanceller stands between the second waiter's Locker and its
+// recording store. While a wait is armed (arm), its third and later
+// acquire attempts, those that follow a wake-up or a poll (the first finds
+// the resource held, the second follows the subscription at once), are
+// held back delay and the wait's context is cancelled meanwhile: the
+// attempt then fails with the context, never reaching the store, and the
+// wake-up it took must be passed on to the worker's own waiter.
+type wakeCanceller struct {
+	inner driver.Store
+	delay time.Duration
+
+	mu       sync.Mutex
+	cancel   context.CancelFunc
+	attempts int
+}
+
+func newWakeCanceller(inner driver.Store, delay time.Duration) *wakeCanceller {
+	return &wakeCanceller{inner: inner, delay: delay}
+}
+
+// arm makes the next wait give up (cancel ends it); nil disarms.
+func (c *wakeCanceller) arm(cancel context.CancelFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cancel, c.attempts = cancel, 0
+}
+
+// store returns the store for the Locker: inner with Acquire (and a
+// Reserver's AcquireWaiting) passing through the canceller; the other
+// methods and optional interfaces are inner's.
+func (c *wakeCanceller) store() driver.Store {
+	b := cancellingStore{Store: c.inner, c: c}
+	switch v := c.inner.(type) {
+	case driver.Notifier:
+		return cancellingNotifier{cancellingStore: b, n: v}
+	case driver.Reserver:
+		return cancellingReserver{cancellingStore: b, r: v}
+	}
+	return b
+}
+
+// hold runs before an attempt: it reports whether the attempt goes on.
+func (c *wakeCanceller) hold(ctx context.Context) bool {
+	c.mu.Lock()
+	c.attempts++
+	cancel, n := c.cancel, c.attempts
+	c.mu.Unlock()
+	if cancel == nil || n < 3 {
+		return true
+	}
+	t := time.NewTimer(c.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	cancel()
+	return false
+}
+
+type cancellingStore struct {
+	driver.Store
+	c *wakeCanceller
+}
+
+func (s cancellingStore) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (tenure.Record, error) {
+	if !s.c.hold(ctx) {
+		return tenure.Record{}, fmt.Errorf("harness: the second waiter gave up: %w", context.Cause(ctx))
+	}
+	return s.Store.Acquire(ctx, resource, owner, ttl)
+}
+
+func (s cancellingStore) CheckTTL(ttl time.Duration) error {
+	if c, ok := s.Store.(driver.TTLChecker); ok {
+		return c.CheckTTL(ttl)
+	}
+	return nil
+}
+
+type cancellingNotifier struct {
+	cancellingStore
+	n driver.Notifier
+}
+
+func (s cancellingNotifier) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
+	return s.n.Subscribe(ctx, resource)
+}
+
+type cancellingReserver struct {
+	cancellingStore
+	r driver.Reserver
+}
+
+func (s cancellingReserver) AcquireWaiting(ctx context.Context, resource, owner, waiter string, ttl, wait time.Duration) (tenure.Record, error) {
+	if !s.c.hold(ctx) {
+		return tenure.Record{}, fmt.Errorf("harness: the second waiter gave up: %w", context.Cause(ctx))
+	}
+	return s.r.AcquireWaiting(ctx, resource, owner, waiter, ttl, wait)
+}
+
+func (s cancellingReserver) Unreserve(ctx context.Context, resource, waiter string) error {
+	return s.r.Unreserve(ctx, resource, waiter)
 }

@@ -156,3 +156,30 @@ func freshModules(t *testing.T, mainGo string) string {
 	t.Logf("go list -m all:\n%s", mods)
 	return mods
 }
+
+// TestStoresBelowRoot: no store package depends on the root package
+// tenure, directly or through another package: a store sits below the
+// Locker that uses it (driver is the contract between them).
+// store/storetest, which checks stores through Lockers, may.
+func TestStoresBelowRoot(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./store/...")
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const root = "github.com/tenure-go/tenure"
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || strings.HasPrefix(fields[0], root+"/store/storetest") {
+			continue
+		}
+		for _, dep := range fields[1:] {
+			if dep == root {
+				t.Errorf("%s depends on %s", fields[0], root)
+			}
+		}
+	}
+}

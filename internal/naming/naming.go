@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,19 @@ import (
 // MaxOwnerIDLen is the longest readable owner id, in bytes
 // (tenure.MaxOwnerIDLen).
 const MaxOwnerIDLen = 200
+
+// DefaultOwnerID returns "HOST:PID", the host name (at most
+// MaxOwnerIDLen−12 bytes of it) and the process id (tenure.DefaultOwnerID).
+func DefaultOwnerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	if len(host) > MaxOwnerIDLen-12 {
+		host = host[:MaxOwnerIDLen-12]
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
 
 // OwnerSeparator separates the readable id from the nonce in an owner
 // string, as in "web-3:4711#9f86d081884c7d65".

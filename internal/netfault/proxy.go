@@ -3,10 +3,13 @@
 // requests back and delivers them late (after their sender gave up), drops it
 // silently in one or both directions (a black hole: no reset, calls hang),
 // partitions the network (a black hole in which new connections never
-// complete either), or resets every connection.
+// complete either), resets every connection, or silences chosen open
+// connections (Silence: a half-open connection, as a NAT or firewall that
+// forgot it leaves one, while the others and new ones pass).
 package netfault
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -58,7 +61,8 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
-	queued int // chunks held back, not yet delivered or dropped
+	links  map[*link]struct{} // the client connections being served
+	queued int                // chunks held back, not yet delivered or dropped
 	idle   *sync.Cond
 	closed bool
 	wg     sync.WaitGroup
@@ -77,7 +81,7 @@ func StartOn(host, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, open: make(chan struct{})}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, links: map[*link]struct{}{}, open: make(chan struct{})}
 	close(p.open)
 	p.idle = sync.NewCond(&p.mu)
 	p.wg.Add(1)
@@ -232,6 +236,54 @@ func (p *Proxy) Reset() {
 	}
 }
 
+// headBytes is how much of what each client sent first the proxy keeps, for
+// Silence to match.
+const headBytes = 16 << 10
+
+// link is one client connection being served.
+type link struct {
+	mu     sync.Mutex
+	head   []byte // the first headBytes the client sent
+	silent atomic.Bool
+}
+
+// record keeps the start of what the client sent.
+func (l *link) record(b []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := headBytes - len(l.head); n > 0 {
+		l.head = append(l.head, b[:min(n, len(b))]...)
+	}
+}
+
+func (l *link) sent(pattern []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Contains(l.head, pattern)
+}
+
+// Silence drops, from now on, every byte in both directions of each open
+// connection whose client sent pattern among its first 16 KiB (every open
+// connection for an empty pattern), without closing it: neither side gets
+// a FIN or a reset, and what they write is acknowledged by the proxy and
+// lost, as on a connection that a NAT or a firewall forgot (a half-open
+// connection). Other connections, and connections opened later, are not
+// affected; a silenced connection stays silent until one side closes it
+// (the proxy then closes the other). It returns how many connections it
+// silenced. For example, Silence([]byte("LISTEN")) silences a PostgreSQL
+// client's listening connection and leaves its pool alone.
+func (p *Proxy) Silence(pattern []byte) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if l.sent(pattern) && !l.silent.Swap(true) {
+			n++
+		}
+	}
+	return n
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -316,10 +368,19 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	defer p.untrack(server)
+	l := &link{}
+	p.mu.Lock()
+	p.links[l] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
 	replies := make(chan struct{})
-	go func() { p.copyReplies(client, server); close(replies) }()
+	go func() { p.copyReplies(l, client, server); close(replies) }()
 	requests := make(chan struct{})
-	go func() { p.copyRequests(server, client); close(requests) }()
+	go func() { p.copyRequests(l, server, client); close(requests) }()
 	select {
 	case <-replies: // the server ended (or the proxy reset it): end both
 	case <-requests:
@@ -334,10 +395,14 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 }
 
-// forward writes one chunk to dst as the mode says; false when dst failed.
-func (p *Proxy) forward(dst net.Conn, b []byte, reply bool) bool {
+// forward writes one chunk of link l to dst as the mode says; false when
+// dst failed.
+func (p *Proxy) forward(l *link, dst net.Conn, b []byte, reply bool) bool {
 	if d := time.Duration(p.delay.Load()); d > 0 {
 		time.Sleep(d)
+	}
+	if l.silent.Load() {
+		return true // dropped
 	}
 	switch Mode(p.mode.Load()) {
 	case Blackhole, Partition:
@@ -353,12 +418,12 @@ func (p *Proxy) forward(dst net.Conn, b []byte, reply bool) bool {
 
 // copyReplies forwards the server's bytes to the client chunk by chunk. Once
 // the client is gone, it reads and drops them until the server ends.
-func (p *Proxy) copyReplies(client, server net.Conn) {
+func (p *Proxy) copyReplies(l *link, client, server net.Conn) {
 	buf := make([]byte, 32<<10)
 	clientGone := false
 	for {
 		n, err := server.Read(buf)
-		if n > 0 && !clientGone && !p.forward(client, buf[:n], true) {
+		if n > 0 && !clientGone && !p.forward(l, client, buf[:n], true) {
 			clientGone = true
 		}
 		if err != nil { // EOF or a closed connection
@@ -377,7 +442,7 @@ type chunk struct {
 // copyRequests forwards the client's bytes to the server in order, each at
 // its due time (when read, or SetLate later). When the client ends, what it
 // sent is still delivered, then the server's side is half-closed.
-func (p *Proxy) copyRequests(server, client net.Conn) {
+func (p *Proxy) copyRequests(l *link, server, client net.Conn) {
 	var (
 		mu      sync.Mutex
 		q       []chunk
@@ -397,6 +462,7 @@ func (p *Proxy) copyRequests(server, client net.Conn) {
 		for {
 			n, err := client.Read(buf)
 			if n > 0 {
+				l.record(buf[:n])
 				now := time.Now()
 				late := time.Duration(p.late.Load())
 				mu.Lock()
@@ -469,7 +535,7 @@ func (p *Proxy) copyRequests(server, client net.Conn) {
 			t := time.NewTimer(d)
 			<-t.C
 		}
-		ok := p.forward(server, c.b, false)
+		ok := p.forward(l, server, c.b, false)
 		mu.Lock()
 		q = q[1:]
 		gone := eof

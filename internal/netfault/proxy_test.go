@@ -270,3 +270,72 @@ func TestPartitionAtOnceAndNoLeak(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSilence: Silence drops both directions of the connections whose
+// client sent the pattern, closing nothing; other connections and new ones
+// pass.
+func TestSilence(t *testing.T) {
+	p, a, got := proxiedEcho(t)
+	b, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ra, rb := bufio.NewReader(a), bufio.NewReader(b)
+	roundTrip := func(c net.Conn, r *bufio.Reader, line string) (string, error) {
+		c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Write([]byte(line)); err != nil {
+			return "", err
+		}
+		return r.ReadString('\n')
+	}
+	if s, err := roundTrip(a, ra, "LISTEN x\n"); err != nil || s != "LISTEN x\n" {
+		t.Fatalf("a: %q %v", s, err)
+	}
+	<-got
+	if s, err := roundTrip(b, rb, "SELECT 1\n"); err != nil || s != "SELECT 1\n" {
+		t.Fatalf("b: %q %v", s, err)
+	}
+	<-got
+	if n := p.Silence([]byte("LISTEN")); n != 1 {
+		t.Fatalf("Silence silenced %d connections; want 1", n)
+	}
+	if n := p.Silence([]byte("LISTEN")); n != 0 {
+		t.Fatalf("Silence again silenced %d connections; want 0", n)
+	}
+	// a: what it writes is accepted and lost; no reply, no EOF or reset.
+	if s, err := roundTrip(a, ra, "ping\n"); !isTimeout(err) {
+		t.Fatalf("silenced connection: %q, %v; want a timeout", s, err)
+	}
+	select {
+	case line := <-got:
+		t.Fatalf("the server received %q from a silenced connection", line)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// b and a new connection pass.
+	if s, err := roundTrip(b, rb, "SELECT 2\n"); err != nil || s != "SELECT 2\n" {
+		t.Fatalf("b after Silence: %q %v", s, err)
+	}
+	<-got
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if s, err := roundTrip(c, bufio.NewReader(c), "LISTEN y\n"); err != nil || s != "LISTEN y\n" {
+		t.Fatalf("new connection after Silence: %q %v", s, err)
+	}
+	<-got
+	// An empty pattern silences every open connection.
+	if n := p.Silence(nil); n != 2 {
+		t.Fatalf("Silence(nil) silenced %d connections; want 2", n)
+	}
+	if _, err := roundTrip(b, rb, "SELECT 3\n"); !isTimeout(err) {
+		t.Fatalf("b after Silence(nil): %v; want a timeout", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -6,11 +6,14 @@ package testserver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +77,13 @@ func WakeOnce(tb testing.TB, sa, sb driver.Store, r string) time.Duration {
 // fails when b is not granted within limit.
 func grantAfterRelease(ctx context.Context, tb testing.TB, la *tenure.Lease, b *tenure.Locker, limit time.Duration) (*tenure.Lease, time.Duration) {
 	tb.Helper()
+	return grantAfter(ctx, tb, la, b, limit, nil)
+}
+
+// grantAfter is grantAfterRelease, which calls beforeRelease (when not nil)
+// once b waits, just before the release.
+func grantAfter(ctx context.Context, tb testing.TB, la *tenure.Lease, b *tenure.Locker, limit time.Duration, beforeRelease func()) (*tenure.Lease, time.Duration) {
+	tb.Helper()
 	got := make(chan *tenure.Lease, 1)
 	waiting := make(chan struct{})
 	go func() {
@@ -85,6 +95,9 @@ func grantAfterRelease(ctx context.Context, tb testing.TB, la *tenure.Lease, b *
 		got <- l
 	}()
 	<-waiting
+	if beforeRelease != nil {
+		beforeRelease()
+	}
 	released := time.Now()
 	if err := la.Release(ctx); err != nil {
 		tb.Fatalf("A's release: %v", err)
@@ -99,6 +112,103 @@ func grantAfterRelease(ctx context.Context, tb testing.TB, la *tenure.Lease, b *
 		tb.Fatalf("B not granted within %v of A's release (notification lost?)", limit)
 		return nil, 0
 	}
+}
+
+// HalfOpenNotifications checks that a store notices when its notification
+// connection goes half-open, and that no release is lost meanwhile. s
+// reaches the server through a proxy, direct without it. B (a Locker on s
+// whose backoff is an hour, so that only a notification wakes it before
+// the holder's TTL of ttl) waits for a resource that A (on direct) holds;
+// then silence silences s's notification connection (netfault's
+// Proxy.Silence, returning how many connections it silenced) and A
+// releases, a notification that never arrives. B must be granted within
+// limit: the store found the connection silent, replaced it and woke its
+// waiters, who asked the store. Then a release wakes a new waiter on s
+// through the new connection (WakeOnce), before the holder's TTL would
+// have. It returns how long after the release B was granted.
+func HalfOpenNotifications(t *testing.T, s, direct driver.Store, ttl time.Duration, silence func() int, limit time.Duration) time.Duration {
+	t.Helper()
+	ctx := Ctx(t)
+	r := Resource(t)
+	a := Locker(t, direct)
+	b := Locker(t, s, tenure.WithRetry(time.Hour, time.Hour))
+	la, err := a.TryAcquire(ctx, r, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, d := grantAfter(ctx, t, la, b, limit, func() {
+		if n := silence(); n < 1 {
+			t.Fatalf("silenced %d notification connections; want at least 1", n)
+		}
+	})
+	t.Logf("B granted %v after A's release, its notification lost on a half-open connection", d.Round(time.Millisecond))
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	la2, err := a.TryAcquire(ctx, r, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Locker(t, s, tenure.WithRetry(time.Hour, time.Hour))
+	lc, d2 := grantAfterRelease(ctx, t, la2, c, ttl/2)
+	t.Logf("a new waiter granted %v after the next release", d2.Round(time.Millisecond))
+	if err := lc.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// LogRecorder is a slog.Handler that keeps every record, for tests that
+// check what a store logs.
+type LogRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+// Logger returns a logger whose records r keeps.
+func (r *LogRecorder) Logger() *slog.Logger { return slog.New(r) }
+
+// Enabled implements slog.Handler: every level.
+func (r *LogRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle implements slog.Handler.
+func (r *LogRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec.Clone())
+	return nil
+}
+
+// WithAttrs implements slog.Handler (attributes are not kept).
+func (r *LogRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+
+// WithGroup implements slog.Handler (groups are not kept).
+func (r *LogRecorder) WithGroup(string) slog.Handler { return r }
+
+// Has reports whether a record of level or above whose message contains
+// substr was logged.
+func (r *LogRecorder) Has(level slog.Level, substr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range r.recs {
+		if rec.Level >= level && strings.Contains(rec.Message, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// String lists the messages logged, one a line.
+func (r *LogRecorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, rec := range r.recs {
+		fmt.Fprintf(&b, "%s %s", rec.Level, rec.Message)
+		rec.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s", a); return true })
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // BenchWakeOnRelease measures the time from a holder's release to the

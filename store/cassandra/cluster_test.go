@@ -313,9 +313,12 @@ func TestClusterConformance(t *testing.T) {
 	storetest.Run(t, storetest.Config{
 		New:         func(*testing.T) driver.Store { return s },
 		Fresh:       func(t *testing.T) driver.Store { return openCluster(t, cfg) },
+		Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return openCluster(t, cfg) },
 		ShortTTL:    cassandra.MinTTL,
 		ExpirySlack: time.Second,
 		InvalidTTLs: invalidTTLs,
+		// As on one node (nativeCfg).
+		HoldResolution: time.Second,
 		Skip: map[string]string{"C01": onOneNode, "C03": onOneNode, "C04": onOneNode, "C05": onOneNode,
 			"C06c": onOneNode, "C07": onOneNode, "C08": onOneNode, "C10": onOneNode},
 	})

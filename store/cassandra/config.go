@@ -72,6 +72,19 @@ const (
 // unknown URL parameter). It is never returned for an unreachable cluster.
 var ErrBadConfig = errors.New("cassandra store: bad configuration")
 
+// configError is a configuration that cannot work. It matches ErrBadConfig
+// and err, and reads "cassandra store: bad configuration: " and err.
+type configError struct{ err error }
+
+// badConfig returns a *configError with the message format, args
+// (fmt.Errorf: %w wraps).
+func badConfig(format string, args ...any) error {
+	return &configError{err: fmt.Errorf(format, args...)}
+}
+
+func (e *configError) Error() string   { return ErrBadConfig.Error() + ": " + e.err.Error() }
+func (e *configError) Unwrap() []error { return []error{ErrBadConfig, e.err} }
+
 // Config configures a Store. The zero value of every field but Hosts means
 // its default.
 type Config struct {
@@ -232,19 +245,19 @@ const maxReplicationFactor = 64
 func (r Replication) validate() error {
 	if len(r.DataCenters) == 0 {
 		if r.Factor < 0 || r.Factor > maxReplicationFactor {
-			return fmt.Errorf("%w: replication factor %d outside 1..%d", ErrBadConfig, r.Factor, maxReplicationFactor)
+			return badConfig("replication factor %d outside 1..%d", r.Factor, maxReplicationFactor)
 		}
 		return nil
 	}
 	if r.Factor != 0 {
-		return fmt.Errorf("%w: give a replication factor or per-data-center factors, not both", ErrBadConfig)
+		return badConfig("give a replication factor or per-data-center factors, not both")
 	}
 	for dc, f := range r.DataCenters {
 		if !dcRE.MatchString(dc) {
-			return fmt.Errorf("%w: data-center name %q: want letters, digits, '_', '.' or '-' (at most 64)", ErrBadConfig, dc)
+			return badConfig("data-center name %q: want letters, digits, '_', '.' or '-' (at most 64)", dc)
 		}
 		if f < 1 || f > maxReplicationFactor {
-			return fmt.Errorf("%w: replication factor %d for data center %q outside 1..%d", ErrBadConfig, f, dc, maxReplicationFactor)
+			return badConfig("replication factor %d for data center %q outside 1..%d", f, dc, maxReplicationFactor)
 		}
 	}
 	return nil
@@ -261,7 +274,7 @@ type resolved struct {
 func (c Config) resolve() (resolved, error) {
 	r := resolved{Config: c}
 	if len(c.Hosts) == 0 {
-		return r, fmt.Errorf("%w: no hosts", ErrBadConfig)
+		return r, badConfig("no hosts")
 	}
 	for _, h := range c.Hosts {
 		if err := validateHost(h); err != nil {
@@ -272,7 +285,7 @@ func (c Config) resolve() (resolved, error) {
 		r.Port = DefaultPort
 	}
 	if r.Port < 1 || r.Port > 65535 {
-		return r, fmt.Errorf("%w: port %d outside 1..65535", ErrBadConfig, c.Port)
+		return r, badConfig("port %d outside 1..65535", c.Port)
 	}
 	if r.Mode == "" {
 		r.Mode = ModeNative
@@ -280,7 +293,7 @@ func (c Config) resolve() (resolved, error) {
 	switch r.Mode {
 	case ModeNative, ModeJaeger:
 	default:
-		return r, fmt.Errorf("%w: mode %q: want %q or %q", ErrBadConfig, c.Mode, ModeNative, ModeJaeger)
+		return r, badConfig("mode %q: want %q or %q", c.Mode, ModeNative, ModeJaeger)
 	}
 	if r.Keyspace == "" {
 		r.Keyspace = DefaultKeyspace
@@ -292,10 +305,10 @@ func (c Config) resolve() (resolved, error) {
 		}
 	}
 	if !identRE.MatchString(r.Keyspace) {
-		return r, fmt.Errorf("%w: keyspace %q: want a letter then up to 47 letters, digits or '_'", ErrBadConfig, r.Keyspace)
+		return r, badConfig("keyspace %q: want a letter then up to 47 letters, digits or '_'", r.Keyspace)
 	}
 	if !identRE.MatchString(r.Table) {
-		return r, fmt.Errorf("%w: table %q: want a letter then up to 47 letters, digits or '_'", ErrBadConfig, r.Table)
+		return r, badConfig("table %q: want a letter then up to 47 letters, digits or '_'", r.Table)
 	}
 	r.keyspace, r.table = strings.ToLower(r.Keyspace), strings.ToLower(r.Table)
 	switch r.SerialConsistency {
@@ -303,7 +316,7 @@ func (c Config) resolve() (resolved, error) {
 		r.SerialConsistency = gocql.Serial
 	case gocql.Serial, gocql.LocalSerial:
 	default:
-		return r, fmt.Errorf("%w: serial consistency %v: want SERIAL or LOCAL_SERIAL", ErrBadConfig, c.SerialConsistency)
+		return r, badConfig("serial consistency %v: want SERIAL or LOCAL_SERIAL", c.SerialConsistency)
 	}
 	switch r.CommitConsistency {
 	case 0:
@@ -312,10 +325,10 @@ func (c Config) resolve() (resolved, error) {
 		r.CommitConsistency = gocql.Quorum
 	case gocql.Quorum, gocql.LocalQuorum:
 	default:
-		return r, fmt.Errorf("%w: commit consistency %v: want QUORUM or LOCAL_QUORUM", ErrBadConfig, c.CommitConsistency)
+		return r, badConfig("commit consistency %v: want QUORUM or LOCAL_QUORUM", c.CommitConsistency)
 	}
 	if r.LocalDC != "" && !dcRE.MatchString(r.LocalDC) {
-		return r, fmt.Errorf("%w: local data center %q: want letters, digits, '_', '.' or '-' (at most 64)", ErrBadConfig, r.LocalDC)
+		return r, badConfig("local data center %q: want letters, digits, '_', '.' or '-' (at most 64)", r.LocalDC)
 	}
 	if r.Timeout == 0 {
 		r.Timeout = DefaultTimeout
@@ -324,22 +337,22 @@ func (c Config) resolve() (resolved, error) {
 		r.ConnectTimeout = DefaultConnectTimeout
 	}
 	if r.Timeout < 0 || r.Timeout > MaxTimeout {
-		return r, fmt.Errorf("%w: timeout %v outside (0, %v]", ErrBadConfig, c.Timeout, MaxTimeout)
+		return r, badConfig("timeout %v outside (0, %v]", c.Timeout, MaxTimeout)
 	}
 	if r.ConnectTimeout < 0 || r.ConnectTimeout > MaxTimeout {
-		return r, fmt.Errorf("%w: connect timeout %v outside (0, %v]", ErrBadConfig, c.ConnectTimeout, MaxTimeout)
+		return r, badConfig("connect timeout %v outside (0, %v]", c.ConnectTimeout, MaxTimeout)
 	}
 	if r.Username == "" && r.Password != "" {
-		return r, fmt.Errorf("%w: a password without a user name", ErrBadConfig)
+		return r, badConfig("a password without a user name")
 	}
 	if (r.CertFile == "") != (r.KeyFile == "") {
-		return r, fmt.Errorf("%w: a client certificate needs both a certificate file and a key file", ErrBadConfig)
+		return r, badConfig("a client certificate needs both a certificate file and a key file")
 	}
 	if r.CAFile != "" || r.CertFile != "" {
 		r.TLS = true
 	}
 	if r.SkipHostVerification && !r.TLS {
-		return r, fmt.Errorf("%w: host verification is a TLS setting, but TLS is off", ErrBadConfig)
+		return r, badConfig("host verification is a TLS setting, but TLS is off")
 	}
 	if err := r.Replication.validate(); err != nil {
 		return r, err
@@ -348,7 +361,7 @@ func (c Config) resolve() (resolved, error) {
 		r.TokenCacheSize = 1 << 16
 	}
 	if r.TokenCacheSize < 0 {
-		return r, fmt.Errorf("%w: token cache size %d is negative", ErrBadConfig, c.TokenCacheSize)
+		return r, badConfig("token cache size %d is negative", c.TokenCacheSize)
 	}
 	return r, nil
 }
@@ -362,14 +375,14 @@ func validateHost(h string) error {
 	if strings.HasPrefix(h, "[") {
 		end := strings.Index(h, "]")
 		if end < 0 {
-			return fmt.Errorf("%w: host %q: missing ']'", ErrBadConfig, h)
+			return badConfig("host %q: missing ']'", h)
 		}
 		host, port = h[1:end], strings.TrimPrefix(h[end+1:], ":")
 		if h[end+1:] != "" && !strings.HasPrefix(h[end+1:], ":") {
-			return fmt.Errorf("%w: host %q: unexpected text after ']'", ErrBadConfig, h)
+			return badConfig("host %q: unexpected text after ']'", h)
 		}
 		if net.ParseIP(host) == nil {
-			return fmt.Errorf("%w: host %q: not an IPv6 address", ErrBadConfig, h)
+			return badConfig("host %q: not an IPv6 address", h)
 		}
 	} else if net.ParseIP(h) != nil {
 		return nil // a bare IPv4 or IPv6 address
@@ -378,11 +391,11 @@ func validateHost(h string) error {
 	}
 	if port != "" || strings.HasSuffix(h, ":") {
 		if _, err := driver.ParsePort(port); err != nil {
-			return fmt.Errorf("%w: host %q: %w", ErrBadConfig, h, err)
+			return badConfig("host %q: %w", h, err)
 		}
 	}
 	if net.ParseIP(host) == nil && !hostRE.MatchString(host) {
-		return fmt.Errorf("%w: host %q: not a host name or IP address", ErrBadConfig, h)
+		return badConfig("host %q: not a host name or IP address", h)
 	}
 	return nil
 }
@@ -394,7 +407,7 @@ func (r resolved) tlsConfig() (*tls.Config, error) {
 	}
 	cfg, err := driver.LoadTLS(r.CAFile, r.CertFile, r.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		return nil, badConfig("%w", err)
 	}
 	if r.SkipHostVerification {
 		// Verify the chain ourselves, without the host name: Go's

@@ -13,7 +13,8 @@
 //	    owner text,           -- written with the lease's TTL; null when free
 //	    fencing_token bigint, -- written without TTL: survives release and expiry
 //	    ttl_ms bigint,        -- the TTL the holder asked for (with the lease's TTL)
-//	    write_id bigint)      -- id of the last conditional write (unique; renewals apply over it)
+//	    write_id bigint,      -- id of the last conditional write (unique; renewals apply over it)
+//	    waiter text)          -- a waiting acquire's reservation, with its wait as TTL (see Reserver below)
 //
 // A grant is one single-partition conditional batch, so the owner and its new
 // fencing token are one Paxos round:
@@ -35,6 +36,17 @@
 // applies after it), a release one conditional UPDATE that sets the owner
 // to null and keeps the token. Get is a linearizable (SERIAL) read with
 // TTL(owner); List scans the table at the commit consistency.
+//
+// Cassandra sends no release notifications, so a blocking acquire polls;
+// so that a holder that releases and acquires again at once does not
+// starve a waiter in another process, the store keeps reservations
+// (driver.Reserver): a waiting acquire that finds the resource held writes
+// its name into the waiter cell (a conditional UPDATE ... IF waiter IN
+// (null, ?), with its wait as TTL), and a free resource is granted only
+// with that cell null, or to its waiter (the grant's condition says AND
+// waiter = null, or AND waiter IN (null, ?), and the waiter's grant clears
+// it). A table created by an earlier version lacks the column: Init adds
+// it, and until then the Store keeps no reservations.
 //
 // ModeJaeger uses the table and statements of Jaeger's Cassandra lock, so
 // Jaeger collectors and tenure exclude each other on one `leases` table.

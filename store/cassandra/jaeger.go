@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/naming"
 )
@@ -109,7 +108,7 @@ func NewJaegerLock(store *Store, ownerID string, opts ...JaegerLockOption) (*Jae
 		return nil, errors.New("cassandra store: nil store")
 	}
 	if ownerID == "" {
-		ownerID = tenure.DefaultOwnerID()
+		ownerID = naming.DefaultOwnerID()
 	}
 	owner, err := naming.NewOwner(ownerID)
 	if err != nil {
@@ -281,4 +280,93 @@ func (l *JaegerLock) Forfeit(resource string) (bool, error) {
 		}
 	}
 	return false, fmt.Errorf("cassandra jaeger lock: forfeit %q: outcome unknown; the lease expires by its TTL: %w", resource, driver.ErrUnknownOutcome)
+}
+
+// The operations of a Store in ModeJaeger, which Acquire, Renew and
+// Release call.
+
+func (s *Store) acquireJaeger(ctx context.Context, resource, owner string, ttl time.Duration, secs int) (driver.Record, error) {
+	granted := driver.Record{Resource: resource, Owner: owner, TTL: ttl, Remaining: time.Duration(secs-1) * time.Second}
+	applied, cur, err := s.casQuery(ctx, s.st.jInsert, resource, owner, secs)
+	if err != nil {
+		return driver.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
+	}
+	if applied {
+		return granted, nil
+	}
+	if cur.owner != owner {
+		return driver.Record{}, cur.held(resource)
+	}
+	// Held by this owner: the same lease, renewed with Jaeger's update.
+	applied, cur, err = s.casQuery(ctx, s.st.jUpdate, secs, owner, resource, owner)
+	if err != nil {
+		return driver.Record{}, s.resolveJaegerGrant(ctx, resource, owner, err)
+	}
+	if applied {
+		return granted, nil
+	}
+	return driver.Record{}, cur.held(resource)
+}
+
+// resolveJaegerGrant settles a grant in ModeJaeger whose answer was lost.
+// Without a per-write id, a row that names this owner does not prove that
+// this write made it (an earlier write of the same owner may have), so that
+// case stays unknown; the Locker then retries, which renews the lease with
+// a confirmed write.
+func (s *Store) resolveJaegerGrant(ctx context.Context, resource, owner string, cause error) error {
+	cur, err := s.resolve(ctx, "acquire", resource, cause)
+	switch {
+	case err != nil:
+		return err
+	case cur.owner == owner:
+		return unknownf("acquire", resource, cause, "the answer was lost; this owner holds the resource, but in Jaeger mode a read cannot tell which write made it")
+	case cur.owner == "":
+		return unknownf("acquire", resource, cause, "the answer was lost and the resource is free; the write may still be applied")
+	}
+	return cur.held(resource)
+}
+
+func (s *Store) renewJaeger(ctx context.Context, resource, owner string, token uint64, secs int) error {
+	if token != 0 {
+		return notHolder("renew", resource, owner, row{}, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
+	}
+	applied, cur, err := s.casQuery(ctx, s.st.jUpdate, secs, owner, resource, owner)
+	if err != nil {
+		cur, rerr := s.resolve(ctx, "renew", resource, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case cur.owner == owner:
+			return unknownf("renew", resource, err, "the answer was lost; this owner still holds the lease, but in Jaeger mode a read cannot tell whether this renewal was applied")
+		}
+		return notHolder("renew", resource, owner, cur, "the answer was lost, and the lease is no longer this owner's (%s)", cur)
+	}
+	if !applied {
+		return notHolder("renew", resource, owner, cur, "not this owner's lease (%s)", cur)
+	}
+	return nil
+}
+
+func (s *Store) releaseJaeger(ctx context.Context, resource, owner string, token uint64) error {
+	if token != 0 {
+		return notHolder("release", resource, owner, row{}, "Jaeger mode keeps no fencing tokens, so no lease has token %d", token)
+	}
+	applied, cur, err := s.casQuery(ctx, s.st.jDelete, resource, owner)
+	if err != nil {
+		cur, rerr := s.resolve(ctx, "release", resource, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case cur.owner == owner:
+			return unknownf("release", resource, err, "the answer was lost and the release is not applied yet; it may still be")
+		}
+		// Gone or someone else's: this delete, or the TTL, freed it. A
+		// retry answers ErrLeaseLost, which the Locker takes as released
+		// after an unknown outcome.
+		return unknownf("release", resource, err, "the answer was lost; this owner no longer holds the lease (%s), but in Jaeger mode a read cannot tell whether this release or the TTL freed it", cur)
+	}
+	if !applied {
+		return notHolder("release", resource, owner, cur, "not this owner's lease (%s)", cur)
+	}
+	return nil
 }

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +15,9 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/naming"
+	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -42,6 +46,18 @@ func randHex(n int) string {
 }
 
 func TestMain(m *testing.M) {
+	// The holder process of testserver.Fairness: arg is the keyspace.
+	testserver.FairHolderMain(func(ctx context.Context, keyspace string) (driver.Store, error) {
+		host, port, err := net.SplitHostPort(single)
+		if err != nil {
+			return nil, err
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, err
+		}
+		return cassandra.Open(ctx, cassandra.Config{Hosts: []string{host}, Port: p, Keyspace: keyspace, Timeout: 5 * time.Second})
+	})
 	code := m.Run()
 	if nativeS != nil {
 		// Drop the run's keyspace; a failure only leaves it behind.

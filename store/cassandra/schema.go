@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenure-go/tenure/driver"
+
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
 
@@ -32,7 +34,8 @@ func schemaStatements(r resolved) []string {
     owner text,                 -- holder, written with the lease TTL; null when free
     fencing_token bigint,       -- last token granted, written without TTL: never goes back
     ttl_ms bigint,              -- the TTL the holder asked for, in ms (with the lease TTL)
-    write_id bigint             -- id of the last conditional write (outcome resolution, renewal order)
+    write_id bigint,            -- id of the last conditional write (outcome resolution, renewal order)
+    waiter text                 -- the waiting acquire that reserved the resource, with its wait as TTL
 ) WITH comment = 'tenure leases (native mode); see docs/cassandra.md'`)
 }
 
@@ -66,7 +69,9 @@ func Schema(cfg Config) (string, error) {
 // cfg.Mode if the table does not exist, then waits until every node that is
 // up agrees on the schema; nodes that are down are not waited for (they
 // take the schema from the others when they return), so Init works with a
-// node dead. A table that exists is left alone: no schema change is made.
+// node dead. A table that exists is left alone, except that a native table
+// of an earlier version gets the waiter column (reservations,
+// driver.Reserver; one ALTER TABLE, which needs the nodes up to agree).
 // Init is idempotent and leaves existing data and an existing keyspace's
 // replication alone. Run it from one place at a time: Cassandra may
 // disagree on a table created concurrently from two clients. It returns an
@@ -100,15 +105,16 @@ const schemaAgreementWait = 60 * time.Second
 const driverSchemaWait = 2 * time.Second
 
 func createSchema(ctx context.Context, r resolved, session *gocql.Session) error {
-	// A table that exists needs no schema change: Open and Init on a
-	// cluster with a node down must not wait for that node.
+	// A table that exists needs no schema change (but a missing waiter
+	// column): Open and Init on a cluster with a node down must not wait
+	// for that node.
 	qctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	var name string
 	err := session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
 		r.keyspace, r.table).Consistency(gocql.One).ScanContext(qctx, &name)
 	cancel()
 	if err == nil {
-		return nil
+		return addWaiterColumn(ctx, r, session)
 	}
 	if !errors.Is(err, gocql.ErrNotFound) {
 		return fmt.Errorf("cassandra store: create schema: look for table %s.%s: %w", r.keyspace, r.table, err)
@@ -130,6 +136,39 @@ func createSchema(ctx context.Context, r resolved, session *gocql.Session) error
 		if err := awaitLiveSchemaAgreement(actx, session, r.Timeout); err != nil {
 			return fmt.Errorf("cassandra store: create schema: %s: waiting for schema agreement: %w", firstLine(st), err)
 		}
+	}
+	return nil
+}
+
+// addWaiterColumn adds the waiter column (reservations, driver.Reserver)
+// to a native table of an earlier version that lacks it, and waits for the
+// nodes that are up to agree; a table that has it is left alone.
+func addWaiterColumn(ctx context.Context, r resolved, session *gocql.Session) error {
+	if r.Mode != ModeNative {
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	var name string
+	err := session.Query(`SELECT column_name FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ? AND column_name = 'waiter'`,
+		r.keyspace, r.table).Consistency(gocql.One).ScanContext(qctx, &name)
+	cancel()
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, gocql.ErrNotFound):
+		return fmt.Errorf("cassandra store: create schema: look for column waiter of %s.%s: %w", r.keyspace, r.table, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, r.Timeout+schemaAgreementWait)
+	defer cancel()
+	st := `ALTER TABLE ` + quote(r.keyspace) + `.` + quote(r.table) + ` ADD waiter text`
+	qctx, qcancel := context.WithTimeout(actx, r.Timeout+driverSchemaWait)
+	err = session.Query(st).Consistency(gocql.All).Idempotent(true).ExecContext(qctx)
+	qcancel()
+	if err != nil {
+		return fmt.Errorf("cassandra store: create schema: %s: %w", st, err)
+	}
+	if err := awaitLiveSchemaAgreement(actx, session, r.Timeout); err != nil {
+		return fmt.Errorf("cassandra store: create schema: %s: waiting for schema agreement: %w", st, err)
 	}
 	return nil
 }
@@ -182,4 +221,35 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// schemaProbeKey is the partition checkSchema reads. Reading one partition
+// by key (not a LIMIT 1 scan) keeps Open fast and working on tables full of
+// tombstones: a scan that meets more than tombstone_failure_threshold
+// (100,000 by default, cassandra.yaml) fails with READ_TOO_MANY_TOMBSTONES,
+// and deleted or expired leases leave tombstones until gc_grace_seconds.
+const schemaProbeKey = "tenure/schema-probe"
+
+// checkSchema reads one partition with every column the mode uses, so that
+// a missing keyspace, table or column fails Open with a clear message.
+func (s *Store) checkSchema(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	iter := s.session.Query(s.st.find, schemaProbeKey).Consistency(gocql.One).IterContext(qctx)
+	err := iter.Close()
+	if err == nil {
+		return nil
+	}
+	var inv *gocql.RequestErrInvalid
+	if errors.As(err, &inv) {
+		// Missing (ErrNoStore), or there but not the mode's table
+		// (ErrNotStore)? The schema metadata tells.
+		kind := driver.ErrNotStore
+		if ks, merr := s.session.KeyspaceMetadata(s.cfg.keyspace); errors.Is(merr, gocql.ErrKeyspaceDoesNotExist) || (merr == nil && ks.Tables[s.cfg.table] == nil) {
+			kind = driver.ErrNoStore
+		}
+		return fmt.Errorf("cassandra store: table %s.%s is missing or lacks the columns of %s mode (create it with cassandra.Init, `tenure init`, or the CQL of cassandra.Schema): %w: %w",
+			s.cfg.keyspace, s.cfg.table, s.cfg.Mode, kind, err)
+	}
+	return fmt.Errorf("cassandra store: check table %s.%s: %w", s.cfg.keyspace, s.cfg.table, err)
 }

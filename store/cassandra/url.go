@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
@@ -28,10 +26,9 @@ func init() {
 	})
 }
 
-// ErrBadURL is wrapped (together with ErrBadConfig) by every error that
-// ParseURL returns: the URL is malformed or names something that cannot
-// work. The message says what is wrong and never contains the password.
-var ErrBadURL = errors.New("cassandra store: bad URL")
+// ErrBadURL is driver.ErrBadURL (and store.ErrBadURL): every error that
+// ParseURL returns matches it, and ErrBadConfig.
+var ErrBadURL = driver.ErrBadURL
 
 // URLForm is the store URL's form, for help texts and registries.
 const URLForm = "cassandra://[user[:password]@]host1[,host2...][:port]/[keyspace][?table=&mode=native|jaeger&serial=&consistency=&local_dc=&timeout=&connect_timeout=&tls=&ca=&cert=&key=&verify_host=&replication=]"
@@ -41,6 +38,10 @@ var URLParams = []string{
 	"table", "mode", "serial", "consistency", "local_dc", "timeout", "connect_timeout",
 	"tls", "ca", "cert", "key", "verify_host", "replication",
 }
+
+// urlSpec describes cassandra:// URLs, for messages.
+var urlSpec = driver.URLSpec{Store: "cassandra", Schemes: []string{"cassandra"},
+	Form: "cassandra://[user:password@]host1[,host2][:port]/keyspace[?params]"}
 
 // ParseURL parses a store URL:
 //
@@ -58,7 +59,7 @@ var URLParams = []string{
 //	local_dc=NAME           prefer coordinators in this data center
 //	timeout=DURATION        bound of each query, e.g. 5s (default 10s)
 //	connect_timeout=DURATION         bound of each connection attempt (default 5s)
-//	tls=true|false          use TLS (implied by ca, cert and key)
+//	tls=true|false          use TLS (implied by ca, cert and key; tls=false with them is refused)
 //	ca=FILE                 PEM certificate authorities of the nodes' certificates
 //	cert=FILE&key=FILE      PEM client certificate and key
 //	verify_host=true|false  check that a node's certificate names the host (default true;
@@ -66,162 +67,109 @@ var URLParams = []string{
 //	replication=N           for Init: SimpleStrategy with N replicas (default 1)
 //	replication=DC:N[,DC:N] for Init: NetworkTopologyStrategy with N replicas in each DC
 //
-// Errors wrap ErrBadURL and ErrBadConfig and say what is wrong. ParseURL
-// does no I/O.
+// A parameter given twice is refused, and so is an unknown one. Errors wrap
+// ErrBadURL and ErrBadConfig and say what is wrong. ParseURL does no I/O.
 func ParseURL(raw string) (Config, error) {
-	var c Config
-	bad := func(format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("%w: %w: %s", ErrBadURL, ErrBadConfig, fmt.Sprintf(format, args...))
-	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok || !strings.EqualFold(scheme, "cassandra") {
-		return bad("want cassandra://[user:password@]host1[,host2][:port]/keyspace[?params]")
-	}
-	if err := driver.CheckUserinfo(raw); err != nil {
-		return bad("%v", err)
-	}
-	authority, pathQuery := rest, ""
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority, pathQuery = rest[:i], rest[i:]
-	}
-	if strings.Contains(pathQuery, "#") {
-		return bad("a fragment ('#') is not allowed")
-	}
-	if i := strings.LastIndex(authority, "@"); i >= 0 {
-		userinfo := authority[:i]
-		authority = authority[i+1:]
-		user, pass, hasPass := strings.Cut(userinfo, ":")
-		var err error
-		if c.Username, err = url.PathUnescape(user); err != nil || c.Username == "" {
-			return bad("the user name is empty or badly percent-encoded")
-		}
-		if hasPass {
-			if c.Password, err = url.PathUnescape(pass); err != nil {
-				return bad("the password is badly percent-encoded")
-			}
-		}
-	}
-	hosts, port, err := splitHosts(authority)
+	u, err := urlSpec.Split(raw)
 	if err != nil {
-		return bad("%v", err)
+		return Config{}, badURL(err)
 	}
-	c.Hosts, c.Port = hosts, port
-
-	path, query, _ := strings.Cut(pathQuery, "?")
-	ks := strings.TrimPrefix(path, "/")
-	if strings.Contains(ks, "/") {
-		return bad("the path must be a single keyspace name, got %q", path)
+	c := Config{Username: u.User, Password: u.Password}
+	if u.HasUser && u.User == "" {
+		return Config{}, badURL(errors.New("the user name is empty"))
 	}
-	if ks != "" {
-		if !identRE.MatchString(ks) {
-			return bad("keyspace %q: want a letter then up to 47 letters, digits or '_'", ks)
-		}
-		c.Keyspace = ks
+	if c.Hosts, c.Port, err = splitHosts(u.Hosts); err != nil {
+		return Config{}, badURL(err)
 	}
-	params, err := url.ParseQuery(query)
-	if err != nil {
-		return bad("query: %v", err)
+	if c.Keyspace, err = keyspace(u.RawPath); err != nil {
+		return Config{}, badURL(err)
 	}
-	verifyHost := true
-	tlsSet := ""
-	for name, vals := range params {
-		if len(vals) != 1 {
-			return bad("parameter %s given %d times", name, len(vals))
-		}
-		v := vals[0]
-		switch name {
-		case "table":
-			if !identRE.MatchString(v) {
-				return bad("table %q: want a letter then up to 47 letters, digits or '_'", v)
-			}
-			c.Table = v
-		case "mode":
-			switch Mode(strings.ToLower(v)) {
-			case ModeNative, ModeJaeger:
-				c.Mode = Mode(strings.ToLower(v))
-			default:
-				return bad("mode %q: want native or jaeger", v)
-			}
-		case "serial":
-			switch strings.ToUpper(v) {
-			case "SERIAL":
-				c.SerialConsistency = gocql.Serial
-			case "LOCAL_SERIAL":
-				c.SerialConsistency = gocql.LocalSerial
-			default:
-				return bad("serial %q: want SERIAL or LOCAL_SERIAL", v)
-			}
-		case "consistency":
-			switch strings.ToUpper(v) {
-			case "QUORUM":
-				c.CommitConsistency = gocql.Quorum
-			case "LOCAL_QUORUM":
-				c.CommitConsistency = gocql.LocalQuorum
-			default:
-				return bad("consistency %q: want QUORUM or LOCAL_QUORUM", v)
-			}
-		case "local_dc":
-			if !dcRE.MatchString(v) {
-				return bad("local_dc %q: want letters, digits, '_', '.' or '-'", v)
-			}
-			c.LocalDC = v
-		case "timeout", "connect_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 || d > MaxTimeout {
-				return bad("%s %q: want a duration such as 5s, at most %v", name, v, MaxTimeout)
-			}
-			if name == "timeout" {
-				c.Timeout = d
-			} else {
-				c.ConnectTimeout = d
-			}
-		case "tls", "verify_host":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad("%s %q: want true or false", name, v)
-			}
-			if name == "tls" {
-				c.TLS = b
-				tlsSet = v
-			} else {
-				verifyHost = b
-			}
-		case "ca", "cert", "key":
-			if v == "" {
-				return bad("%s: empty file name", name)
-			}
-			switch name {
-			case "ca":
-				c.CAFile = v
-			case "cert":
-				c.CertFile = v
-			default:
-				c.KeyFile = v
-			}
-		case "replication":
-			r, err := parseReplication(v)
-			if err != nil {
-				return bad("replication %q: %v", v, err)
-			}
-			c.Replication = r
-		default:
-			return bad("unknown parameter %q (known: %s)", name, strings.Join(URLParams, ", "))
-		}
-	}
-	if (c.CAFile != "" || c.CertFile != "" || c.KeyFile != "") && tlsSet != "" && !c.TLS {
-		return bad("ca, cert and key need TLS, but tls=%s", tlsSet)
-	}
-	if !verifyHost {
-		if !c.TLS && c.CAFile == "" && c.CertFile == "" && c.KeyFile == "" {
-			return bad("verify_host is a TLS setting; add tls=true")
-		}
-		c.SkipHostVerification = true
+	if err := c.setParams(u.Query); err != nil {
+		return Config{}, badURL(err)
 	}
 	if _, err := c.resolve(); err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrBadURL, err)
+		return Config{}, badURL(err)
 	}
 	return c, nil
 }
+
+// keyspace returns the keyspace that path ("/ks", "/" or "") names; "" for
+// the default.
+func keyspace(path string) (string, error) {
+	ks := strings.TrimPrefix(path, "/")
+	if strings.Contains(ks, "/") {
+		return "", fmt.Errorf("the path must be a single keyspace name, got %q", path)
+	}
+	if ks != "" && !identRE.MatchString(ks) {
+		return "", fmt.Errorf("keyspace %q: want a letter then up to 47 letters, digits or '_'", ks)
+	}
+	return ks, nil
+}
+
+// setParams sets c from the query parameters of its URL.
+func (c *Config) setParams(q *driver.Query) error {
+	const ident = "a letter then up to 47 letters, digits or '_'"
+	if c.Table = q.String("table"); q.Has("table") && !identRE.MatchString(c.Table) {
+		q.Invalid("table", ident)
+	}
+	c.Mode = Mode(q.Enum("mode", string(ModeNative), string(ModeJaeger)))
+	c.SerialConsistency = consistencies[q.Enum("serial", "SERIAL", "LOCAL_SERIAL")]
+	c.CommitConsistency = consistencies[q.Enum("consistency", "QUORUM", "LOCAL_QUORUM")]
+	if c.LocalDC = q.String("local_dc"); q.Has("local_dc") && !dcRE.MatchString(c.LocalDC) {
+		q.Invalid("local_dc", "letters, digits, '_', '.' or '-'")
+	}
+	c.Timeout = q.Duration("timeout", MaxTimeout)
+	c.ConnectTimeout = q.Duration("connect_timeout", MaxTimeout)
+	said := q.TLSParam()
+	on, files := q.TLS(said)
+	c.TLS, c.CAFile, c.CertFile, c.KeyFile = said.On, files.CA, files.Cert, files.Key
+	if _, ok := q.Lookup("verify_host"); ok && !q.Bool("verify_host") {
+		if !on {
+			q.Fail(errors.New("verify_host is a TLS setting; add tls=true"))
+		}
+		c.SkipHostVerification = true
+	}
+	if v, ok := q.Lookup("replication"); ok {
+		r, err := parseReplication(v)
+		if err != nil {
+			q.Fail(fmt.Errorf("replication=%q: %w", v, detail(err)))
+		}
+		c.Replication = r
+	}
+	return q.Err()
+}
+
+// consistencies are the consistencies that a URL names.
+var consistencies = map[string]gocql.Consistency{
+	"SERIAL": gocql.Serial, "LOCAL_SERIAL": gocql.LocalSerial,
+	"QUORUM": gocql.Quorum, "LOCAL_QUORUM": gocql.LocalQuorum,
+}
+
+// badURL returns err as the error of a URL that cannot work: it matches
+// ErrBadURL and ErrBadConfig, and names the store once.
+func badURL(err error) error {
+	var ue *driver.URLError
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return urlSpec.Wrap(&urlConfigError{detail(err)})
+}
+
+// detail returns what err, a *configError, says without the name of the
+// store and of ErrBadConfig; other errors as they are.
+func detail(err error) error {
+	if ce, ok := err.(*configError); ok {
+		return ce.err
+	}
+	return err
+}
+
+// urlConfigError is a configuration error inside a *driver.URLError, which
+// names the store: it matches ErrBadConfig without saying it.
+type urlConfigError struct{ err error }
+
+func (e *urlConfigError) Error() string   { return e.err.Error() }
+func (e *urlConfigError) Unwrap() []error { return []error{ErrBadConfig, e.err} }
 
 // parseChecked is ParseURL, then a check that the certificate files the URL
 // names can be read: the registry's parse, so that store.Parse finds a bad
@@ -237,7 +185,7 @@ func parseChecked(raw string) (Config, error) {
 		_, err = r.tlsConfig()
 	}
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrBadURL, err)
+		return Config{}, badURL(err)
 	}
 	return c, nil
 }

@@ -46,6 +46,9 @@
 //     move delivered late never applies after a newer renewal.
 //   - Release is one transaction: delete the key if it holds this owner and
 //     token, else read it (naming the holder).
+//   - Keep (Lease.ReleaseAfter) moves the key onto an etcd lease of its own,
+//     granted for the hold without a margin and kept alive by nothing, so
+//     the hold ends when asked, within etcd's resolution (see Keep).
 //   - RenewBatch needs at most one keep-alive per shared etcd lease; it
 //     checks up to 128 keys per transaction, or, for 128 or more grants of
 //     one etcd lease, audits that etcd lease's keys in the background.
@@ -76,7 +79,9 @@
 // The Store implements driver.Notifier with an etcd watch on the key, from
 // the revision the subscription read, so that no release or expiry after
 // Subscribe returns is missed. The etcd client multiplexes all watches of a
-// Store on one gRPC stream.
+// Store on one gRPC stream. A watch silent for ListenCheck is checked with a
+// progress request and set up again when that goes unanswered; gRPC
+// keep-alives replace a connection that went half-open (see ListenCheck).
 package etcd
 
 import (
@@ -84,12 +89,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -151,6 +156,11 @@ type Config struct {
 	// 3.6 before 3.6.5). With it, a paused or overloaded etcd leader can
 	// delete the key of a lease its holder still trusts.
 	AllowUnsafeServer bool
+
+	// Logger receives what the Store does on its own: a watch of release
+	// notifications found silent and re-established (warnings and
+	// information). Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a driver.Store, driver.Notifier and driver.BatchRenewer on
@@ -183,6 +193,13 @@ type Store struct {
 	watchMu sync.Mutex
 	watches map[string]*watchGroup // by resource: one etcd watch each
 	dialTO  time.Duration
+
+	log *slog.Logger
+	// listenCheck is how long a watch may be silent before the Store asks
+	// for a progress notification, and how long that may take (ListenCheck).
+	listenCheck time.Duration
+	progressMu  sync.Mutex
+	progressAt  time.Time // when the last progress notification was asked for
 }
 
 // Open connects to etcd and checks that the cluster answers a linearizable
@@ -230,10 +247,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.MaxTxnOps = DefaultMaxTxnOps
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	return &Store{
 		cli: cli, prefix: cfg.Prefix, maxTxnOps: cfg.MaxTxnOps, clock: clock.Real(), dialTO: cc.DialTimeout,
 		bgCtx: bgCtx, bgCancel: bgCancel, checks: make(chan struct{}, maxChecks),
 		sessions: map[int64]*session{}, granting: map[int64]*pendingGrant{}, grants: map[string]*grant{},
+		log: log, listenCheck: ListenCheck,
 	}, nil
 }
 
@@ -382,203 +404,4 @@ func writeErr(op, resource string, err error) error {
 		return e
 	}
 	return driver.UnknownOutcome(e)
-}
-
-// leaseTime is what etcd said of an etcd lease: whole seconds left
-// (rounded down; -1: gone) and granted.
-type leaseTime struct{ left, granted int64 }
-
-// record builds the Record of a key, with the time left on its etcd lease
-// (looked up once per etcd lease in cache, which may be nil). ok is false
-// when the etcd lease has already expired (the key awaits deletion). TTL is
-// the TTL the shared etcd lease serves (its own TTL less its one-second
-// margin), Remaining the etcd lease's time left, at most TTL.
-func (s *Store) record(ctx context.Context, cache map[int64]leaseTime, resource string, kv *mvccpb.KeyValue) (driver.Record, bool, error) {
-	rec := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
-	lt, ok := cache[kv.Lease]
-	if !ok {
-		tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-		if err != nil {
-			return rec, false, err
-		}
-		lt = leaseTime{left: tl.TTL, granted: tl.GrantedTTL}
-		if cache != nil {
-			cache[kv.Lease] = lt
-		}
-	}
-	if lt.left < 0 {
-		return rec, false, nil
-	}
-	rec.TTL = visibleTTL(lt.granted)
-	rec.Remaining = min(time.Duration(lt.left)*time.Second, rec.TTL)
-	return rec, true, nil
-}
-
-// Get implements driver.Store. Remaining is whole seconds, rounded down, as
-// etcd reports it (zero: less than a second, or unknown).
-func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
-	if err := driver.ValidateResource(resource); err != nil {
-		return driver.Record{}, err
-	}
-	resp, err := s.cli.Get(readOnly(ctx), s.key(resource))
-	if err != nil {
-		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return driver.Record{}, fmt.Errorf("etcd store: %q: %w", resource, driver.ErrNotHeld)
-	}
-	rec, ok, err := s.record(ctx, nil, resource, resp.Kvs[0])
-	if err != nil {
-		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
-	}
-	if !ok {
-		return driver.Record{}, fmt.Errorf("etcd store: %q: %w", resource, driver.ErrNotHeld)
-	}
-	return rec, nil
-}
-
-// List implements driver.Store: the live leases whose resource starts with
-// prefix, in byte order, from one linearizable read (plus one lease lookup
-// per shared etcd lease for the time left).
-func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
-	if err := driver.ValidatePrefix(prefix); err != nil {
-		return nil, err
-	}
-	resp, err := s.cli.Get(ctx, s.key(prefix), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, fmt.Errorf("etcd store: list %q: %w", prefix, err)
-	}
-	out := make([]driver.Record, 0, len(resp.Kvs))
-	cache := map[int64]leaseTime{}
-	for _, kv := range resp.Kvs {
-		rec, ok, err := s.record(ctx, cache, strings.TrimPrefix(string(kv.Key), s.prefix), kv)
-		if err != nil {
-			return nil, fmt.Errorf("etcd store: list %q: %w", prefix, err)
-		}
-		if ok {
-			out = append(out, rec)
-		}
-	}
-	return out, nil
-}
-
-// Subscribe implements driver.Notifier: the channel receives a value
-// (coalesced, never blocking the sender) when the key of resource is
-// deleted (a release or an expiry), and when the watch had to be
-// re-established. Subscribers of one resource in this Store share one etcd
-// watch, and a delete wakes one waiter, the one that has waited longest
-// (driver.Hub), so a hand-over costs a few store calls whatever the number
-// of waiters; Watch subscribes to every delete. The watch starts from the
-// revision read when it was set up, so nothing after Subscribe returns is
-// missed. A notification is only a hint. The returned function ends the
-// subscription; it is idempotent.
-func (s *Store) Subscribe(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	return s.subscribe(ctx, resource, false)
-}
-
-// Watch implements driver.Watcher: every delete of resource's key wakes
-// the watcher.
-func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, func(), error) {
-	return s.subscribe(ctx, resource, true)
-}
-
-// watchGroup is the one etcd watch of a resource and its subscribers.
-type watchGroup struct {
-	hub  driver.Hub
-	refs int
-}
-
-func (s *Store) subscribe(ctx context.Context, resource string, watch bool) (<-chan struct{}, func(), error) {
-	if err := driver.ValidateResource(resource); err != nil {
-		return nil, nil, err
-	}
-	s.watchMu.Lock()
-	if s.watches == nil {
-		s.watches = make(map[string]*watchGroup)
-	}
-	g := s.watches[resource]
-	if g == nil {
-		g = &watchGroup{}
-		key := s.key(resource)
-		g.hub.Listen = func(ctx context.Context) { s.watchKey(ctx, &g.hub, resource, key) }
-		s.watches[resource] = g
-	}
-	g.refs++
-	s.watchMu.Unlock()
-	leave := func() {
-		s.watchMu.Lock()
-		g.refs--
-		last := g.refs == 0
-		if last {
-			delete(s.watches, resource)
-		}
-		s.watchMu.Unlock()
-		if last {
-			g.hub.Close()
-		}
-	}
-	subscribe := g.hub.Subscribe
-	if watch {
-		subscribe = g.hub.Watch
-	}
-	ch, stop, err := subscribe(ctx, resource, 2*s.dialTO+time.Second)
-	if err != nil {
-		leave()
-		return nil, nil, fmt.Errorf("etcd store: subscribe %q: %w", resource, err)
-	}
-	var once sync.Once
-	return ch, func() { once.Do(func() { stop(); leave() }) }, nil
-}
-
-// watchKey keeps the etcd watch of one resource's key until ctx ends: it
-// reads the key's revision, watches deletes from the next one, and when the
-// watch ends (compaction, lost leader) wakes everyone, who ask the store,
-// and watches again from now.
-func (s *Store) watchKey(ctx context.Context, hub *driver.Hub, resource, key string) {
-	wctx := clientv3.WithRequireLeader(ctx)
-	for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
-		resp, err := s.cli.Get(wctx, key, clientv3.WithCountOnly())
-		if err != nil {
-			hub.SetListening(false, err)
-			select {
-			case <-time.After(200 * time.Millisecond):
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		rev := resp.Header.Revision + 1
-		one, stopOne := context.WithCancel(wctx)
-		wch := s.cli.Watch(one, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
-		hub.SetListening(true, nil)
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				break
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					hub.Wake(resource)
-				}
-			}
-		}
-		stopOne()
-		if ctx.Err() != nil || s.cli.Ctx().Err() != nil {
-			return
-		}
-		// Something may have been missed while the watch was down.
-		hub.SetListening(false, errors.New("etcd watch ended"))
-		hub.WakeAll()
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,10 @@ var cfg = storetest.Config{
 	ShortTTL:    time.Second,
 	ExpirySlack: 1600 * time.Millisecond,
 	InvalidTTLs: []time.Duration{time.Nanosecond, 500 * time.Millisecond, 999 * time.Millisecond},
+	Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return open(t) },
+	// A hold's etcd lease is granted for whole seconds; etcd looks for
+	// expired leases every 500 ms and revokes them through raft.
+	HoldResolution: 700 * time.Millisecond,
 }
 
 func TestConformance(t *testing.T) {
@@ -52,7 +57,7 @@ func TestConformance(t *testing.T) {
 }
 
 // proxied returns a store whose connections go through a netfault proxy.
-func proxied(t *testing.T) (*etcd.Store, *netfault.Proxy) {
+func proxied(t *testing.T, mod ...func(*etcd.Config)) (*etcd.Store, *netfault.Proxy) {
 	t.Helper()
 	base, err := etcd.ParseURL(url(t))
 	if err != nil {
@@ -63,10 +68,52 @@ func proxied(t *testing.T) (*etcd.Store, *netfault.Proxy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	return open(t, func(c *etcd.Config) {
+	return open(t, append([]func(*etcd.Config){func(c *etcd.Config) {
 		c.Client.Endpoints = []string{proxy.Addr()}
 		c.Client.DialTimeout = 2 * time.Second
-	}), proxy
+	}}, mod...)...), proxy
+}
+
+// TestHalfOpenWatch: the connection that carries the watches goes
+// half-open (a proxy drops its bytes without FIN or reset; on etcd the
+// watches share the client's one connection). The Store asks for a
+// progress notification after ListenCheck of silence, sets the watch up
+// again when none comes, says so in its log, and wakes its waiters; gRPC's
+// keep-alive replaces the connection; so the release whose notification was
+// lost still reaches the waiter, and later releases wake later waiters.
+func TestHalfOpenWatch(t *testing.T) {
+	var log testserver.LogRecorder
+	s, proxy := proxied(t, func(c *etcd.Config) { c.Logger = log.Logger() })
+	etcd.SetListenCheck(s, time.Second)
+	direct := open(t)
+	testserver.HalfOpenNotifications(t, s, direct, 90*time.Second, func() int { return proxy.Silence(nil) }, 45*time.Second)
+	if !log.Has(slog.LevelWarn, "watch fell silent") || !log.Has(slog.LevelInfo, "watching again") {
+		t.Errorf("the store did not log the silent watch and its replacement; it logged:\n%s", log.String())
+	}
+}
+
+// TestQuietWatchStaysUp: watches of resources nobody releases are not
+// taken for dead: the progress requests of the silence check are answered
+// (etcd answers them only for watches that started at or before its
+// current revision), so no watch is set up again and nothing is logged.
+func TestQuietWatchStaysUp(t *testing.T) {
+	var log testserver.LogRecorder
+	s := open(t, func(c *etcd.Config) { c.Logger = log.Logger() })
+	const check = 2 * time.Second
+	etcd.SetListenCheck(s, check)
+	ctx := testserver.Ctx(t)
+	for i := range 3 {
+		_, stop, err := s.Subscribe(ctx, fmt.Sprintf("%s/%d", testserver.Resource(t), i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		time.Sleep(check / 3)
+	}
+	time.Sleep(3 * check)
+	if log.Has(slog.LevelDebug, "") {
+		t.Errorf("quiet watches were taken for dead:\n%s", log.String())
+	}
 }
 
 // TestBoundedWhenPartitioned: a Locker's calls end by their bounds when

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenure-go/tenure/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // notHolder is the error of a renewal or release whose grant no longer
@@ -423,15 +423,22 @@ func (s *Store) moveOnce(ctx context.Context, op, resource, owner, to string, tt
 }
 
 // Keep implements driver.Keeper: it reads the key and, when it is this
-// grant's, moves it to the Store's shared etcd lease for ttl (rounded up to
-// whole seconds) with owner string keeper, as a renewal with another TTL
-// moves it (its create revision, the token, stays). The reaper deletes it
-// ttl after the move was confirmed; nothing renews it.
+// grant's, grants an etcd lease of its own for ttl (rounded up to whole
+// seconds, no margin) and moves the key onto it with owner string keeper
+// (its create revision, the token, stays), after a keep-alive proved the
+// key's etcd lease alive, conditioned on the key's owner, token, etcd lease
+// and mod_revision as read. Nothing renews that etcd lease: etcd deletes the
+// key when it expires, ceil(ttl) after it was granted (etcd checks for
+// expired leases every 500 ms, raises a TTL below its minimum, 2 s with the
+// default election timeout, to it, and a leader change extends every etcd
+// lease by its TTL), whether or not this Store lives on. A shared etcd
+// lease, granted with a margin and kept alive by other grants, would hold
+// the key up to the margin, or the reaper's interval, longer than asked.
+// The etcd lease of a move that was not applied is revoked.
 func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, keeper string, ttl time.Duration) error {
 	if err := ttls.ValidateKeep(resource, owner, keeper, ttl); err != nil {
 		return err
 	}
-	begin := s.clock.Now()
 	key := s.key(resource)
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
@@ -444,196 +451,91 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 	if kv == nil || string(kv.Value) != owner || uint64(kv.CreateRevision) != token {
 		return notHolder("keep", resource, owner, token, kv)
 	}
-	return s.moveKV(ctx, "keep", resource, owner, keeper, ttl, begin, kv)
+	lease, err := s.cli.Grant(ctx, wholeSeconds(ttl))
+	if err != nil {
+		return fmt.Errorf("etcd store: keep %q: grant an etcd lease for the hold: %w", resource, err)
+	}
+	for try := 1; ; try++ {
+		moved, err := s.keepOnce(ctx, resource, owner, keeper, kv, lease.ID)
+		if moved == nil {
+			if err != nil && !errors.Is(err, driver.ErrUnknownOutcome) {
+				s.revoke(lease.ID)
+			}
+			return err
+		}
+		if try == moveTries {
+			return driver.UnknownOutcome(fmt.Errorf("etcd store: keep %q: other writes of this owner's lease passed this one %d times", resource, moveTries))
+		}
+		kv = moved
+	}
 }
 
-// RenewBatch implements driver.BatchRenewer: the grants this Store made,
-// renewed with their TTL, need at most one keep-alive per shared etcd lease
-// (only when its last one is older than the margin) and are checked
-// together.
-//
-// Where a batch holds fewer than listAtLeast grants of one shared etcd
-// lease, their keys are checked as Renew checks one: one Txn per MaxTxnOps
-// keys, each key's mod_revision compared, at most maxChecks such Txns in
-// flight per Store. Where it holds more, the batch renews them on the
-// keep-alive alone and starts (at most every tenth of the TTL, from 1 s to
-// 5 s) a listing of the keys attached to that etcd lease in the background;
-// a grant whose key a listing did not show is read before its renewal is
-// reported (by the batch, when the listing answers while the batch runs,
-// and otherwise by its next renewal). So a key deleted by hand is found at
-// the next renewal in small batches, and within a tenth of the TTL and the
-// next renewal in large ones: on etcd 3.4,
-// reading 10,000 keys a second in Txns held up the server's writes (checks
-// of 128 keys took 15 s while 100,000 leases were being taken), and listing
-// them for every batch cost the client more CPU than it had. A key found
-// changed is read again in a linearizable Txn whose else branch tells the
-// lost leases and their holders. Other renewals run as Renew.
-func (s *Store) RenewBatch(ctx context.Context, leases []driver.Renewal) []error {
-	errs := make([]error, len(leases))
-	begin := s.clock.Now()
-	var own []renewItem
-	var other []int
-	for i, r := range leases {
-		if err := ttls.ValidateAcquire(r.Resource, r.Owner, r.TTL); err != nil {
-			errs[i] = err
-			continue
-		}
-		if g := s.lookup(s.key(r.Resource), r.Owner, r.Token); g != nil && g.ss.secs == wholeSeconds(r.TTL) {
-			own = append(own, renewItem{i, g})
-		} else {
-			other = append(other, i)
-		}
-	}
-	// Every renewal below writes its own answer; until it does, it is not
-	// confirmed (a nil error would say renewed).
-	for _, it := range own {
-		errs[it.i] = errNotSettled
-	}
-	var wg sync.WaitGroup
-	if len(other) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, i := range other {
-				r := leases[i]
-				errs[i] = s.Renew(ctx, r.Resource, r.Owner, r.Token, r.TTL)
-			}
-		}()
-	}
-	// One keep-alive (at most) per shared etcd lease, covering the longest
-	// TTL renewed on it.
-	need := map[*session]time.Time{}
-	bySession := map[*session][]renewItem{}
-	for _, it := range own {
-		n := begin.Add(leases[it.i].TTL)
-		if t, ok := need[it.g.ss]; !ok || n.After(t) {
-			need[it.g.ss] = n
-		}
-		bySession[it.g.ss] = append(bySession[it.g.ss], it)
-	}
-	kas := make(map[*session]*keepAlive, len(need))
-	for ss, n := range need {
-		kas[ss] = ss.start(n)
-	}
-	var byTxn []renewItem
-	for ss, items := range bySession {
-		if len(items) < listAtLeast {
-			byTxn = append(byTxn, items...)
-			continue
-		}
-		ss.audit()
-		var listed []renewItem
-		s.mu.Lock()
-		for _, it := range items {
-			if it.g.suspect {
-				byTxn = append(byTxn, it)
-			} else {
-				listed = append(listed, it)
-			}
-		}
-		s.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// A grant that a listing marks suspect while the batch runs (the
-			// listing answered while an earlier settle waited for the
-			// keep-alive) has its key read before its renewal is reported,
-			// whether or not it was settled already: every item gets an
-			// answer of its own, and none is confirmed past a listing that
-			// found its key changed.
-			var late []renewItem
-			for _, it := range listed {
-				if s.isSuspect(it.g) {
-					late = append(late, it)
-					continue
-				}
-				errs[it.i] = s.settle(ctx, it.g, kas[ss])
-				if errs[it.i] == nil && s.isSuspect(it.g) {
-					late = append(late, it)
-				}
-			}
-			s.checkItems(ctx, late, errs, kas)
-		}()
-	}
-	s.checkItems(ctx, byTxn, errs, kas)
-	wg.Wait()
-	return errs
-}
-
-// errNotSettled is a batch renewal's answer until the batch settles it:
-// never a nil (renewed) by omission.
-var errNotSettled = errors.New("etcd store: renewal not settled")
-
-// renewItem is one renewal of a batch: its index and its grant.
-type renewItem struct {
-	i int
-	g *grant
-}
-
-// listAtLeast is the number of a batch's grants on one shared etcd lease
-// from which the batch relies on listings of the etcd lease's keys instead
-// of reading each key.
-const listAtLeast = 128
-
-// checkItems checks the keys of items with Txns of at most MaxTxnOps keys
-// (at most maxChecks in flight per Store) and settles each renewal in
-// errs. It returns when all are settled.
-func (s *Store) checkItems(ctx context.Context, items []renewItem, errs []error, kas map[*session]*keepAlive) {
-	var wg sync.WaitGroup
-	for lo := 0; lo < len(items); lo += s.maxTxnOps {
-		part := items[lo:min(lo+s.maxTxnOps, len(items))]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			gs := make([]*grant, len(part))
-			for j, it := range part {
-				gs[j] = it.g
-			}
-			var resp *clientv3.TxnResponse
-			var err error
-			select {
-			case s.checks <- struct{}{}:
-				resp, err = s.check(ctx, gs)
-				<-s.checks
-			case <-ctx.Done():
-				err = ctxErr(ctx)
-			}
-			for j, it := range part {
-				g := it.g
-				switch {
-				case err != nil:
-					errs[it.i] = fmt.Errorf("etcd store: renew %q: %w", g.resource, err)
-				case resp.Succeeded:
-					s.clearSuspect(g)
-					errs[it.i] = s.settle(ctx, g, kas[g.ss])
-				default:
-					if kv := firstKV(resp, j); kv != nil && kv.ModRevision == g.mod {
-						s.clearSuspect(g)
-						errs[it.i] = s.settle(ctx, g, kas[g.ss])
-					} else {
-						s.forget(g)
-						errs[it.i] = notHolder("renew", g.resource, g.owner, uint64(g.token), kv)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// isSuspect reports whether a listing found g's key changed since a read
-// last found it as the Store left it.
-func (s *Store) isSuspect(g *grant) bool {
+// keepOnce makes one try of Keep's move of kv onto etcd lease hold. It
+// returns the key as it found it when the key was still (owner, token) but
+// under another write than kv's, with a nil error; otherwise the result.
+func (s *Store) keepOnce(ctx context.Context, resource, owner, keeper string, kv *mvccpb.KeyValue, hold clientv3.LeaseID) (*mvccpb.KeyValue, error) {
+	key := s.key(resource)
+	token := uint64(kv.CreateRevision)
+	old := clientv3.LeaseID(kv.Lease)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return g.suspect
-}
-
-// clearSuspect records that a read found g's key as the Store left it.
-func (s *Store) clearSuspect(g *grant) {
-	s.mu.Lock()
-	g.suspect = false
+	g := s.grants[key]
+	if g != nil && (g.owner != owner || uint64(g.token) != token) {
+		g = nil
+	}
+	reaped := g != nil && g.reaped
 	s.mu.Unlock()
+	if reaped || old == clientv3.NoLease {
+		return nil, notHolder("keep", resource, owner, token, nil)
+	}
+	// Prove the key's etcd lease alive now, so that moving the key cannot
+	// revive an expired one.
+	if g == nil || g.ss.id != old || !g.ss.aliveAt(s.clock.Now()) {
+		if _, err := s.cli.KeepAliveOnce(ctx, old); err != nil {
+			if leaseGone(err) {
+				if g != nil {
+					s.forget(g)
+				}
+				return nil, notHolder("keep", resource, owner, token, nil)
+			}
+			return nil, fmt.Errorf("etcd store: keep %q: keep-alive: %w", resource, err)
+		}
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", owner),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token)),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", old),
+			clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, keeper, clientv3.WithLease(hold))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		// An unknown outcome needs no clean-up: the hold's etcd lease ends
+		// the key in time anyway.
+		return nil, writeErr("keep", resource, err)
+	}
+	if !resp.Succeeded {
+		if cur := firstKV(resp, 0); cur != nil && string(cur.Value) == owner && uint64(cur.CreateRevision) == token {
+			return cur, nil // still this lease, under another write: read as it is now
+		}
+		if g != nil {
+			s.forget(g)
+		}
+		return nil, notHolder("keep", resource, owner, token, firstKV(resp, 0))
+	}
+	if g != nil {
+		s.forget(g) // the key is the hold's now: nothing of this Store renews or reaps it
+	}
+	return nil, nil
+}
+
+// revoke revokes an etcd lease that carries nothing, in the background
+// (best effort: it expires by its TTL anyway).
+func (s *Store) revoke(id clientv3.LeaseID) {
+	s.goBackground(func() {
+		ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
+		defer cancel()
+		_, _ = s.cli.Revoke(ctx, id)
+	})
 }
 
 // Release implements driver.Store: one Txn deletes the key if it holds this
@@ -660,4 +562,82 @@ func (s *Store) Release(ctx context.Context, resource, owner string, token uint6
 		return notHolder("release", resource, owner, token, firstKV(resp, 0))
 	}
 	return nil
+}
+
+// leaseTime is what etcd said of an etcd lease: whole seconds left
+// (rounded down; -1: gone) and granted.
+type leaseTime struct{ left, granted int64 }
+
+// record builds the Record of a key, with the time left on its etcd lease
+// (looked up once per etcd lease in cache, which may be nil). ok is false
+// when the etcd lease has already expired (the key awaits deletion). TTL is
+// the TTL the shared etcd lease serves (its own TTL less its one-second
+// margin), Remaining the etcd lease's time left, at most TTL.
+func (s *Store) record(ctx context.Context, cache map[int64]leaseTime, resource string, kv *mvccpb.KeyValue) (driver.Record, bool, error) {
+	rec := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
+	lt, ok := cache[kv.Lease]
+	if !ok {
+		tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return rec, false, err
+		}
+		lt = leaseTime{left: tl.TTL, granted: tl.GrantedTTL}
+		if cache != nil {
+			cache[kv.Lease] = lt
+		}
+	}
+	if lt.left < 0 {
+		return rec, false, nil
+	}
+	rec.TTL = visibleTTL(lt.granted)
+	rec.Remaining = min(time.Duration(lt.left)*time.Second, rec.TTL)
+	return rec, true, nil
+}
+
+// Get implements driver.Store. Remaining is whole seconds, rounded down, as
+// etcd reports it (zero: less than a second, or unknown).
+func (s *Store) Get(ctx context.Context, resource string) (driver.Record, error) {
+	if err := driver.ValidateResource(resource); err != nil {
+		return driver.Record{}, err
+	}
+	resp, err := s.cli.Get(readOnly(ctx), s.key(resource))
+	if err != nil {
+		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return driver.Record{}, fmt.Errorf("etcd store: %q: %w", resource, driver.ErrNotHeld)
+	}
+	rec, ok, err := s.record(ctx, nil, resource, resp.Kvs[0])
+	if err != nil {
+		return driver.Record{}, fmt.Errorf("etcd store: get %q: %w", resource, err)
+	}
+	if !ok {
+		return driver.Record{}, fmt.Errorf("etcd store: %q: %w", resource, driver.ErrNotHeld)
+	}
+	return rec, nil
+}
+
+// List implements driver.Store: the live leases whose resource starts with
+// prefix, in byte order, from one linearizable read (plus one lease lookup
+// per shared etcd lease for the time left).
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.Record, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Get(ctx, s.key(prefix), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("etcd store: list %q: %w", prefix, err)
+	}
+	out := make([]driver.Record, 0, len(resp.Kvs))
+	cache := map[int64]leaseTime{}
+	for _, kv := range resp.Kvs {
+		rec, ok, err := s.record(ctx, cache, strings.TrimPrefix(string(kv.Key), s.prefix), kv)
+		if err != nil {
+			return nil, fmt.Errorf("etcd store: list %q: %w", prefix, err)
+		}
+		if ok {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
 }

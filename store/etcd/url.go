@@ -2,12 +2,7 @@ package etcd
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net/url"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store"
@@ -24,102 +19,54 @@ func init() {
 	})
 }
 
+// urlSpec describes etcd:// URLs, for messages.
+var urlSpec = driver.URLSpec{Store: "etcd", Schemes: []string{"etcd"},
+	Form: "etcd://[user:password@]host:port[,host:port...][?param=value&...]"}
+
 // ParseURL turns a store URL into a Config, without connecting (it reads
 // the certificate files the URL names):
 //
-//	etcd://[user:password@]host:port[,host:port...][?option=value...]
+//	etcd://[user:password@]host:port[,host:port...][?param=value...]
 //
-// Every endpoint needs a port, 1 to 65535. Options: tls=true (TLS with the
-// system's CAs), ca=FILE (PEM CAs; implies TLS), cert=FILE and key=FILE
-// (client certificate; imply TLS), username=NAME and password=SECRET
-// (instead of the user info), dial_timeout=DURATION (default 5s),
-// prefix=KEYPREFIX, allow_unsafe_server=true (Config.AllowUnsafeServer:
-// accept etcd releases with known lease-safety bugs). Any other option is an
-// error. The error describes a
-// malformed URL and never contains the password.
+// Every endpoint needs a port, 1 to 65535. Parameters: tls=true|false (TLS
+// with the system's CAs), ca=FILE (PEM CAs), cert=FILE and key=FILE (a
+// client certificate), username=NAME and password=SECRET (instead of the
+// user information), dial_timeout=DURATION (default 5s), prefix=KEYPREFIX,
+// allow_unsafe_server=true (Config.AllowUnsafeServer: accept etcd releases
+// with known lease-safety bugs). TLS is on with tls=true or a file named;
+// tls=false with a file named is refused (driver.DecideTLS). Any other
+// parameter is an error, and so is one given twice. Errors wrap ErrBadURL
+// (driver.ErrBadURL) and never contain the password.
 func ParseURL(raw string) (Config, error) {
-	if err := driver.CheckUserinfo(raw); err != nil {
-		return Config{}, fmt.Errorf("etcd store: bad URL: %w", err)
+	u, err := urlSpec.Split(raw)
+	if err != nil {
+		return Config{}, err
 	}
-	rest, ok := strings.CutPrefix(raw, "etcd://")
-	if !ok {
-		return Config{}, errors.New("etcd store: URL must start with etcd://")
-	}
-	hosts, query, _ := strings.Cut(rest, "?")
-	if i := strings.IndexAny(hosts, "/#"); i >= 0 {
-		if strings.Trim(hosts[i:], "/") != "" {
-			return Config{}, fmt.Errorf("etcd store: unexpected path %q in URL (the key prefix is the prefix option)", hosts[i:])
-		}
-		hosts = hosts[:i]
+	if strings.Trim(u.RawPath, "/") != "" {
+		return Config{}, urlSpec.Errorf("unexpected path %q (the key prefix is the prefix parameter)", u.RawPath)
 	}
 	var cfg Config
-	if at := strings.LastIndex(hosts, "@"); at >= 0 {
-		ui, err := url.Parse("x://" + hosts[:at+1] + "h")
-		if err != nil || ui.User == nil {
-			return Config{}, errors.New("etcd store: bad user info in URL")
-		}
-		cfg.Client.Username = ui.User.Username()
-		cfg.Client.Password, _ = ui.User.Password()
-		hosts = hosts[at+1:]
+	if cfg.Client.Endpoints, err = driver.HostPorts(u.Hosts, ""); err != nil {
+		return Config{}, urlSpec.Wrap(err)
 	}
-	for _, h := range strings.Split(hosts, ",") {
-		if h == "" {
-			continue
-		}
-		hu, err := url.Parse("x://" + h)
-		if err != nil || hu.Hostname() == "" || hu.Port() == "" || hu.Host != h {
-			return Config{}, fmt.Errorf("etcd store: bad endpoint %q: want host:port", h)
-		}
-		if _, err := driver.ParsePort(hu.Port()); err != nil {
-			return Config{}, fmt.Errorf("etcd store: endpoint %q: %w", h, err)
-		}
-		cfg.Client.Endpoints = append(cfg.Client.Endpoints, h)
+	q := u.Query
+	cfg.Client.Username, cfg.Client.Password = u.User, u.Password
+	if v, ok := q.Lookup("username"); ok {
+		cfg.Client.Username = v
 	}
-	if len(cfg.Client.Endpoints) == 0 {
-		return Config{}, errors.New("etcd store: no endpoints in URL; write etcd://host:2379[,host:2379...]")
+	if v, ok := q.Lookup("password"); ok {
+		cfg.Client.Password = v
 	}
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return Config{}, fmt.Errorf("etcd store: bad URL query: %w", err)
+	cfg.Client.DialTimeout = q.Duration("dial_timeout", 0)
+	cfg.Prefix = q.String("prefix")
+	cfg.AllowUnsafeServer = q.Bool("allow_unsafe_server")
+	useTLS, files := q.TLS(q.TLSParam())
+	if err := q.Err(); err != nil {
+		return Config{}, urlSpec.Wrap(err)
 	}
-	var useTLS bool
-	var ca, cert, key string
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "tls":
-			if useTLS, err = strconv.ParseBool(v); err != nil {
-				return Config{}, fmt.Errorf("etcd store: tls=%q is not a boolean", v)
-			}
-		case "ca":
-			ca = v
-		case "cert":
-			cert = v
-		case "key":
-			key = v
-		case "username":
-			cfg.Client.Username = v
-		case "password":
-			cfg.Client.Password = v
-		case "dial_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return Config{}, fmt.Errorf("etcd store: dial_timeout=%q is not a positive duration such as 5s", v)
-			}
-			cfg.Client.DialTimeout = d
-		case "prefix":
-			cfg.Prefix = v
-		case "allow_unsafe_server":
-			if cfg.AllowUnsafeServer, err = strconv.ParseBool(v); err != nil {
-				return Config{}, fmt.Errorf("etcd store: allow_unsafe_server=%q is not a boolean", v)
-			}
-		default:
-			return Config{}, fmt.Errorf("etcd store: unknown URL option %q (known: tls, ca, cert, key, username, password, dial_timeout, prefix, allow_unsafe_server)", k)
-		}
-	}
-	if useTLS || ca != "" || cert != "" || key != "" {
-		if cfg.Client.TLS, err = driver.LoadTLS(ca, cert, key); err != nil {
-			return Config{}, fmt.Errorf("etcd store: %w", err)
+	if useTLS {
+		if cfg.Client.TLS, err = files.Load(); err != nil {
+			return Config{}, urlSpec.Wrap(err)
 		}
 	}
 	return cfg, nil

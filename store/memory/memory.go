@@ -79,14 +79,17 @@ func OpenURL(ctx context.Context, raw string) (*Store, error) {
 
 // ParseURL accepts "memory:" (also "memory://"), which names a new, empty
 // store of its own each time it is opened: nothing is shared between two
-// opens. It takes no parameters.
+// opens. It takes no parameters. Errors wrap driver.ErrBadURL.
 func ParseURL(raw string) (Config, error) {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || !strings.EqualFold(scheme, "memory") || (rest != "" && rest != "//") {
-		return Config{}, fmt.Errorf("memory store: want memory:, got %q", raw)
+		return Config{}, urlSpec.Errorf("want memory:, got %q", raw)
 	}
 	return Config{}, nil
 }
+
+// urlSpec describes memory: URLs, for messages.
+var urlSpec = driver.URLSpec{Store: "memory", Schemes: []string{"memory"}, Form: "memory:"}
 
 func init() {
 	store.Register(store.Driver[Config, *Store]{

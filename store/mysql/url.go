@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -31,24 +30,26 @@ func init() {
 }
 
 // driverParams are the go-sql-driver DSN parameters that ParseURL passes
-// on. The others that go-sql-driver knows are refused: clientFoundRows,
-// interpolateParams and multiStatements change how the store reads its
-// answers, charset and collation how its names are sent, and allowAllFiles
-// opens LOAD DATA LOCAL INFILE, which the store never uses.
-var driverParams = map[string]bool{
-	"allowCleartextPasswords": true, "allowFallbackToPlaintext": true, "allowNativePasswords": true,
-	"allowOldPasswords": true, "checkConnLiveness": true, "columnsWithAlias": true, "compress": true,
-	"connectionAttributes": true, "loc": true, "maxAllowedPacket": true, "parseTime": true,
-	"readTimeout": true, "rejectReadOnly": true, "serverPubKey": true, "timeTruncate": true,
-	"timeout": true, "tls": true, "writeTimeout": true,
+// on. The others that go-sql-driver knows are refused (ownParams).
+var driverParams = []string{
+	"tls", "timeout", "readTimeout", "writeTimeout",
+	"allowCleartextPasswords", "allowFallbackToPlaintext", "allowNativePasswords", "allowOldPasswords",
+	"checkConnLiveness", "columnsWithAlias", "compress", "connectionAttributes", "loc", "maxAllowedPacket",
+	"parseTime", "rejectReadOnly", "serverPubKey", "timeTruncate",
 }
 
-// sessionParams are the server variables a URL may set on every
-// connection (go-sql-driver sends SET for parameters it does not know).
-var sessionParams = map[string]bool{"wsrep_sync_wait": true}
+// ownParams are the go-sql-driver parameters that a URL may not set:
+// clientFoundRows, interpolateParams and multiStatements change how the
+// store reads its answers, charset and collation how its names are sent,
+// and allowAllFiles opens LOAD DATA LOCAL INFILE, which the store never
+// uses.
+var ownParams = []string{"allowAllFiles", "charset", "clientFoundRows", "collation", "interpolateParams", "multiStatements"}
 
 // URLForm is the form of a mysql:// URL, for messages.
 const URLForm = "mysql://[user[:password]@]host[:port]/database[?table=&poll_interval=&max_conns=&ca=&cert=&key=&tls=&timeout=&wsrep_sync_wait=...]"
+
+// urlSpec describes mysql:// URLs, for messages.
+var urlSpec = driver.URLSpec{Store: "mysql", Schemes: []string{"mysql", "mariadb"}, Form: URLForm}
 
 // ParseURL turns a mysql:// or mariadb:// URL into a Config, without
 // connecting (it reads the certificate files the URL names):
@@ -73,145 +74,154 @@ const URLForm = "mysql://[user[:password]@]host[:port]/database[?table=&poll_int
 // connectionAttributes, maxAllowedPacket, rejectReadOnly, serverPubKey,
 // and the harmless columnsWithAlias, loc, parseTime and timeTruncate. Any
 // other parameter is an error (go-sql-driver would send it to the server as
-// a SET), and so are clientFoundRows, interpolateParams, multiStatements,
-// charset, collation and allowAllFiles, which the store sets or never uses.
-// The error never contains the password.
+// a SET), and so is one given twice, and so are clientFoundRows,
+// interpolateParams, multiStatements, charset, collation and allowAllFiles,
+// which the store sets or never uses. tls=false with ca, cert or key is
+// refused (driver.DecideTLS). Errors wrap ErrBadURL (driver.ErrBadURL) and
+// never contain the password.
 func ParseURL(raw string) (Config, error) {
-	if !strings.Contains(raw, "://") {
-		return Config{}, errors.New("mysql store: bad URL: want mysql:// or mariadb://")
-	}
-	if err := driver.CheckUserinfo(raw); err != nil {
-		return Config{}, fmt.Errorf("mysql store: bad URL: %w", err)
-	}
-	u, err := url.Parse(raw)
+	u, err := urlSpec.Split(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, password included
-		}
-		return Config{}, fmt.Errorf("mysql store: bad URL: %w", err)
-	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "mysql" && scheme != "mariadb" {
-		return Config{}, fmt.Errorf("mysql store: URL scheme %q, want mysql:// or mariadb://", u.Scheme)
-	}
-	if u.Opaque != "" || u.Fragment != "" {
-		return Config{}, fmt.Errorf("mysql store: bad URL: want %s", URLForm)
-	}
-	host := u.Hostname()
-	switch {
-	case host == "":
-		return Config{}, fmt.Errorf("mysql store: bad URL: no host (want %s)", URLForm)
-	case strings.Contains(u.Host, ","):
-		return Config{}, errors.New("mysql store: bad URL: one host only (go-sql-driver connects to one address; put a proxy in front of a cluster, or name one Galera node)")
-	}
-	port := "3306"
-	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
-		if _, err := driver.ParsePort(p); err != nil {
-			return Config{}, fmt.Errorf("mysql store: %w", err)
-		}
-		port = p
-	}
-	db := strings.TrimPrefix(u.Path, "/")
-	if db == "" || strings.Contains(db, "/") {
-		return Config{}, fmt.Errorf("mysql store: bad URL: name one database as the path (want %s)", URLForm)
-	}
-	mc := gomysql.NewConfig()
-	mc.Logger = quietLogger
-	mc.Net = "tcp"
-	mc.Addr = net.JoinHostPort(host, port)
-	mc.DBName = db
-	if u.User != nil {
-		mc.User = u.User.Username()
-		mc.Passwd, _ = u.User.Password()
-	}
-	cfg := Config{MySQL: mc}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return Config{}, fmt.Errorf("mysql store: bad URL query: %w", err)
-	}
-	var unknown, refused []string
-	driverQuery := url.Values{}
-	var ca, cert, key string
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch {
-		case k == "table":
-			cfg.Table = v
-		case k == "poll_interval":
-			if v == "off" {
-				cfg.PollInterval = -1
-				break
-			}
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return Config{}, fmt.Errorf("mysql store: poll_interval=%q: want a positive duration such as 50ms, or off", v)
-			}
-			cfg.PollInterval = d
-		case k == "max_conns":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 10000 {
-				return Config{}, fmt.Errorf("mysql store: max_conns=%q: want a number from 1 to 10000", v)
-			}
-			cfg.MaxConns = n
-		case k == "ca":
-			ca = v
-		case k == "cert":
-			cert = v
-		case k == "key":
-			key = v
-		case driverParams[k]:
-			driverQuery.Set(k, v)
-		case sessionParams[k]:
-			if v == "" || strings.Trim(v, "0123456789") != "" {
-				return Config{}, fmt.Errorf("mysql store: %s=%q: want a number", k, v)
-			}
-			mc.Params = map[string]string{k: v}
-		case k == "clientFoundRows" || k == "interpolateParams" || k == "multiStatements" ||
-			k == "charset" || k == "collation" || k == "allowAllFiles":
-			refused = append(refused, k)
-		default:
-			unknown = append(unknown, k)
-		}
-	}
-	if len(refused) > 0 {
-		sort.Strings(refused)
-		return Config{}, fmt.Errorf("mysql store: parameter %s: the store sets it itself (or never uses it)", strings.Join(refused, ", "))
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return Config{}, fmt.Errorf("mysql store: unknown parameter %s (see %s)", strings.Join(unknown, ", "), URLForm)
-	}
-	if len(driverQuery) > 0 {
-		// go-sql-driver parses its own parameters: through a DSN without
-		// user information, so that nothing of the password is parsed.
-		pc, err := gomysql.ParseDSN("/?" + driverQuery.Encode())
-		if err != nil {
-			return Config{}, fmt.Errorf("mysql store: bad URL: %w", err)
-		}
-		applyDriverParams(mc, pc, driverQuery)
-	}
-	if ca != "" || cert != "" || key != "" {
-		tc, err := driver.LoadTLS(ca, cert, key)
-		if err != nil {
-			return Config{}, fmt.Errorf("mysql store: %w", err)
-		}
-		if driverQuery.Get("tls") == "skip-verify" {
-			tc.InsecureSkipVerify = true
-		} else {
-			tc.ServerName = host
-		}
-		mc.TLS = tc
-	}
-	if _, err := cfg.check(); err != nil {
 		return Config{}, err
+	}
+	mc, err := connConfig(u)
+	if err != nil {
+		return Config{}, urlSpec.Wrap(err)
+	}
+	q := u.Query
+	cfg := Config{MySQL: mc, Table: q.String("table"), MaxConns: q.Int("max_conns", 1, 10000), PollInterval: pollInterval(q)}
+	if cfg.Table != "" && !identRE.MatchString(cfg.Table) {
+		q.Invalid("table", "letters, digits and underscores (at most 57), optionally database.table")
+	}
+	if v, ok := q.Lookup("wsrep_sync_wait"); ok {
+		if v == "" || strings.Trim(v, "0123456789") != "" {
+			q.Invalid("wsrep_sync_wait", "a number")
+		}
+		mc.Params = map[string]string{"wsrep_sync_wait": v}
+	}
+	for _, k := range ownParams {
+		if q.Has(k) {
+			return Config{}, urlSpec.Errorf("parameter %s: the store sets it itself (or never uses it)", k)
+		}
+	}
+	driverQuery := url.Values{}
+	for _, k := range driverParams {
+		if v, ok := q.Lookup(k); ok {
+			driverQuery.Set(k, v)
+		}
+	}
+	_, files := q.TLS(tlsSaid(driverQuery))
+	if err := q.Err(); err != nil {
+		return Config{}, urlSpec.Wrap(err)
+	}
+	if err := applyDriverParams(mc, driverQuery); err != nil {
+		return Config{}, urlSpec.Wrap(err)
+	}
+	if files.Any() {
+		if err := loadTLS(mc, files, driverQuery.Get("tls")); err != nil {
+			return Config{}, urlSpec.Wrap(err)
+		}
 	}
 	return cfg, nil
 }
 
-// applyDriverParams copies the fields that go-sql-driver's parameters set
+// connConfig returns go-sql-driver's configuration of u's host, database
+// and user.
+func connConfig(u *driver.URL) (*gomysql.Config, error) {
+	if u.Hosts == "" {
+		return nil, errors.New("no host")
+	}
+	hosts, err := driver.HostPorts(u.Hosts, "3306")
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) > 1 {
+		return nil, errors.New("one host only (go-sql-driver connects to one address; put a proxy in front of a cluster, or name one Galera node)")
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return nil, errors.New("name one database as the path")
+	}
+	mc := gomysql.NewConfig()
+	mc.Logger = quietLogger
+	mc.Net = "tcp"
+	mc.Addr = hosts[0]
+	mc.DBName = db
+	mc.User, mc.Passwd = u.User, u.Password
+	return mc, nil
+}
+
+// pollInterval reads poll_interval: a positive duration, or "off" (-1).
+func pollInterval(q *driver.Query) time.Duration {
+	v, ok := q.Lookup("poll_interval")
+	d, err := time.ParseDuration(v)
+	switch {
+	case !ok:
+		return 0
+	case v == "off":
+		return -1
+	case err != nil || d <= 0:
+		q.Invalid("poll_interval", "a positive duration such as 50ms, or off")
+		return 0
+	}
+	return d
+}
+
+// tlsSaid is what go-sql-driver's tls parameter says about TLS: off for
+// false (or empty), on for true, skip-verify, preferred or the name of a
+// registered configuration.
+func tlsSaid(q url.Values) driver.TLSSaid {
+	if !q.Has("tls") {
+		return driver.TLSSaid{}
+	}
+	v := q.Get("tls")
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		on = v != ""
+	}
+	return driver.TLSSaid{Said: true, On: on, By: "tls=" + v}
+}
+
+// loadTLS sets mc's TLS configuration from the files; tls=skip-verify
+// keeps its meaning.
+func loadTLS(mc *gomysql.Config, files driver.TLSFiles, mode string) error {
+	tc, err := files.Load()
+	if err != nil {
+		return err
+	}
+	if mode == "skip-verify" {
+		tc.InsecureSkipVerify = true
+	} else {
+		tc.ServerName, _, _ = net.SplitHostPort(mc.Addr)
+	}
+	mc.TLS = tc
+	return nil
+}
+
+// applyDriverParams parses q, go-sql-driver's parameters, with
+// go-sql-driver (through a DSN without user information, so that nothing of
+// the password is parsed) and copies the fields they set to mc. An error
+// names the parameter.
+func applyDriverParams(mc *gomysql.Config, q url.Values) error {
+	if len(q) == 0 {
+		return nil
+	}
+	for k := range q {
+		if _, err := gomysql.ParseDSN("/?" + url.Values{k: q[k]}.Encode()); err != nil {
+			return fmt.Errorf("%s=%q: %w", k, q.Get(k), err)
+		}
+	}
+	pc, err := gomysql.ParseDSN("/?" + q.Encode())
+	if err != nil {
+		return err
+	}
+	copyDriverFields(mc, pc, q)
+	return nil
+}
+
+// copyDriverFields copies the fields that go-sql-driver's parameters set
 // in pc (parsed from q alone) to mc.
-func applyDriverParams(mc, pc *gomysql.Config, q url.Values) {
+func copyDriverFields(mc, pc *gomysql.Config, q url.Values) {
 	for k := range q {
 		switch k {
 		case "allowCleartextPasswords":

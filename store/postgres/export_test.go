@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,3 +34,7 @@ func (s *Store) Closing() bool { return s.closed.Load() }
 
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// SetListenCheck sets s's bound on the listening connection's silence
+// (ListenCheck); call it before the first Subscribe.
+func SetListenCheck(s *Store, d time.Duration) { s.listenCheck = d }

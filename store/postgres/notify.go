@@ -38,20 +38,37 @@ var errUnreachable = errors.New("a notification sent through the pool did not re
 var errPooled = errors.New("the store's statements go through a transaction pooler (named prepared statements failed), " +
 	"which cannot carry LISTEN: waiters poll")
 
+// ListenCheck bounds how long the listening connection may be silent: a
+// connection that received nothing for ListenCheck is pinged (an empty
+// statement), and one whose ping is not answered within ListenCheck is
+// closed and replaced, with a warning in the Store's log. So a connection
+// that went half-open (a NAT or firewall that forgot it, a server host that
+// vanished without a reset) is replaced within 2×ListenCheck of its last
+// message, and every waiter then asks the store again (a release during
+// the dead period is not lost).
+const ListenCheck = 5 * time.Second
+
 // listen keeps the one connection per Store that LISTENs on the release
 // channel, and fans notifications out to subscribers (driver.Hub, which
 // starts it at the first Subscribe and stops it at Close). It reconnects
-// with capped backoff when the connection fails; after every (re)connection
-// it wakes every subscriber, since releases may have been missed meanwhile.
-// When notifications cannot reach it, it says so (Subscribe then fails at
-// once) and checks again after RecheckAfter.
+// with capped backoff when the connection fails or falls silent
+// (ListenCheck); after every (re)connection it wakes every subscriber,
+// since releases may have been missed meanwhile, and it logs the loss and
+// the reconnection. When notifications cannot reach it, it says so
+// (Subscribe then fails at once) and checks again after RecheckAfter.
 func (s *Store) listen(ctx context.Context) {
 	delay := 50 * time.Millisecond
+	var lost error // why the last listening connection ended; nil before the first
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx)
+		listened, err := s.listenOnce(ctx, lost)
 		s.hub.SetListening(false, err)
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			delay = 50 * time.Millisecond
+			lost = err
+			s.log.Warn("postgres store: release notifications: the listening connection ended; reconnecting", "err", err)
 		}
 		wait := delay
 		if errors.Is(err, errUnreachable) || errors.Is(err, errPooled) {
@@ -68,25 +85,36 @@ func (s *Store) listen(ctx context.Context) {
 	}
 }
 
+// errSilent is the error of a listening connection that stayed silent
+// through a ping.
+var errSilent = errors.New("silent, and no answer to a ping")
+
 // listenOnce connects, LISTENs, checks that a notification sent through the
-// pool arrives, and dispatches notifications until the connection fails or
-// ctx ends.
-func (s *Store) listenOnce(ctx context.Context) error {
+// pool arrives, and dispatches notifications until the connection fails,
+// falls silent (ListenCheck), or ctx ends. listened reports whether it got
+// as far as listening. lost, when not nil, is why the previous listening
+// connection ended: this one is a reconnection, logged once it listens.
+func (s *Store) listenOnce(ctx context.Context, lost error) (listened bool, err error) {
 	if s.pooled.Load() {
-		return errPooled
+		return false, errPooled
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.connTO+time.Second)
 	conn, err := pgx.ConnectConfig(cctx, s.connCfg)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("postgres store: listener: connect: %w", err)
+		return false, fmt.Errorf("postgres store: listener: connect: %w", err)
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		// Bounded: the connection may be the half-open one.
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn.Close(cctx)
+		cancel()
+	}()
 	cctx, cancel = context.WithTimeout(ctx, s.connTO+time.Second)
 	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
 	cancel()
 	if err != nil {
-		return fmt.Errorf("postgres store: listener: LISTEN: %w", err)
+		return false, fmt.Errorf("postgres store: listener: LISTEN: %w", err)
 	}
 	if err := s.probe(ctx, conn); err != nil {
 		if errors.Is(err, errUnreachable) {
@@ -95,18 +123,42 @@ func (s *Store) listenOnce(ctx context.Context) error {
 			_, _ = conn.Exec(uctx, "UNLISTEN *")
 			cancel()
 		}
-		return err
+		return false, err
 	}
 	s.setNotifyUp()
 	s.hub.SetListening(true, nil)
+	if lost != nil {
+		s.log.Info("postgres store: release notifications: listening again; every waiter asks the store", "after", lost)
+	}
 	s.hub.WakeAll() // anything released while we were not listening
+	check := s.listenCheck
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return fmt.Errorf("postgres store: listener: %w", err)
+		wctx, cancel := context.WithTimeout(ctx, check)
+		n, err := conn.WaitForNotification(wctx)
+		silent := err != nil && ctx.Err() == nil && wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			if !strings.HasPrefix(n.Payload, probePrefix) {
+				s.hub.Wake(n.Payload)
+			}
+			continue
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case !silent:
+			return true, fmt.Errorf("postgres store: listener: %w", err)
 		}
-		if !strings.HasPrefix(n.Payload, probePrefix) {
-			s.hub.Wake(n.Payload)
+		// Nothing for check: make sure the connection still carries
+		// messages. Notifications that arrive meanwhile are kept by pgx for
+		// the next WaitForNotification.
+		pctx, cancel := context.WithTimeout(ctx, check)
+		err = conn.Ping(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case err != nil:
+			return true, fmt.Errorf("postgres store: listener: %w for %v: %w", errSilent, 2*check, err)
 		}
 	}
 }

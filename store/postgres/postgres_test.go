@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +63,7 @@ var cfg = storetest.Config{
 	ShortTTL:    300 * time.Millisecond,
 	ExpirySlack: 250 * time.Millisecond,
 	InvalidTTLs: []time.Duration{time.Nanosecond, time.Millisecond - 1},
+	Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return open(t) },
 }
 
 func TestConformance(t *testing.T) {
@@ -141,7 +143,7 @@ func TestLostReplyIsUnknownOutcome(t *testing.T) {
 
 // proxied returns a store whose connections (at most maxConns, 0 for the
 // default) go through a netfault proxy, closed when the test ends.
-func proxied(t *testing.T, maxConns int32) (*postgres.Store, *netfault.Proxy) {
+func proxied(t *testing.T, maxConns int32, mod ...func(*postgres.Config)) (*postgres.Store, *netfault.Proxy) {
 	t.Helper()
 	base, err := pgxpool.ParseConfig(dsn(t))
 	if err != nil {
@@ -152,15 +154,32 @@ func proxied(t *testing.T, maxConns int32) (*postgres.Store, *netfault.Proxy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	s := open(t, func(c *postgres.Config) {
+	s := open(t, append([]func(*postgres.Config){func(c *postgres.Config) {
 		c.Pool.ConnConfig.Host = "127.0.0.1"
 		fmt.Sscanf(proxy.Addr()[strings.LastIndex(proxy.Addr(), ":")+1:], "%d", &c.Pool.ConnConfig.Port)
 		c.Pool.ConnConfig.Fallbacks = nil
 		if maxConns > 0 {
 			c.Pool.MaxConns = maxConns
 		}
-	})
+	}}, mod...)...)
 	return s, proxy
+}
+
+// TestHalfOpenListener: the listening connection goes half-open (a proxy
+// drops its bytes, and only its, without FIN or reset). The store pings it
+// after ListenCheck of silence, replaces it when the ping is not answered,
+// says so in its log, and wakes its waiters, so the release whose
+// notification was lost still reaches the waiter, and later releases wake
+// later waiters through the new connection.
+func TestHalfOpenListener(t *testing.T) {
+	var log testserver.LogRecorder
+	s, proxy := proxied(t, 0, func(c *postgres.Config) { c.Logger = log.Logger() })
+	postgres.SetListenCheck(s, time.Second)
+	direct := open(t)
+	testserver.HalfOpenNotifications(t, s, direct, time.Minute, func() int { return proxy.Silence([]byte("LISTEN")) }, 20*time.Second)
+	if !log.Has(slog.LevelWarn, "listening connection ended") || !log.Has(slog.LevelInfo, "listening again") {
+		t.Errorf("the store did not log the silent connection and its replacement; it logged:\n%s", log.String())
+	}
 }
 
 // TestBoundedWhenPartitioned: a Locker's calls end by their bounds when

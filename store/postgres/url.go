@@ -3,11 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
-	"sort"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenure-go/tenure/driver"
@@ -28,12 +26,27 @@ func init() {
 	})
 }
 
-// serverParams are the URL parameters that pgx passes to the server as
-// run-time parameters and that the store accepts. Others that pgx would
-// pass (search_path, statement_timeout, options, ...) are refused: they
+// urlSpec describes postgres:// URLs, for messages.
+var urlSpec = driver.URLSpec{Store: "postgres", Schemes: []string{"postgres", "postgresql"},
+	Form: "postgres://[user:password@]host[:port][,host[:port]...]/database[?param=value&...] (or postgresql://)"}
+
+// pgxParams are the URL parameters that pgx (pgconn's connection and TLS
+// parameters, pgx's statement cache and query mode) and pgxpool (pool_*)
+// read themselves, and application_name, the one run-time parameter that
+// pgx sends to the server that the store accepts. Others that pgx would
+// send (search_path, statement_timeout, options, ...) are refused: they
 // would change how the leases table is found or how its statements run,
 // and a misspelt parameter would reach the server unnoticed.
-var serverParams = map[string]bool{"application_name": true}
+var pgxParams = []string{
+	"host", "port", "dbname", "database", "user", "password", "passfile", "connect_timeout",
+	"sslmode", "ssl", "sslrootcert", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslnegotiation", "sslsni",
+	"krbspn", "krbsrvname", "target_session_attrs", "service", "servicefile",
+	"min_protocol_version", "max_protocol_version", "channel_binding", "require_auth",
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime", "pool_max_conn_idle_time",
+	"pool_max_conn_lifetime_jitter", "pool_health_check_period", "pool_ping_timeout",
+	"application_name",
+}
 
 // ParseURL turns a postgres:// or postgresql:// URL into a Config, without
 // connecting (pgx reads the password, service and certificate files the URL
@@ -43,52 +56,69 @@ var serverParams = map[string]bool{"application_name": true}
 // target_session_attrs, service, channel_binding, ..., pgx's
 // statement_cache_capacity and default_query_exec_mode, and pgxpool's
 // pool_* parameters), and of the run-time parameters that pgx would send
-// to the server only application_name; any other parameter is an error. A
-// port must be 1 to 65535. The error describes a malformed URL and never
-// contains a password.
+// to the server only application_name; any other parameter is an error,
+// and so is one given twice. A port must be 1 to 65535. TLS follows pgx
+// (libpq's sslmode), except that sslmode=disable with a certificate file
+// named is refused (driver.DecideTLS). Errors wrap ErrBadURL
+// (driver.ErrBadURL) and never contain a password.
 func ParseURL(raw string) (Config, error) {
-	if !strings.Contains(raw, "://") {
-		// "postgres:/u:pw@host" would parse with an empty host and the user
-		// information in its path: a server of the defaults, and a
-		// password in the messages.
-		return Config{}, errors.New("postgres store: bad URL: want postgres:// or postgresql://")
-	}
-	if err := driver.CheckUserinfo(raw); err != nil {
-		return Config{}, fmt.Errorf("postgres store: bad URL: %w", err)
-	}
-	u, err := url.Parse(raw)
+	u, err := urlSpec.Split(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, password included
-		}
-		return Config{}, fmt.Errorf("postgres store: bad URL: %w", err)
+		return Config{}, err
 	}
-	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return Config{}, fmt.Errorf("postgres store: URL scheme %q, want postgres:// or postgresql://", u.Scheme)
-	}
-	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
-		if _, err := driver.ParsePort(p); err != nil {
-			return Config{}, fmt.Errorf("postgres store: %w", err)
+	if u.Hosts != "" { // none: pgx's default host
+		if _, err := driver.HostPorts(u.Hosts, "5432"); err != nil {
+			return Config{}, urlSpec.Wrap(err)
 		}
+	}
+	q := u.Query
+	q.Known(pgxParams...)
+	if v, ok := q.Lookup("ssl"); ok && v != "true" {
+		q.Invalid("ssl", "true (sslmode names the other modes)")
+	}
+	if q.String("sslmode") == "disable" {
+		files := driver.TLSFiles{CA: q.String("sslrootcert"), Cert: q.String("sslcert"), Key: q.String("sslkey")}
+		if _, err := driver.DecideTLS(driver.TLSSaid{Said: true, By: "sslmode=disable"}, files); err != nil {
+			q.Fail(err)
+		}
+	}
+	if err := q.Err(); err != nil {
+		return Config{}, urlSpec.Wrap(err)
 	}
 	pc, err := pgxpool.ParseConfig(raw)
 	if err != nil {
-		return Config{}, fmt.Errorf("postgres store: bad URL: %w", err)
+		return Config{}, urlSpec.Wrap(pgxErr(err))
 	}
-	var unknown []string
-	for k := range u.Query() {
-		if _, server := pc.ConnConfig.RuntimeParams[k]; server && !serverParams[k] {
-			unknown = append(unknown, k)
+	for k := range pc.ConnConfig.RuntimeParams {
+		if k != "application_name" { // pgxParams names a parameter that pgx sends to the server
+			return Config{}, urlSpec.Errorf("parameter %q: the store does not send it to the server", k)
 		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return Config{}, fmt.Errorf("postgres store: unknown parameter %s (pgx's connection, TLS and pool parameters and application_name are accepted)",
-			strings.Join(unknown, ", "))
 	}
 	return Config{Pool: pc}, nil
 }
+
+// pgxErr is err, an error of pgx's parser, without the URL that pgx
+// repeats ("cannot parse `postgres://...`: "): the caller names it.
+func pgxErr(err error) error {
+	var pe *pgconn.ParseConfigError
+	msg := err.Error()
+	if !errors.As(err, &pe) || !strings.HasPrefix(msg, "cannot parse `") {
+		return err
+	}
+	if _, rest, ok := strings.Cut(msg, "`: "); ok {
+		return &pgxParseError{msg: rest, err: err}
+	}
+	return err
+}
+
+// pgxParseError is a pgx parse error with a shorter message.
+type pgxParseError struct {
+	msg string
+	err error
+}
+
+func (e *pgxParseError) Error() string { return e.msg }
+func (e *pgxParseError) Unwrap() error { return e.err }
 
 // OpenURL opens a Store from a postgres:// URL (see ParseURL and Open). It
 // does not create the schema.

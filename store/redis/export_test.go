@@ -1,6 +1,10 @@
 package redis
 
-import "github.com/redis/go-redis/v9"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // KeySlot is keySlot, for the tests of package redis_test.
 var KeySlot = keySlot
@@ -19,3 +23,7 @@ func (s *Store) Client() *redis.Client { return s.single }
 // ClusterClient returns the store's go-redis cluster client, or nil when
 // the store is not on a cluster.
 func (s *Store) ClusterClient() *redis.ClusterClient { return s.cluster }
+
+// SetListenCheck sets s's bound on the pub/sub connection's silence
+// (ListenCheck); call it before the first Subscribe.
+func SetListenCheck(s *Store, d time.Duration) { s.listenCheck = d }

@@ -5,27 +5,47 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/tenure-go/tenure/driver"
 )
+
+// ListenCheck bounds how long the pub/sub connection may be silent: a
+// connection that received nothing for ListenCheck is pinged, and one that
+// still received nothing (the PONG included) ListenCheck later is closed
+// and replaced, with a warning in the Store's log. So a connection that
+// went half-open (a NAT or firewall that forgot it, a server host that
+// vanished without a reset) is replaced within 2×ListenCheck of its last
+// message, and every waiter then asks the store again (a release during
+// the dead period is not lost).
+const ListenCheck = 5 * time.Second
 
 // listen keeps the one pub/sub connection per Store (driver.Hub starts it
 // at the first Subscribe and stops it at Close). It subscribes to the
 // release channel and to expired-key events, and fans messages out to
-// subscribers. go-redis reconnects and resubscribes after a failure; every
-// time the subscription is confirmed again, all subscribers are woken,
-// since messages may have been missed meanwhile (not the first time: a
-// subscriber that registered before the connection first listened was
-// still in Subscribe, and its caller tries again after it). A connection
-// that stays silent through a ping is replaced.
+// subscribers. go-redis reconnects and resubscribes after a failure; a
+// connection that stays silent through a ping (ListenCheck) is replaced.
+// Every time the subscription is confirmed again, all subscribers are
+// woken, since messages may have been missed meanwhile (not the first time:
+// a subscriber that registered before the connection first listened was
+// still in Subscribe, and its caller tries again after it); the loss and
+// the reconnection are logged.
 func (s *Store) listen(ctx context.Context) {
-	listened := false // the connection has listened before
+	var lost error // why the connection last stopped listening; nil if it never did
+	listened := false
 	for ctx.Err() == nil {
-		err := s.session(ctx, &listened)
+		err := s.session(ctx, &listened, &lost)
 		s.hub.SetListening(false, err)
+		if ctx.Err() != nil {
+			return
+		}
+		if listened && lost == nil {
+			lost = err
+			s.log.Warn("redis store: release notifications: the pub/sub connection ended; reconnecting", "err", err)
+		}
 		select {
 		case <-time.After(100 * time.Millisecond):
 		case <-ctx.Done():
@@ -33,13 +53,11 @@ func (s *Store) listen(ctx context.Context) {
 	}
 }
 
-// pingEvery is how long the pub/sub connection may be silent before it is
-// pinged; a second silent period replaces the connection.
-const pingEvery = 15 * time.Second
-
 // session runs one PubSub until it is silent for too long or ctx ends.
-// Errors in between are retried by go-redis's reconnection.
-func (s *Store) session(ctx context.Context, listened *bool) error {
+// Errors in between are retried by go-redis's reconnection. listened tells
+// whether a subscription was ever confirmed; lost is why the connection
+// last stopped listening (nil while it listens).
+func (s *Store) session(ctx context.Context, listened *bool, lost *error) error {
 	channels := []string{s.channel}
 	if s.expired != "" {
 		channels = append(channels, s.expired)
@@ -48,9 +66,10 @@ func (s *Store) session(ctx context.Context, listened *bool) error {
 	defer ps.Close()
 	// Closing the PubSub ends a receive that is blocked on the connection.
 	defer context.AfterFunc(ctx, func() { ps.Close() })()
+	check := s.listenCheck
 	silent := 0
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
+		msg, err := ps.ReceiveTimeout(ctx, check)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -59,14 +78,20 @@ func (s *Store) session(ctx context.Context, listened *bool) error {
 			if errors.As(err, &ne) && ne.Timeout() {
 				silent++
 				if silent >= 2 {
-					return fmt.Errorf("redis store: pub/sub connection silent for %v", 2*pingEvery)
+					return fmt.Errorf("redis store: pub/sub connection silent for %v, a ping included", 2*check)
 				}
-				_ = ps.Ping(ctx)
+				pctx, cancel := context.WithTimeout(ctx, check)
+				_ = ps.Ping(pctx)
+				cancel()
 				continue
 			}
 			// A broken connection: go-redis reconnects and resubscribes on
 			// the next receive.
 			s.hub.SetListening(false, err)
+			if *listened && *lost == nil {
+				*lost = err
+				s.log.Warn("redis store: release notifications: the pub/sub connection failed; reconnecting", "err", err)
+			}
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-ctx.Done():
@@ -80,9 +105,12 @@ func (s *Store) session(ctx context.Context, listened *bool) error {
 			if m.Kind == "subscribe" && m.Count == len(channels) {
 				s.hub.SetListening(true, nil)
 				if *listened {
+					if *lost != nil {
+						s.log.Info("redis store: release notifications: listening again; every waiter asks the store", "after", *lost)
+					}
 					s.hub.WakeAll() // anything released while we were not listening
 				}
-				*listened = true
+				*listened, *lost = true, nil
 			}
 		case *redis.Message:
 			switch m.Channel {
@@ -145,4 +173,45 @@ func (s *Store) Watch(ctx context.Context, resource string) (<-chan struct{}, fu
 	_, _ = s.eval(mctx, markScript, []string{s.leaseKey(resource)})
 	cancel()
 	return ch, stop, nil
+}
+
+// waits are the resources that this Store's subscribers wait for: the
+// acquire attempts of this Store mark the leases of those they find held.
+type waits struct {
+	n     atomic.Int64 // subscriptions
+	mu    sync.Mutex
+	count map[string]int
+}
+
+// has tells whether resource is subscribed to.
+func (w *waits) has(resource string) bool {
+	if w.n.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.count[resource] > 0
+}
+
+// add counts a subscription to resource and returns the function that
+// ends it.
+func (w *waits) add(resource string) func() {
+	w.n.Add(1)
+	w.mu.Lock()
+	if w.count == nil {
+		w.count = map[string]int{}
+	}
+	w.count[resource]++
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			if w.count[resource]--; w.count[resource] <= 0 {
+				delete(w.count, resource)
+			}
+			w.mu.Unlock()
+			w.n.Add(-1)
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -39,6 +40,7 @@ var cfg = storetest.Config{
 	ShortTTL:    300 * time.Millisecond,
 	ExpirySlack: 250 * time.Millisecond,
 	InvalidTTLs: []time.Duration{time.Nanosecond, time.Millisecond - 1},
+	Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return open(t) },
 }
 
 func TestConformance(t *testing.T) {
@@ -148,7 +150,7 @@ func TestNotificationsSurviveListenerLoss(t *testing.T) {
 
 // proxied returns a store whose single connection goes through a netfault
 // proxy, and the proxy.
-func proxied(t *testing.T) (*tredis.Store, *netfault.Proxy) {
+func proxied(t *testing.T, mod ...func(*tredis.Config)) (*tredis.Store, *netfault.Proxy) {
 	t.Helper()
 	base, err := tredis.ParseURL(addr(t))
 	if err != nil {
@@ -159,12 +161,29 @@ func proxied(t *testing.T) (*tredis.Store, *netfault.Proxy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	s := open(t, func(c *tredis.Config) {
+	s := open(t, append([]func(*tredis.Config){func(c *tredis.Config) {
 		c.Options.Addr = proxy.Addr()
 		c.Options.PoolSize = 1
 		c.Options.DialTimeout = time.Second
-	})
+	}}, mod...)...)
 	return s, proxy
+}
+
+// TestHalfOpenPubSub: the pub/sub connection goes half-open (a proxy drops
+// its bytes, and only its, without FIN or reset). The store pings it after
+// ListenCheck of silence, replaces it when nothing answers, says so in its
+// log, and wakes its waiters, so the release whose notification was lost
+// still reaches the waiter, and later releases wake later waiters through
+// the new connection.
+func TestHalfOpenPubSub(t *testing.T) {
+	var log testserver.LogRecorder
+	s, proxy := proxied(t, func(c *tredis.Config) { c.Logger = log.Logger() })
+	tredis.SetListenCheck(s, time.Second)
+	direct := open(t)
+	testserver.HalfOpenNotifications(t, s, direct, time.Minute, func() int { return proxy.Silence([]byte("subscribe")) }, 20*time.Second)
+	if !log.Has(slog.LevelWarn, "pub/sub connection") || !log.Has(slog.LevelInfo, "listening again") {
+		t.Errorf("the store did not log the silent connection and its replacement; it logged:\n%s", log.String())
+	}
 }
 
 // TestLostReplyIsUnknownOutcome: the reply to an applied script is lost (a

@@ -20,13 +20,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/naming"
+	"github.com/tenure-go/tenure/internal/testserver"
 	"github.com/tenure-go/tenure/store/sqlite"
 )
 
 // TestMain lets the test binary act as a contending process: with
 // TENURE_SQLITE_CONTENDER set, it runs contend instead of the tests.
 func TestMain(m *testing.M) {
+	testserver.FairHolderMain(func(ctx context.Context, path string) (driver.Store, error) {
+		return sqlite.Open(ctx, sqlite.Config{Path: path})
+	})
 	if path := os.Getenv(readOnlyEnv); path != "" {
 		os.Exit(readOnlyMain(path, os.Stdout))
 	}
@@ -381,4 +386,14 @@ func TestOpenBadPath(t *testing.T) {
 		s.Close()
 		t.Errorf("Open of a directory succeeded")
 	}
+}
+
+// TestFairnessAcrossProcesses: a process that takes the resource again as
+// soon as it released it (Do in a loop, 50 ms of work) does not starve a
+// waiter in another process. SQLite sends no release notifications, so
+// the waiter polls; its attempts reserve the resource (driver.Reserver),
+// and the holder's next acquire is refused until the waiter was granted.
+func TestFairnessAcrossProcesses(t *testing.T) {
+	s, path := open(t)
+	testserver.Fairness(t, s, path, 10, 20*time.Second)
 }

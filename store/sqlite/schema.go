@@ -30,6 +30,15 @@ const (
 	expires_ms INTEGER,           -- CLOCK_BOOTTIME milliseconds at which the lease expires
 	granted_at TEXT               -- wall-clock time of the grant, for display only
 ) WITHOUT ROWID`
+	// createWaiting: one reservation per resource (driver.Reserver), live
+	// while expires_ms is ahead of the clock of its epoch. Programs of
+	// versions without it ignore it (they do not honour reservations).
+	createWaiting = `CREATE TABLE IF NOT EXISTS tenure_waiting (
+	resource   TEXT PRIMARY KEY NOT NULL,
+	waiter     TEXT NOT NULL,     -- the blocking acquire that reserved it
+	epoch      TEXT NOT NULL,     -- boot id of the clock that expires_ms counts on
+	expires_ms INTEGER NOT NULL   -- CLOCK_BOOTTIME milliseconds at which the reservation lapses
+) WITHOUT ROWID`
 	createMeta = `CREATE TABLE IF NOT EXISTS tenure_meta (
 	name  TEXT PRIMARY KEY NOT NULL, -- 'schema': the file's format; 'token': the last fencing token granted
 	value INTEGER
@@ -69,23 +78,6 @@ var (
 	columns     = []string{"resource", "owner", "token", "ttl_ms", "epoch", "expires_ms", "granted_at"}
 	metaColumns = []string{"name", "value"}
 )
-
-// liveSQL is the condition under which a row is a live lease, given the
-// epoch (?1) and the host clock in milliseconds (?2): every column of the
-// right type, an owner, a positive token and TTL, this boot's epoch, an
-// expiry in the future, and no more than its TTL away (a lease is written
-// as now + TTL on a clock that never goes back, so a row whose expiry is
-// further away was not written by tenure). Any other row is free: it blocks
-// nobody, and its token still counts for the floor. Every comparison is
-// guarded by a type test, so the condition is never NULL.
-const liveSQL = `(` + mayBeLiveSQL + ` AND expires_ms - ttl_ms <= ?2)`
-
-// mayBeLiveSQL is liveSQL without its bound on the time of the grant: the
-// rows that a read which saw the table at or after ?2 may judge live (see
-// row.liveBetween).
-const mayBeLiveSQL = `(typeof(owner) = 'text' AND owner <> '' AND typeof(token) = 'integer' AND token > 0
-	AND typeof(ttl_ms) = 'integer' AND ttl_ms > 0 AND typeof(epoch) = 'text' AND epoch = ?1
-	AND typeof(expires_ms) = 'integer' AND expires_ms > ?2)`
 
 // tableColumns returns the columns of table, in order; none when it does
 // not exist.
@@ -174,7 +166,7 @@ func setup(ctx context.Context, conn *sql.Conn, path string, epoch string, nowMs
 			conn.ExecContext(context.Background(), `ROLLBACK`)
 		}
 	}()
-	for _, ddl := range []string{createLeases, createMeta} {
+	for _, ddl := range []string{createLeases, createMeta, createWaiting} {
 		if _, err := conn.ExecContext(ctx, ddl); err != nil {
 			return err
 		}
@@ -233,4 +225,16 @@ func migrate(ctx context.Context, conn *sql.Conn, path, epoch string, nowMs int6
 		return fail(err)
 	}
 	return nil
+}
+
+// Init creates the database file and its tables if they do not exist, or
+// upgrades a file of an earlier tenure version, as Open does, and closes
+// it: for programs that prepare a store before its users run.
+func Init(ctx context.Context, cfg Config) error {
+	cfg.MustExist = false
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }

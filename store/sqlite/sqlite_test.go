@@ -39,6 +39,9 @@ var cfg = storetest.Config{
 		s, _ := open(t)
 		return s
 	},
+	Reopen: func(t *testing.T, s driver.Store) driver.Store {
+		return reopen(t, sqlite.Config{Path: s.(*sqlite.Store).Path()})
+	},
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, cfg) }

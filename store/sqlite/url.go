@@ -1,14 +1,15 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store"
 )
 
@@ -38,12 +39,33 @@ func init() {
 func ParseURL(raw string) (Config, error) {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || !strings.EqualFold(scheme, "sqlite") {
-		return Config{}, errors.New("sqlite store: want sqlite:PATH")
+		return Config{}, urlSpec.Errorf("want %s", urlSpec.Form)
 	}
 	if strings.Contains(rest, "#") {
-		return Config{}, errors.New("sqlite store: a file name cannot contain '#'")
+		return Config{}, urlSpec.Errorf("a file name cannot contain '#'")
 	}
 	p, query, _ := strings.Cut(rest, "?")
+	p, err := filePath(p)
+	if err != nil {
+		return Config{}, urlSpec.Wrap(err)
+	}
+	q, err := driver.ParseQuery(query)
+	if err != nil {
+		return Config{}, urlSpec.Wrap(err)
+	}
+	cfg := Config{Path: p, BusyTimeout: q.Duration("busy_timeout", 0)}
+	if err := q.Err(); err != nil {
+		return Config{}, urlSpec.Wrap(err)
+	}
+	return cfg, nil
+}
+
+// urlSpec describes sqlite: URLs, for messages.
+var urlSpec = driver.URLSpec{Store: "sqlite", Schemes: []string{"sqlite"}, Form: "sqlite:PATH, for example sqlite:/var/lib/tenure/leases.db"}
+
+// filePath returns the file that p, a sqlite: URL without its scheme and
+// query, names.
+func filePath(p string) (string, error) {
 	if file, ok := strings.CutPrefix(p, "//"); ok {
 		host, path := file, ""
 		if i := strings.IndexByte(file, '/'); i >= 0 {
@@ -54,44 +76,31 @@ func ParseURL(raw string) (Config, error) {
 		case ".", "..":
 			path = host + path
 		default:
-			return Config{}, fmt.Errorf("sqlite store: sqlite://%s: a SQLite file must be local; write sqlite:PATH or sqlite:///abs/path", file)
+			return "", fmt.Errorf("sqlite://%s: a SQLite file must be local; write sqlite:PATH or sqlite:///abs/path", file)
 		}
 		d, err := url.PathUnescape(path)
 		if err != nil {
-			return Config{}, fmt.Errorf("sqlite store: sqlite://%s: bad percent-encoding (in sqlite:PATH, '%%' is literal)", file)
+			return "", fmt.Errorf("sqlite://%s: bad percent-encoding (in sqlite:PATH, '%%' is literal)", file)
 		}
 		p = d
 	}
 	if p == "" {
-		return Config{}, errors.New("sqlite store: no file name; write sqlite:PATH, for example sqlite:/var/lib/tenure/leases.db")
+		return "", errors.New("no file name; write sqlite:PATH, for example sqlite:/var/lib/tenure/leases.db")
 	}
 	if strings.ContainsAny(p, "?#") {
-		return Config{}, fmt.Errorf("sqlite store: sqlite:%s: a file name cannot contain '?' or '#'", p)
+		return "", fmt.Errorf("sqlite:%s: a file name cannot contain '?' or '#'", p)
 	}
 	if strings.HasPrefix(p, "~/") {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return Config{}, fmt.Errorf("sqlite store: sqlite:%s: %w", p, err)
+			return "", fmt.Errorf("sqlite:%s: %w", p, err)
 		}
 		p = filepath.Join(home, p[2:])
 	}
-	cfg := Config{Path: p}
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return Config{}, fmt.Errorf("sqlite store: bad query %q", query)
-	}
-	for key, vals := range q {
-		v := vals[len(vals)-1]
-		switch key {
-		case "busy_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return Config{}, fmt.Errorf("sqlite store: busy_timeout=%q is not a positive duration such as 5s", v)
-			}
-			cfg.BusyTimeout = d
-		default:
-			return Config{}, fmt.Errorf("sqlite store: unknown parameter %q (the only one is busy_timeout)", key)
-		}
-	}
-	return cfg, nil
+	return p, nil
+}
+
+// OpenURL opens the store that a sqlite: URL names (see ParseURL and Open).
+func OpenURL(ctx context.Context, raw string) (*Store, error) {
+	return driver.OpenURL(ctx, raw, ParseURL, Open)
 }

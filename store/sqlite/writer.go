@@ -54,6 +54,7 @@ const (
 	opRenewBatch
 	opSweep
 	opKeep
+	opUnreserve
 )
 
 // An op is one write operation waiting for, or inside, a transaction.
@@ -100,68 +101,6 @@ func (o *op) replaced(rerr error) {
 		o.err = fmt.Errorf("sqlite store: acquire %q: %w", o.resource, rerr)
 	default:
 		o.err = fmt.Errorf("sqlite store: %w", rerr)
-	}
-}
-
-// statements are the writer connection's prepared statements.
-type statements struct {
-	begin, commit, rollback               *sql.Stmt
-	row, sameOwner, grant, renew, release *sql.Stmt
-	keep                                  *sql.Stmt
-	counterGet, counterSet, sweep         *sql.Stmt
-}
-
-const (
-	selectRow = `SELECT owner, token, ttl_ms, epoch, expires_ms FROM tenure_leases WHERE resource = ?`
-	grantSQL  = `INSERT INTO tenure_leases (resource, owner, token, ttl_ms, epoch, expires_ms, granted_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, token = excluded.token, ttl_ms = excluded.ttl_ms,
-			epoch = excluded.epoch, expires_ms = excluded.expires_ms, granted_at = excluded.granted_at`
-	// ?1 epoch, ?2 now (liveSQL), then the operation's own.
-	renewSQL = `UPDATE tenure_leases SET ttl_ms = ?3, expires_ms = ?4
-		WHERE resource = ?5 AND owner = ?6 AND token = ?7 AND ` + liveSQL
-	keepSQL = `UPDATE tenure_leases SET owner = ?8, ttl_ms = ?3, expires_ms = ?4
-		WHERE resource = ?5 AND owner = ?6 AND token = ?7 AND ` + liveSQL
-	releaseSQL = `DELETE FROM tenure_leases WHERE resource = ?3 AND owner = ?4 AND token = ?5 AND ` + liveSQL
-	sweepSQL   = `DELETE FROM tenure_leases WHERE resource = ?3 AND NOT ` + liveSQL + ` RETURNING token`
-)
-
-// prepare prepares the writer's statements on conn.
-func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
-	st := &statements{}
-	for _, p := range []struct {
-		dst **sql.Stmt
-		sql string
-	}{
-		{&st.begin, `BEGIN IMMEDIATE`},
-		{&st.commit, `COMMIT`},
-		{&st.rollback, `ROLLBACK`},
-		{&st.row, selectRow},
-		{&st.sameOwner, `UPDATE tenure_leases SET ttl_ms = ?, expires_ms = ? WHERE resource = ?`},
-		{&st.grant, grantSQL},
-		{&st.renew, renewSQL},
-		{&st.release, releaseSQL},
-		{&st.keep, keepSQL},
-		{&st.counterGet, `SELECT value FROM tenure_meta WHERE name = 'token'`},
-		{&st.counterSet, `INSERT INTO tenure_meta (name, value) VALUES ('token', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value`},
-		{&st.sweep, sweepSQL},
-	} {
-		s, err := conn.PrepareContext(ctx, p.sql)
-		if err != nil {
-			st.close()
-			return nil, err
-		}
-		*p.dst = s
-	}
-	return st, nil
-}
-
-func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.begin, st.commit, st.rollback, st.row, st.sameOwner, st.grant, st.renew,
-		st.release, st.keep, st.counterGet, st.counterSet, st.sweep} {
-		if s != nil {
-			s.Close()
-		}
 	}
 }
 
@@ -528,7 +467,15 @@ func (s *Store) sweepOnce(ctx context.Context) (int, error) {
 		}
 	}
 	rows.Close()
-	if len(names) == 0 {
+	lapsed := 0
+	if s.w.sweepReserved != nil {
+		err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM tenure_waiting WHERE epoch <> ?1 OR expires_ms <= ?2`,
+			epoch, now.Milliseconds()).Scan(&lapsed)
+		if err != nil {
+			return 0, fmt.Errorf("sqlite store: sweep: %w", err)
+		}
+	}
+	if len(names) == 0 && lapsed == 0 {
 		return 0, nil
 	}
 	deleted := 0
@@ -536,6 +483,12 @@ func (s *Store) sweepOnce(ctx context.Context) (int, error) {
 		epoch, now, err := b.clock()
 		if err != nil {
 			return err
+		}
+		if lapsed > 0 {
+			// Reservations of waiters that stopped asking.
+			if _, err := b.exec(s.w.sweepReserved, epoch, now); err != nil {
+				return fmt.Errorf("sqlite store: sweep: %w", err)
+			}
 		}
 		if err := b.loadCounter(); err != nil {
 			return err

@@ -75,6 +75,19 @@ type Config struct {
 	// nil, New's store must be the test's own (it is closed by the test).
 	Fresh func(t *testing.T) driver.Store
 
+	// Reopen, when set, returns another handle on the store that s is on,
+	// as another process would open it (a new connection to the same
+	// server and table or keyspace, the same SQLite file), which the test
+	// may close. The hold test keeps a lease through it and closes it, as
+	// a program that ends after Lease.ReleaseAfter does, and reads through
+	// s; when Reopen is nil, it does all through s.
+	Reopen func(t *testing.T, s driver.Store) driver.Store
+
+	// HoldResolution is how much later than asked a hold
+	// (driver.Keeper, Lease.ReleaseAfter) may end on this store: its TTL
+	// resolution and the time its expiry takes to apply. Default 50 ms.
+	HoldResolution time.Duration
+
 	// Contenders and Rounds size the contention test (defaults 8 and 20).
 	Contenders, Rounds int
 
@@ -92,6 +105,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ExpirySlack == 0 {
 		c.ExpirySlack = 250 * time.Millisecond
+	}
+	if c.HoldResolution == 0 {
+		c.HoldResolution = 50 * time.Millisecond
 	}
 	if c.Contenders == 0 {
 		c.Contenders = 8
@@ -146,6 +162,7 @@ var tests = []test{
 	{name: "StaleOwnerOrToken", f: testStale},
 	{name: "RenewNeverRevives", f: testRenewNeverRevives},
 	{name: "KeepOutlivesLateRenewal", f: testKeep},
+	{name: "HoldEndsWhenAsked", f: testHoldEndsWhenAsked},
 	{name: "TokensIncrease", f: testTokensIncrease},
 	{name: "BadInputRejectedBeforeWrite", f: testBadInput},
 	{name: "Contention", f: testContention},
@@ -153,6 +170,7 @@ var tests = []test{
 	{name: "ClosedStoreUnusable", f: testClosedStoreUnusable},
 	{name: "NotificationWakesWaiter", f: testNotificationWakesWaiter},
 	{name: "HandOverWakesOneWaiter", f: testHandOverWakesOneWaiter},
+	{name: "ReservedForWaiter", f: testReservation},
 	{name: "WakeUpPassedOn", f: testWakeUpPassedOn},
 	{name: "SemaphoreWakesAsManyAsFreed", f: testSemaphoreWakesAsManyAsFreed},
 	{name: "SemaphoreAtMostN", f: testSemaphoreAtMostN},
@@ -573,6 +591,78 @@ func testKeep(t *testing.T, cfg Config) {
 		// After the grant's TTL, the hold still holds.
 		time.Sleep(e.cfg.ShortTTL + e.cfg.ExpirySlack)
 		e.mustHeldBy(ctx, r, kept, rec.Token)
+	}
+}
+
+// testHoldEndsWhenAsked: a hold (driver.Keeper, as Lease.ReleaseAfter and
+// the CLI's --hold-at-least make it) keeps the resource from everyone else
+// for the time asked and ends then, within the store's resolution
+// (Config.HoldResolution), also when the program that made it has ended
+// (its store is closed): no margin of the store lengthens it. An acquire
+// answered before the time asked had passed since Keep was called finds the
+// resource held; one sent once the time asked and the resolution have
+// passed since Keep returned is granted. Neither depends on how fast the
+// test runs.
+func testHoldEndsWhenAsked(t *testing.T, cfg Config) {
+	e, ctx := newEnv(t, cfg), ctxT(t)
+	if _, ok := e.store.(driver.Keeper); !ok {
+		t.Skip("the store does not implement driver.Keeper: Lease.ReleaseAfter renews instead")
+	}
+	const hold = 3 * time.Second
+	a, b := e.owner("a"), e.owner("b")
+	r := e.res("r")
+	// The hold is made through a handle of its own, closed once it kept
+	// the lease; the test's store reads.
+	keeping, reading := e.store, e.store
+	if e.cfg.Reopen != nil && e.cfg.Advance == nil {
+		keeping = e.cfg.Reopen(t, e.store)
+	}
+	rec, err := keeping.Acquire(ctx, r, a, longTTL)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	kept := naming.KeptOwner(a)
+	begin := time.Now()
+	if err := keeping.(driver.Keeper).Keep(ctx, r, a, rec.Token, kept, hold); err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	returned := time.Now()
+	if reading != keeping {
+		if err := keeping.Close(); err != nil {
+			t.Fatalf("closing the store that kept the lease: %v", err)
+		}
+	}
+	if e.cfg.Advance != nil {
+		e.cfg.Advance(hold - time.Millisecond)
+		e.mustHeldBy(ctx, r, kept, rec.Token)
+		e.cfg.Advance(e.cfg.HoldResolution + time.Millisecond)
+		if _, err := reading.Acquire(ctx, r, b, longTTL); err != nil {
+			t.Fatalf("Acquire after the hold: %v", err)
+		}
+		return
+	}
+	// Just before the hold ends: held, if the answer came in time to tell.
+	time.Sleep(time.Until(begin.Add(hold - 300*time.Millisecond)))
+	var held *tenure.HeldError
+	_, err = reading.Acquire(ctx, r, b, longTTL)
+	switch answered := time.Now(); {
+	case !answered.Before(begin.Add(hold)):
+		t.Logf("the acquire just before the hold's end was answered too late to tell (%v after Keep was called)", answered.Sub(begin))
+		if err == nil {
+			t.Skip("the acquire just before the hold's end was answered late and granted; nothing to check")
+		}
+	case err == nil:
+		t.Fatalf("another owner was granted the resource %v after Keep(%v) was called", answered.Sub(begin), hold)
+	case !errors.As(err, &held) || held.Holder.Owner != kept:
+		t.Fatalf("Acquire during the hold: %v; want held by %q", err, kept)
+	}
+	// Once the hold and the store's resolution have passed: granted.
+	end := returned.Add(hold + e.cfg.HoldResolution + hold/100)
+	time.Sleep(time.Until(end))
+	if _, err := reading.Acquire(ctx, r, b, longTTL); err != nil {
+		rec, gerr := reading.Get(ctx, r)
+		t.Fatalf("Acquire sent %v after Keep(%v) returned: %v (Get: %+v, %v); the hold outlived its time by more than the store's resolution (%v)",
+			time.Since(returned).Round(time.Millisecond), hold, err, rec, gerr, e.cfg.HoldResolution)
 	}
 }
 
