@@ -32,7 +32,7 @@ func newTable(t *testing.T) table {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, _ = admin.DB().ExecContext(ctx, "DROP TABLE IF EXISTS "+tb.name+", "+tb.name+"_tokens")
+		_, _ = admin.DB().ExecContext(ctx, "DROP TABLE IF EXISTS "+tb.name+", "+tb.name+"_tokens, "+tb.name+"_waits")
 	})
 	return tb
 }
