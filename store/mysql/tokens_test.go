@@ -342,7 +342,7 @@ func TestNotTenuresTable(t *testing.T) {
 	name := fmt.Sprintf("tenure_other_%d", time.Now().UnixNano())
 	admin := open(t)
 	t.Cleanup(func() {
-		_, _ = admin.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name+", "+name+"_tokens")
+		_, _ = admin.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name+", "+name+"_tokens, "+name+"_waits")
 	})
 	if _, err := admin.DB().ExecContext(ctx, "CREATE TABLE "+name+" (resource VARCHAR(64) PRIMARY KEY, holder VARCHAR(64), until DATETIME) ENGINE=InnoDB"); err != nil {
 		t.Fatal(err)
