@@ -645,8 +645,21 @@ func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duratio
 			w.settled()
 			return lease, nil
 		}
+		if _, ok := lk.store.(driver.Reserver); ok && !w.subscribed && errors.As(err, &held) {
+			// On a store that keeps reservations, the first held answer
+			// is followed at once by an attempt as the waiter, which
+			// reserves the resource before the holder can release it and
+			// take it again; waiting for the next attempt (a backoff, or
+			// the subscription's first poll on MySQL) would leave the
+			// holder those rounds.
+			attemptCtx = waiting(ctx)
+			if lease, err = lk.tryAcquireWith(attemptCtx, resource, ttl, ac.grant); err == nil {
+				w.settled()
+				return lease, nil
+			}
+		}
 		if !w.subscribed && errors.As(err, &held) && w.subscribe(ctx, lk, resource) {
-			if lease, err = lk.tryAcquireWith(ctx, resource, ttl, ac.grant); err == nil {
+			if lease, err = lk.tryAcquireWith(attemptCtx, resource, ttl, ac.grant); err == nil {
 				w.settled()
 				return lease, nil
 			}

@@ -231,7 +231,9 @@ type Keeper interface {
 }
 
 // Reserver is implemented by stores without release notifications
-// (Notifier), so that a waiter in another process is not starved by a
+// (Notifier), or whose notifications come from polling (MySQL: a poll
+// sees a release only while the resource stays free), so that a waiter in
+// another process is not starved by a
 // holder that releases and acquires again at once (it would win every race
 // against a waiter that polls). A blocking acquire that found the resource
 // held reserves it with its attempts (AcquireWaiting); once the resource is

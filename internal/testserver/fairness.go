@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ const (
 // FairHolderMain makes a store's test binary, when Fairness started it, the
 // holder that takes the resource again as soon as it released it: it opens
 // the store with open(ctx, arg) (arg is what the test passed to Fairness:
-// a URL, a file), prints "granted" after its first grant, and runs Do with
+// a URL, a file), prints "granted" after each grant, and runs Do with
 // a TTL of FairTTL and FairWork of work in a loop until its standard input
 // closes (or two minutes pass), then prints "rounds N" and exits. A Do that
 // fails (a store call slowed past the lease's deadline on a loaded
@@ -70,9 +71,7 @@ func fairHolder(r, arg string, open func(ctx context.Context, arg string) (drive
 	n := 0
 	for ctx.Err() == nil {
 		err := lk.Do(ctx, r, FairTTL, func(context.Context) error {
-			if n == 0 {
-				fmt.Println("granted")
-			}
+			fmt.Println("granted")
 			n++
 			time.Sleep(FairWork)
 			return nil
@@ -94,6 +93,21 @@ func fairHolder(r, arg string, open func(ctx context.Context, arg string) (drive
 // each Acquire waited. The test fails when one waits longer than limit.
 func Fairness(t *testing.T, s driver.Store, arg string, rounds int, limit time.Duration) []time.Duration {
 	t.Helper()
+	return fairness(t, s, arg, rounds, limit, -1)
+}
+
+// FairnessInTurn is Fairness on a store that grants waiters in turn (a
+// driver.Reserver): the test also fails when the holder process was
+// granted the resource more than handovers times while one Acquire of
+// this process waited (counted from the holder's reports, so a grant
+// reported late may count once too often).
+func FairnessInTurn(t *testing.T, s driver.Store, arg string, rounds int, limit time.Duration, handovers int) []time.Duration {
+	t.Helper()
+	return fairness(t, s, arg, rounds, limit, handovers)
+}
+
+func fairness(t *testing.T, s driver.Store, arg string, rounds int, limit time.Duration, handovers int) []time.Duration {
+	t.Helper()
 	r := Resource(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fairResourceEnv+"="+r, fairArgEnv+"="+arg)
@@ -109,11 +123,23 @@ func Fairness(t *testing.T, s driver.Store, arg string, rounds int, limit time.D
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The first "granted" and the last line go to lines; every grant
+	// is counted in grants.
 	lines := make(chan string, 4)
+	var grants atomic.Int64
 	go func() {
 		sc := bufio.NewScanner(stdout)
+		first := true
 		for sc.Scan() {
-			lines <- sc.Text()
+			l := sc.Text()
+			if l == "granted" {
+				grants.Add(1)
+				if !first {
+					continue
+				}
+				first = false
+			}
+			lines <- l
 		}
 		close(lines)
 	}()
@@ -153,9 +179,10 @@ func Fairness(t *testing.T, s driver.Store, arg string, rounds int, limit time.D
 	}
 	lk := Locker(t, s)
 	var waits []time.Duration
+	most := int64(0)
 	for i := 0; i < rounds; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
-		start := time.Now()
+		start, before := time.Now(), grants.Load()
 		l, err := lk.Acquire(ctx, r, FairTTL)
 		cancel()
 		if err != nil {
@@ -163,13 +190,19 @@ func Fairness(t *testing.T, s driver.Store, arg string, rounds int, limit time.D
 				i+1, limit, len(waits), err)
 		}
 		waits = append(waits, time.Since(start))
+		n := grants.Load() - before
+		most = max(most, n)
+		if handovers >= 0 && n > int64(handovers) {
+			t.Errorf("round %d: the holder process was granted the resource %d times while the waiter waited %v (at most %d allowed)",
+				i+1, n, waits[len(waits)-1].Round(time.Millisecond), handovers)
+		}
 		time.Sleep(FairWork)
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(FairWork)
 	}
-	t.Logf("holder: %s; waiter's waits: %s", stop(), summary(waits))
+	t.Logf("holder: %s; waiter's waits: %s; the holder's grants during one wait: at most %d", stop(), summary(waits), most)
 	return waits
 }
 

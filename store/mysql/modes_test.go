@@ -77,7 +77,7 @@ func TestConformanceModes(t *testing.T) {
 			}
 			admin := open(t)
 			t.Cleanup(func() {
-				_, _ = admin.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name+", "+name+"_tokens")
+				_, _ = admin.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name+", "+name+"_tokens, "+name+"_waits")
 			})
 			s := open(t, mod...)
 			var mode string

@@ -60,7 +60,10 @@
 // Release notifications: MySQL has no LISTEN/NOTIFY. A Store with waiters
 // polls, every Config.PollInterval, the rows of the resources its waiters
 // wait for, in one statement, and wakes a waiter (driver.Hub: the one that
-// has waited longest) when a resource is free. See Store.Subscribe.
+// has waited longest) when a resource is free. See Store.Subscribe. A poll
+// finds a release only while the resource stays free, so a waiting
+// acquire reserves the resource (driver.Reserver, in a third table) and
+// the store grants it to that waiter first: see Store.AcquireWaiting.
 //
 // An error that leaves the outcome of a write unknown (the connection broke
 // or the context ended after the statement was sent) is reported with
@@ -266,20 +269,23 @@ func sessionVarNames() string {
 }
 
 // Store is a driver.Store, driver.Notifier, driver.Watcher,
-// driver.BatchRenewer and driver.Keeper on MySQL or MariaDB. It is safe for
-// concurrent use.
+// driver.BatchRenewer, driver.Keeper and driver.Reserver (see
+// AcquireWaiting) on MySQL or MariaDB. It is safe for concurrent use.
 type Store struct {
 	db      *sql.DB
 	gate    *gate
 	table   string // quoted identifier
 	floor   string // quoted identifier of the token table
+	waits   string // quoted identifier of the reservations table
 	regName string // as configured, for messages
 	where   string // user@address/database, for messages
 	connTO  time.Duration
 
 	sql struct {
 		acquire, holder, renew, keep, release, list, raiseFloor stmt
+		acquireRes, reserved, reserve, clearReserved, unreserve stmt
 		listAll, deadRows, deleteDead, poll                     string // deleteDead and poll: fmt verbs for the IN list
+		sweepReserved                                           string
 	}
 
 	hub       driver.Hub // release notifications; Listen is poll
@@ -298,6 +304,9 @@ type Store struct {
 	// table is found missing, so that a table re-created by hand is
 	// checked again.
 	schemaOK atomic.Bool
+	// reservations is set with schemaOK when the reservations table
+	// exists (driver.Reserver); a Store that found none keeps none.
+	reservations atomic.Bool
 
 	life      context.Context // ends at Close
 	end       context.CancelFunc
@@ -544,13 +553,14 @@ func (s *Store) checkSchema(ctx context.Context, c *sql.Conn) error {
 	if s.schemaOK.Load() {
 		return nil
 	}
-	exist, err := s.checkTables(ctx, c)
+	exist, reservations, err := s.checkTables(ctx, c)
 	switch {
 	case errors.Is(err, driver.ErrNotStore):
 		return err
 	case err != nil:
 		return notSent{fmt.Errorf("checking the tables: %w", err)}
 	case exist:
+		s.reservations.Store(reservations)
 		s.schemaOK.Store(true)
 	}
 	return nil

@@ -232,7 +232,7 @@ func TestInitIdempotentAndMissingSchema(t *testing.T) {
 	withTable := func(c *mysql.Config) { c.Table = table }
 	s := open(t, withTable)
 	defer func() {
-		_, _ = s.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table+", "+table+"_tokens")
+		_, _ = s.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table+", "+table+"_tokens, "+table+"_waits")
 	}()
 	owner, _ := naming.NewOwner("x")
 	if _, err := s.Acquire(ctx, "r", owner, time.Minute); !errors.Is(err, mysql.ErrNoSchema) || !errors.Is(err, driver.ErrNoStore) {

@@ -47,22 +47,42 @@ func (e errReadAfterWrite) Unwrap() error { return e.err }
 // the time left on the database's clock, when another owner holds the
 // resource. One statement when it grants or renews (one round trip), a
 // second one to read the holder when the resource is held.
+//
+// On a schema with the reservations table, a resource that is free but
+// reserved for a waiter (driver.Reserver) is not granted: the *HeldError
+// has Reserved set and names the waiter.
 func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (driver.Record, error) {
 	if err := ttls.ValidateAcquire(resource, owner, ttl); err != nil {
 		return driver.Record{}, err
 	}
+	return s.acquire(ctx, resource, owner, ttl, "", 0)
+}
+
+// acquire is Acquire, and AcquireWaiting when waiter is not empty.
+func (s *Store) acquire(ctx context.Context, resource, owner string, ttl time.Duration, waiter string, wait time.Duration) (driver.Record, error) {
 	if s.closed.Load() {
 		return driver.Record{}, errClosed
 	}
 	us := micros(ttl)
+	var w any // NULL for a plain Acquire
+	if waiter != "" {
+		w = waiter
+	}
 	var (
 		changed int64
 		token   uint64
 		h       holderRow
 		found   bool
+		resv    *driver.Record // the reservation that kept a free resource
 	)
 	err := s.with(ctx, "acquire", resource, func(c *sql.Conn) error {
-		res, err := c.ExecContext(ctx, s.sql.acquire.text, s.sql.acquire.args(map[string]any{"r": resource, "o": owner, "ttl": us})...)
+		resv, found = nil, false
+		q, args := s.sql.acquire, map[string]any{"r": resource, "o": owner, "ttl": us, "w": w}
+		reserving := s.reservations.Load()
+		if reserving {
+			q = s.sql.acquireRes
+		}
+		res, err := c.ExecContext(ctx, q.text, q.args(args)...)
 		if err != nil {
 			return err
 		}
@@ -76,12 +96,41 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		}
 		token = uint64(id)
 		if changed > 0 {
+			if reserving && waiter != "" {
+				// Granted to the waiter: its reservation ends (best
+				// effort: one left behind lapses after its wait).
+				_, _ = c.ExecContext(ctx, s.sql.clearReserved.text, s.sql.clearReserved.args(args)...)
+			}
 			return nil
 		}
 		// Nothing changed: another owner holds it (or this grant renewed
-		// it to the expiry it already had, within the same microsecond).
+		// it to the expiry it already had, within the same microsecond),
+		// or it is free and reserved for another waiter.
 		if h, found, err = s.readHolder(ctx, c, resource); err != nil {
 			return errReadAfterWrite{err}
+		}
+		if !reserving {
+			return nil
+		}
+		if !found {
+			if resv, err = s.readReserved(ctx, c, resource, w); err != nil {
+				return errReadAfterWrite{err}
+			}
+			return nil
+		}
+		if waiter != "" && string(h.owner) != owner {
+			// Held by another owner: reserve it for this waiter, again
+			// when the write was proven not applied (on Galera, a
+			// certification conflict with another process's write of
+			// the reservation); best effort after that: the next attempt
+			// reserves it.
+			args["wait"], args["k"] = micros(wait), h.token
+			for range maxAttempts {
+				_, err := c.ExecContext(ctx, s.sql.reserve.text, s.sql.reserve.args(args)...)
+				if err == nil || !retryable(err) || ctx.Err() != nil {
+					break
+				}
+			}
 		}
 		return nil
 	})
@@ -93,6 +142,9 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		return driver.Record{}, s.writeErr("acquire", resource, err)
 	}
 	if changed == 0 && (!found || string(h.owner) != owner) {
+		if resv != nil {
+			return driver.Record{}, &driver.HeldError{Holder: *resv, Reserved: true}
+		}
 		if !found {
 			// Released or expired between the two statements: no holder
 			// to name (driver.HeldError), try again.
@@ -322,6 +374,14 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 		}
 		total += n
 		if found < sweepBatch || ctx.Err() != nil {
+			if ctx.Err() == nil && s.reservations.Load() {
+				if err := s.with(ctx, "sweep", s.regName, func(c *sql.Conn) error {
+					_, err := c.ExecContext(ctx, s.sql.sweepReserved)
+					return err
+				}); err != nil {
+					return total, s.failed("sweep reservations", s.regName, err)
+				}
+			}
 			return total, ctx.Err()
 		}
 	}

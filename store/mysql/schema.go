@@ -37,10 +37,14 @@ func (s *Store) setNames(table string) {
 	}
 	floor := slices.Clone(parts)
 	floor[len(floor)-1] += "_tokens"
-	s.table, s.floor, s.regName = quote(parts), quote(floor), table
+	waits := slices.Clone(parts)
+	waits[len(waits)-1] += "_waits"
+	s.table, s.floor, s.waits, s.regName = quote(parts), quote(floor), quote(waits), table
 }
 
-// ddl is the schema: the leases table, the token table and its one row.
+// ddl is the schema: the leases table, the token table and its one row,
+// and the reservations table (driver.Reserver), which programs of earlier
+// versions ignore (they honour no reservations).
 func (s *Store) ddl() []string {
 	return []string{
 		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+
@@ -62,11 +66,20 @@ func (s *Store) ddl() []string {
 			s.floor, strings.ReplaceAll(s.table, "`", "")),
 		fmt.Sprintf("INSERT INTO %s (id, top) SELECT 1, COALESCE(MAX(token), 0) FROM %s\n"+
 			"  ON DUPLICATE KEY UPDATE top = GREATEST(top, (SELECT COALESCE(MAX(token), 0) FROM %s))", s.floor, s.table, s.table),
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+
+			"  resource   VARBINARY(256) NOT NULL COMMENT 'the resource name, compared byte for byte',\n"+
+			"  waiter     VARBINARY(256) NOT NULL COMMENT 'the blocking acquire it is reserved for',\n"+
+			"  token      BIGINT UNSIGNED NOT NULL COMMENT 'the fencing token of the lease it waits behind: only the release of that lease is reserved',\n"+
+			"  expires_at DATETIME(6) NOT NULL COMMENT 'UTC, on the database clock: when the reservation lapses',\n"+
+			"  PRIMARY KEY (resource)\n"+
+			") ENGINE=InnoDB COMMENT='tenure: freed resources of %s reserved for a waiting acquire (swept a minute after they lapse)'",
+			s.waits, strings.ReplaceAll(s.table, "`", "")),
 	}
 }
 
-// Init connects to the database (as Open does) and creates the leases table
-// and its token table if they do not exist, and raises the token floor to
+// Init connects to the database (as Open does) and creates the leases table,
+// its token table and its reservations table if they do not exist (on a
+// schema of an earlier version, only the reservations table is new), and raises the token floor to
 // the largest token in the leases table (so that a table whose token table
 // was lost goes on above its own tokens). It is idempotent and safe to run
 // from many processes at once. A table of the same name that is not
@@ -91,16 +104,16 @@ func (s *Store) init(ctx context.Context) error {
 	defer c.Close()
 	// The DDL is idempotent; the check of an existing table comes first
 	// so that another application's table is never touched.
-	if _, err := s.checkTables(ctx, c); err != nil {
+	if _, _, err := s.checkTables(ctx, c); err != nil {
 		return fmt.Errorf("mysql store: init: %w", err)
 	}
 	for i, q := range s.ddl() {
 		if _, err := c.ExecContext(ctx, q); err != nil {
-			what := []string{"create table " + s.regName, "create its token table", "raise the token floor"}[i]
+			what := []string{"create table " + s.regName, "create its token table", "raise the token floor", "create its reservations table"}[i]
 			return fmt.Errorf("mysql store: init: %s: %w", what, err)
 		}
 	}
-	if _, err := s.checkTables(ctx, c); err != nil {
+	if _, _, err := s.checkTables(ctx, c); err != nil {
 		return fmt.Errorf("mysql store: init: %w", err)
 	}
 	return nil
@@ -118,7 +131,8 @@ type column struct {
 	ddl       string   // tenure's definition, for messages
 }
 
-// The columns of the leases table and of its token table. What the
+// The columns of the leases table, of its reservations table and of its
+// token table. What the
 // statements rely on: resource and owner are binary strings (compared
 // byte for byte, no collation, no trailing-space padding) long enough for
 // every valid name and owner string; token holds every uint64; expires_at
@@ -133,6 +147,12 @@ var (
 		{name: "ttl_us", types: []string{"bigint"}, nullable: true, ddl: "BIGINT NULL"},
 		{name: "expires_at", types: []string{"datetime"}, precision: 6, nullable: true, ddl: "DATETIME(6) NULL"},
 		{name: "granted_at", types: []string{"datetime"}, precision: 6, nullable: true, ddl: "DATETIME(6) NULL"},
+	}
+	waitColumns = []column{
+		{name: "resource", types: []string{"varbinary"}, minLength: driver.MaxResourceLen, ddl: "VARBINARY(256) NOT NULL"},
+		{name: "waiter", types: []string{"varbinary"}, minLength: driver.MaxOwnerLen, ddl: "VARBINARY(256) NOT NULL"},
+		{name: "token", types: []string{"bigint"}, unsigned: true, ddl: "BIGINT UNSIGNED NOT NULL"},
+		{name: "expires_at", types: []string{"datetime"}, precision: 6, ddl: "DATETIME(6) NOT NULL"},
 	}
 	floorColumns = []column{
 		{name: "id", types: []string{"tinyint", "smallint", "mediumint", "int", "bigint"}, ddl: "TINYINT UNSIGNED NOT NULL"},
@@ -177,10 +197,14 @@ func (want column) mismatch(ci columnInfo) string {
 // the only unique key (the acquire's INSERT ... ON DUPLICATE KEY UPDATE
 // finds a resource's row by it: without it every acquire inserts a row of
 // its own and two owners hold a resource at once; with another unique
-// key an acquire can update another resource's row). It returns an error
-// wrapping driver.ErrNotStore, saying what differs, when one is not
-// tenure's, and whether both exist. Two round trips.
-func (s *Store) checkTables(ctx context.Context, c *sql.Conn) (exist bool, err error) {
+// key an acquire can update another resource's row), and the reservations
+// table likewise where it exists (the same types; its primary key finds a
+// resource's reservation). It returns an error wrapping
+// driver.ErrNotStore, saying what differs, when one is not tenure's,
+// whether the leases and token tables both exist, and whether the
+// reservations table exists (a schema of an earlier version has none).
+// Two round trips.
+func (s *Store) checkTables(ctx context.Context, c *sql.Conn) (exist, reservations bool, err error) {
 	type table struct {
 		quoted, db, name string
 		cols             []column
@@ -189,7 +213,8 @@ func (s *Store) checkTables(ctx context.Context, c *sql.Conn) (exist bool, err e
 		engine           string
 		unique           map[string][]string // unique index -> its columns
 	}
-	tables := []*table{{quoted: s.table, cols: leaseColumns, key: "resource"}, {quoted: s.floor, cols: floorColumns, key: "id"}}
+	tables := []*table{{quoted: s.table, cols: leaseColumns, key: "resource"}, {quoted: s.floor, cols: floorColumns, key: "id"},
+		{quoted: s.waits, cols: waitColumns, key: "resource"}}
 	for _, t := range tables {
 		t.name = strings.Trim(t.quoted, "`")
 		if d, n, ok := strings.Cut(t.quoted, "."); ok {
@@ -214,9 +239,10 @@ func (s *Store) checkTables(ctx context.Context, c *sql.Conn) (exist bool, err e
 	c.CHARACTER_MAXIMUM_LENGTH, c.DATETIME_PRECISION
 FROM information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
 WHERE (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)
-   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)`, append(in(tables[0]), in(tables[1])...)...)
+   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)
+   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)`, slices.Concat(in(tables[0]), in(tables[1]), in(tables[2]))...)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	type colRow struct {
 		table, engine, name string
@@ -227,20 +253,21 @@ WHERE (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?
 		var r colRow
 		if err := rows.Scan(&r.table, &r.engine, &r.name, &r.info.dataType, &r.info.columnType, &r.info.nullable, &r.info.length, &r.info.precision); err != nil {
 			rows.Close()
-			return false, err
+			return false, false, err
 		}
 		cols = append(cols, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	rows, err = c.QueryContext(ctx, `SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
 WHERE NON_UNIQUE = 0 AND ((TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
+   OR (TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
    OR (TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?))
-ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, append(in(tables[0]), in(tables[1])...)...)
+ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, slices.Concat(in(tables[0]), in(tables[1]), in(tables[2]))...)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	type keyRow struct{ table, index, column string }
 	var keys []keyRow
@@ -248,16 +275,16 @@ ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, append(in(tables[0]), in(tables[
 		var k keyRow
 		if err := rows.Scan(&k.table, &k.index, &k.column); err != nil {
 			rows.Close()
-			return false, err
+			return false, false, err
 		}
 		keys = append(keys, k)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	exist = true
-	for _, t := range tables {
+	for i, t := range tables {
 		names := map[string]int{}
 		for _, r := range cols {
 			if strings.EqualFold(r.table, t.name) {
@@ -277,12 +304,17 @@ ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, append(in(tables[0]), in(tables[
 			}
 		}
 		if len(t.found) == 0 {
-			exist = false
+			if i < 2 {
+				exist = false
+			}
 			continue
+		}
+		if i == 2 {
+			reservations = true
 		}
 		what := strings.ReplaceAll(t.quoted, "`", "")
 		if !strings.EqualFold(t.engine, "InnoDB") {
-			return false, fmt.Errorf("the table %s exists with engine %s, not InnoDB: it is not tenure's: %w", what, t.engine, driver.ErrNotStore)
+			return false, false, fmt.Errorf("the table %s exists with engine %s, not InnoDB: it is not tenure's: %w", what, t.engine, driver.ErrNotStore)
 		}
 		var have, want []string
 		for n := range t.found {
@@ -294,12 +326,12 @@ ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, append(in(tables[0]), in(tables[
 		slices.Sort(have)
 		slices.Sort(want)
 		if !slices.Equal(have, want) {
-			return false, fmt.Errorf("the table %s exists with the columns (%s), not tenure's (%s): %w",
+			return false, false, fmt.Errorf("the table %s exists with the columns (%s), not tenure's (%s): %w",
 				what, strings.Join(have, ", "), strings.Join(want, ", "), driver.ErrNotStore)
 		}
 		for _, col := range t.cols {
 			if m := col.mismatch(t.found[col.name]); m != "" {
-				return false, fmt.Errorf("the table %s is not tenure's: %s: %w", what, m, driver.ErrNotStore)
+				return false, false, fmt.Errorf("the table %s is not tenure's: %s: %w", what, m, driver.ErrNotStore)
 			}
 		}
 		if len(t.unique) != 1 || !slices.Equal(t.unique["PRIMARY"], []string{t.key}) {
@@ -311,9 +343,9 @@ ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, append(in(tables[0]), in(tables[
 			if len(ks) == 0 {
 				ks = []string{"none"}
 			}
-			return false, fmt.Errorf("the table %s is not tenure's: its unique keys are %s; tenure's table has one, the primary key (%s): %w",
+			return false, false, fmt.Errorf("the table %s is not tenure's: its unique keys are %s; tenure's table has one, the primary key (%s): %w",
 				what, strings.Join(ks, ", "), t.key, driver.ErrNotStore)
 		}
 	}
-	return exist, nil
+	return exist, reservations, nil
 }

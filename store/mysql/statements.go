@@ -99,6 +99,69 @@ ON DUPLICATE KEY UPDATE
 	owner = IF(%[5]s, owner, :o),
 	expires_at = IF(%[5]s, expires_at, %[4]s + INTERVAL :ttl MICROSECOND)`,
 		t, floor, clockMicros, now, other, live("")))
+	// Acquire on a store with reservations (driver.Reserver): the same
+	// statement, with the resource also kept from anyone else while it is
+	// free and reserved for another waiter than :w (NULL for a plain
+	// Acquire) behind the lease that freed it: a reservation names the
+	// token of the lease it waited behind, and reserves only the release
+	// of that lease, so one left behind by a waiter that was granted since
+	// (its clearing is a statement of its own) keeps nothing. The
+	// reservation is read once, by a locking read (the newest committed
+	// one), into the user variable @tenure_reserved (its token; 0: none)
+	// while the VALUES row is evaluated, before the row is inserted or
+	// updated; every assignment reads that variable, which no assignment
+	// changes. Evaluating the subquery in each assignment instead could
+	// give them different answers under READ COMMITTED (no gap lock keeps
+	// a reservation from being inserted meanwhile); an INSERT ... SELECT
+	// is unsafe for statement-based replication. "blocked" (held by
+	// another owner, or free and reserved for another waiter behind its
+	// last lease) reads the owner, the expiry, the token and the variable,
+	// and, like "other" above, means the same before and after the
+	// assignments that change them: they change only when it is false, and
+	// it stays false (a new token is above the reservation's; a reservation
+	// and not blocked means that :o holds a live lease, which the change
+	// keeps). A row that does not exist is inserted whatever the
+	// reservation: one is made only while the resource is held, and a
+	// lease's row stays until the sweep, a minute after its release or
+	// expiry.
+	blocked := fmt.Sprintf(`(%s OR (@tenure_reserved >= token AND NOT COALESCE(%s, FALSE)))`, other, live(""))
+	reservedTok := fmt.Sprintf(`COALESCE((SELECT token FROM %s WHERE resource = :r AND expires_at > %s AND NOT (waiter <=> :w) LOCK IN SHARE MODE), 0)`, s.waits, now)
+	s.sql.acquireRes = named(fmt.Sprintf(`INSERT INTO %[1]s (resource, owner, token, ttl_us, expires_at, granted_at)
+VALUES (IF((@tenure_reserved := %[7]s) >= 0, :r, :r), :o, LAST_INSERT_ID(GREATEST(%[2]s, %[3]s)), :ttl, %[4]s + INTERVAL :ttl MICROSECOND, %[4]s)
+ON DUPLICATE KEY UPDATE
+	ttl_us = IF(%[5]s, ttl_us, :ttl),
+	granted_at = IF(%[6]s OR %[5]s, granted_at, %[4]s),
+	token = LAST_INSERT_ID(IF(%[6]s OR %[5]s, token, GREATEST(token + 1, %[2]s, %[3]s))),
+	owner = IF(%[5]s, owner, :o),
+	expires_at = IF(%[5]s, expires_at, %[4]s + INTERVAL :ttl MICROSECOND)`,
+		t, floor, clockMicros, now, blocked, live(""), reservedTok))
+	// The live reservation of a free resource by another waiter than :w
+	// behind its last lease, with its time left in microseconds.
+	s.sql.reserved = named(fmt.Sprintf(`SELECT w.waiter, TIMESTAMPDIFF(MICROSECOND, %[3]s, w.expires_at) FROM %[1]s w JOIN %[2]s l ON l.resource = w.resource
+WHERE w.resource = :r AND w.expires_at > %[3]s AND NOT (w.waiter <=> :w) AND w.token >= l.token`, s.waits, t, now))
+	// Reserve the resource for :w behind the lease with token :k (the
+	// holder the attempt found), or behind a later one when the row has
+	// moved on meanwhile (the holder released it and took it again before
+	// this statement: a reservation behind the older lease would hold
+	// nothing), for :wait microseconds, unless another waiter's
+	// reservation behind that lease (or a later one) is live. waiter is
+	// assigned first; the conditions of the others read it after the
+	// change, when they mean the same (it changed only when the condition
+	// was false, and :w is not another).
+	behind := fmt.Sprintf(`GREATEST(:k, COALESCE((SELECT token FROM %s WHERE resource = :r LOCK IN SHARE MODE), 0))`, t)
+	keepRes := fmt.Sprintf(`(expires_at > %s AND waiter <> :w AND token >= @tenure_behind)`, now)
+	s.sql.reserve = named(fmt.Sprintf(`INSERT INTO %[1]s (resource, waiter, token, expires_at) VALUES (:r, :w, (@tenure_behind := %[4]s), %[2]s + INTERVAL :wait MICROSECOND)
+ON DUPLICATE KEY UPDATE
+	waiter = IF(%[3]s, waiter, :w),
+	token = IF(%[3]s, token, @tenure_behind),
+	expires_at = IF(%[3]s, expires_at, %[2]s + INTERVAL :wait MICROSECOND)`, s.waits, now, keepRes, behind))
+	// The reservation of a resource just granted to its waiter (or one
+	// that lapsed) ends; Unreserve ends a waiter's.
+	s.sql.clearReserved = named(fmt.Sprintf(`DELETE FROM %s WHERE resource = :r AND (waiter = :w OR expires_at <= %s)`, s.waits, now))
+	s.sql.unreserve = named(fmt.Sprintf(`DELETE FROM %s WHERE resource = :r AND waiter = :w`, s.waits))
+	// Lapsed reservations are swept with the leases, a SweepGrace after
+	// they lapsed.
+	s.sql.sweepReserved = fmt.Sprintf(`DELETE FROM %s WHERE expires_at < %s - INTERVAL %d MICROSECOND`, s.waits, now, SweepGrace.Microseconds())
 	s.sql.holder = named(fmt.Sprintf(`SELECT owner, token, COALESCE(ttl_us, 0), %[2]s FROM %[1]s WHERE resource = :r AND %[3]s`,
 		t, remaining(""), live("")))
 	// Renew, Keep and Release change the row only when the live lease is

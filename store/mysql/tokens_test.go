@@ -32,7 +32,7 @@ func newTable(t *testing.T) table {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, _ = admin.DB().ExecContext(ctx, "DROP TABLE IF EXISTS "+tb.name+", "+tb.name+"_tokens")
+		_, _ = admin.DB().ExecContext(ctx, "DROP TABLE IF EXISTS "+tb.name+", "+tb.name+"_tokens, "+tb.name+"_waits")
 	})
 	return tb
 }
@@ -342,7 +342,7 @@ func TestNotTenuresTable(t *testing.T) {
 	name := fmt.Sprintf("tenure_other_%d", time.Now().UnixNano())
 	admin := open(t)
 	t.Cleanup(func() {
-		_, _ = admin.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name+", "+name+"_tokens")
+		_, _ = admin.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name+", "+name+"_tokens, "+name+"_waits")
 	})
 	if _, err := admin.DB().ExecContext(ctx, "CREATE TABLE "+name+" (resource VARCHAR(64) PRIMARY KEY, holder VARCHAR(64), until DATETIME) ENGINE=InnoDB"); err != nil {
 		t.Fatal(err)
