@@ -44,6 +44,7 @@ func TestSentinelConformance(t *testing.T) {
 	sentinelURL(t)
 	c := cfg
 	c.New = func(t *testing.T) driver.Store { return openSentinel(t) }
+	c.Reopen = func(t *testing.T, _ driver.Store) driver.Store { return openSentinel(t) }
 	storetest.Run(t, c)
 }
 
@@ -52,9 +53,9 @@ func TestSentinelConformance(t *testing.T) {
 func TestSentinelConformanceWait(t *testing.T) {
 	sentinelURL(t)
 	c := cfg
-	c.New = func(t *testing.T) driver.Store {
-		return openSentinel(t, func(c *tredis.Config) { c.WaitReplicas = 2 })
-	}
+	wait := func(c *tredis.Config) { c.WaitReplicas = 2 }
+	c.New = func(t *testing.T) driver.Store { return openSentinel(t, wait) }
+	c.Reopen = func(t *testing.T, _ driver.Store) driver.Store { return openSentinel(t, wait) }
 	storetest.Run(t, c)
 }
 
@@ -64,6 +65,7 @@ func TestClusterConformance(t *testing.T) {
 	clusterURL(t)
 	c := cfg
 	c.New = func(t *testing.T) driver.Store { return openCluster(t) }
+	c.Reopen = func(t *testing.T, _ driver.Store) driver.Store { return openCluster(t) }
 	storetest.Run(t, c)
 }
 
@@ -72,9 +74,9 @@ func TestClusterConformance(t *testing.T) {
 func TestClusterConformanceWait(t *testing.T) {
 	clusterURL(t)
 	c := cfg
-	c.New = func(t *testing.T) driver.Store {
-		return openCluster(t, func(c *tredis.Config) { c.WaitReplicas = 1 })
-	}
+	wait := func(c *tredis.Config) { c.WaitReplicas = 1 }
+	c.New = func(t *testing.T) driver.Store { return openCluster(t, wait) }
+	c.Reopen = func(t *testing.T, _ driver.Store) driver.Store { return openCluster(t, wait) }
 	storetest.Run(t, c)
 }
 

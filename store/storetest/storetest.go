@@ -151,6 +151,7 @@ type test struct {
 }
 
 var tests = []test{
+	{name: "ReopenIsTheSameStore", f: testReopenIsTheSameStore},
 	{name: "Grant", f: testGrant},
 	{name: "HeldByOther", f: testHeldByOther},
 	{name: "SameOwnerAcquire", f: testSameOwnerAcquire},
@@ -591,6 +592,28 @@ func testKeep(t *testing.T, cfg Config) {
 		// After the grant's TTL, the hold still holds.
 		time.Sleep(e.cfg.ShortTTL + e.cfg.ExpirySlack)
 		e.mustHeldBy(ctx, r, kept, rec.Token)
+	}
+}
+
+// testReopenIsTheSameStore: Config.Reopen opens another handle on the
+// store that New opened, not another store: a lease acquired through one
+// is seen through the other. (A Reopen that reaches another server makes
+// the tests that use it pass or fail for the wrong reason.)
+func testReopenIsTheSameStore(t *testing.T, cfg Config) {
+	if cfg.Reopen == nil || cfg.Advance != nil {
+		t.Skip("no Config.Reopen")
+	}
+	e, ctx := newEnv(t, cfg), ctxT(t)
+	other := cfg.Reopen(t, e.store)
+	defer other.Close()
+	r := e.res("r")
+	rec, err := e.store.Acquire(ctx, r, e.owner("a"), longTTL)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	got, err := other.Get(ctx, r)
+	if err != nil || got.Owner != rec.Owner || got.Token != rec.Token {
+		t.Fatalf("through Reopen's handle: %+v, %v; want the lease acquired through New's (%+v): Reopen must open the same store", got, err, rec)
 	}
 }
 
