@@ -278,6 +278,14 @@ func ValidateWaiting(resource, owner, waiter string, ttl, wait time.Duration) er
 	return nil
 }
 
+// ValidateUnreserve checks the arguments of Reserver.Unreserve.
+func ValidateUnreserve(resource, waiter string) error {
+	if err := ValidateResource(resource); err != nil {
+		return err
+	}
+	return ValidateOwner(waiter)
+}
+
 // ValidateKeep checks the arguments of Keeper.Keep.
 func ValidateKeep(resource, owner, keeper string, ttl time.Duration) error {
 	if err := ValidateAcquire(resource, owner, ttl); err != nil {

@@ -58,10 +58,7 @@ func (s *Store) AcquireWaiting(ctx context.Context, resource, owner, waiter stri
 // Unreserve implements driver.Reserver: one conditional write that clears
 // the resource's reservation if it is waiter's.
 func (s *Store) Unreserve(ctx context.Context, resource, waiter string) error {
-	if err := driver.ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := driver.ValidateOwner(waiter); err != nil {
+	if err := driver.ValidateUnreserve(resource, waiter); err != nil {
 		return err
 	}
 	if s.closed.Load() {

@@ -44,10 +44,7 @@ func (s *Store) AcquireWaiting(ctx context.Context, resource, owner, waiter stri
 // Unreserve implements driver.Reserver: one statement deletes waiter's
 // reservation of resource, if it has one.
 func (s *Store) Unreserve(ctx context.Context, resource, waiter string) error {
-	if err := driver.ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := driver.ValidateOwner(waiter); err != nil {
+	if err := driver.ValidateUnreserve(resource, waiter); err != nil {
 		return err
 	}
 	if s.closed.Load() {

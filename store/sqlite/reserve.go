@@ -47,10 +47,7 @@ func (s *Store) AcquireWaiting(ctx context.Context, resource, owner, waiter stri
 // Unreserve implements driver.Reserver: it deletes waiter's reservation of
 // resource, if any.
 func (s *Store) Unreserve(ctx context.Context, resource, waiter string) error {
-	if err := driver.ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := driver.ValidateOwner(waiter); err != nil {
+	if err := driver.ValidateUnreserve(resource, waiter); err != nil {
 		return err
 	}
 	if err := s.writeBlocked(); err != nil {
