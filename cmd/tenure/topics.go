@@ -217,8 +217,9 @@ Pick D longer than the largest clock difference between the hosts and
 shorter than the period minus that difference: 50s for one minute when the
 clocks are within 10s of each other. A job that runs longer than D releases
 the lease when it ends; one that runs into the next tick makes that tick's
-runs exit 75. D must be a TTL the store accepts; on etcd and Cassandra,
-which keep whole seconds, the rest of the hold is rounded up to a second.`
+runs exit 75. D must be a TTL the store accepts. etcd and Cassandra keep
+whole seconds: a hold there may end up to 1s (etcd) or 2s (Cassandra)
+after D, so leave that much more room before the next tick.`
 
 const environmentTopic = `
 tenure reads:
