@@ -405,21 +405,49 @@ type Options struct {
 // the scheduling of processes on a loaded host.
 const SlackLiveness = 500 * time.Millisecond
 
-// Check verifies the invariants over the histories and faults of one run.
-// The report's Violations must be 0.
+// Check verifies the invariants over the histories and faults of one run,
+// one method of Report per invariant (docs/safety.md numbers them). The
+// report's Violations must be 0.
 func Check(hs []*History, faults []Fault, opt Options) *Report {
 	r := &Report{Store: opt.Profile.Name, Faults: map[string]int{}, ViolationsByKind: map[string]int{}}
 	for _, f := range faults {
 		r.Faults[f.Kind]++
 	}
-	ttl := opt.TTL
+	ttl := r.countCalls(hs, opt.TTL)
+	ts := Tenures(hs)
+	r.Grants = len(ts)
+	byRes, resources := r.byLease(ts)
+	ex := exclusion{deletions: deletionsOf(faults), ttl: ttl}
+
+	r.tokenOrder(byRes, resources)  // (2)
+	r.countRegrants(hs)             // the reacquire workload's grants after a loss
+	r.workInWindow(hs)              // (3)
+	for _, res := range resources { // (1)
+		r.exclusion(res, byRes[res], ex)
+		r.holds(res, byRes[res], ex.deletions)
+	}
+	r.semaphoreHolders(ts, ex.deletions, ex.outside) // (5)
+	r.rwHolders(ts, ex.deletions, ex.outside)        // (6)
+	r.liveness(hs, ts, faults, ttl, opt)             // (4), (7)
+	if !opt.SkipLinearizability {
+		r.linearizable(hs, opt)
+	}
+	return r
+}
+
+// countCalls counts the processes, store calls, failed calls and work
+// steps of hs, and the longest run of failed calls of one process; a torn
+// history line is a violation. It returns the TTL to check with: ttl, or
+// when it is 0 the longest TTL of the histories.
+func (r *Report) countCalls(hs []*History, ttl time.Duration) time.Duration {
+	fixed := ttl != 0
 	var longestStreak time.Duration
 	for _, h := range hs {
 		if h.Operator() {
 			continue
 		}
 		r.Processes++
-		if opt.TTL == 0 {
+		if !fixed {
 			ttl = max(ttl, h.TTL)
 		}
 		if h.Torn > 0 {
@@ -453,10 +481,12 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 		}
 	}
 	r.LongestFailStreak = longestStreak.Round(time.Millisecond).String()
-	ts := Tenures(hs)
-	r.Grants = len(ts)
+	return ttl
+}
 
-	// The holds of each lease (each semaphore slot), in grant order.
+// byLease returns the holds of each lease (each semaphore slot) in grant
+// order, and the leases' names sorted; it counts the slot grants.
+func (r *Report) byLease(ts []*Tenure) (map[string][]*Tenure, []string) {
 	byRes := map[string][]*Tenure{}
 	var resources []string
 	for _, t := range ts {
@@ -469,10 +499,14 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 		}
 	}
 	sort.Strings(resources)
+	return byRes, resources
+}
 
-	// (2) Fencing tokens strictly increase in grant order, per lease:
-	// every grant is a grant of its own (design.md), so a token granted
-	// again, even to the same Locker, is a violation.
+// tokenOrder checks invariant (2): fencing tokens strictly increase in
+// grant order, per lease. Every grant is a grant of its own (design.md),
+// so a token granted again, even to the same Locker, is a violation. It
+// also counts the hand-offs between processes.
+func (r *Report) tokenOrder(byRes map[string][]*Tenure, resources []string) {
 	for _, res := range resources {
 		rts := byRes[res]
 		for i := 1; i < len(rts); i++ {
@@ -489,9 +523,11 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 			}
 		}
 	}
+}
 
-	// Grants after a loss seen by the same process (the reacquire
-	// workload's case).
+// countRegrants counts grants after a loss seen by the same process (the
+// reacquire workload's case).
+func (r *Report) countRegrants(hs []*History) {
 	for _, h := range hs {
 		lostIn := map[string]bool{}
 		var res string
@@ -511,9 +547,12 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 			}
 		}
 	}
+}
 
-	// (3) No work after the deadline: each step was stamped before a check
-	// that passed, so it must lie inside the trust window.
+// workInWindow checks invariant (3), no work after the deadline: each step
+// was stamped before a check that passed, so it must lie inside the trust
+// window (after the grant's answer, before the deadline).
+func (r *Report) workInWindow(hs []*History) {
 	for _, h := range hs {
 		var tok uint64
 		var reply int64
@@ -535,123 +574,138 @@ func Check(hs []*History, faults []Fault, opt Options) *Report {
 			}
 		}
 	}
+}
 
-	// (1) Mutual exclusion of work intervals and of trust windows across
-	// grants, per lease; and at most N holders of a semaphore of N slots.
-	// An overlap that a deletion of the store's data by an operator caused
-	// (OutsideContract) is counted apart.
+// deletionsOf returns the faults outside the contract (an operator's
+// deletion of the store's data, OutsideContract).
+func deletionsOf(faults []Fault) []Fault {
 	var deletions []Fault
 	for _, f := range faults {
 		if _, ok := OutsideContract[f.Kind]; ok {
 			deletions = append(deletions, f)
 		}
 	}
-	// outside returns the kind of the deletion that explains an overlap of
-	// a hold granted before it with one granted after it, within a TTL of
-	// it (the earlier holder may trust its deleted lease until its next
-	// renewal, at most its deadline, which a renewal confirmed before the
-	// deletion set less than a TTL after it). "Before" counts from the
-	// earlier grant's send: a deletion of several keys (every lease of the
-	// run) may delete a grant applied between two of its commands, whose
-	// answer comes after the deletion's end (21 µs after it, Redis soak
-	// seed 501).
-	outside := func(a, b *Tenure, end int64) string {
-		for _, f := range deletions {
-			if a.Send <= f.End && b.Reply >= f.Start && end <= f.End+int64(ttl) {
-				return f.Kind
-			}
-		}
-		return ""
-	}
-	type iv struct {
-		t          *Tenure
-		start, end int64
-	}
-	overlaps := func(ivs []iv, each func(a, b iv)) {
-		sort.Slice(ivs, func(i, j int) bool { return ivs[i].start < ivs[j].start })
-		var active []iv
-		for _, x := range ivs {
-			kept := active[:0]
-			for _, a := range active {
-				if a.end >= x.start {
-					kept = append(kept, a)
-				}
-			}
-			active = kept
-			for _, a := range active {
-				if a.t.Owner != x.t.Owner {
-					each(a, x)
-				}
-			}
-			active = append(active, x)
+	return deletions
+}
+
+// exclusion is what the overlap checks need to tell an overlap that a
+// deletion of the store's data caused (counted apart) from a violation.
+type exclusion struct {
+	deletions []Fault
+	ttl       time.Duration
+}
+
+// outside returns the kind of the deletion that explains an overlap of a
+// hold granted before it with one granted after it, within a TTL of it
+// (the earlier holder may trust its deleted lease until its next renewal,
+// at most its deadline, which a renewal confirmed before the deletion set
+// less than a TTL after it), or "". "Before" counts from the earlier
+// grant's send: a deletion of several keys (every lease of the run) may
+// delete a grant applied between two of its commands, whose answer comes
+// after the deletion's end.
+func (x exclusion) outside(a, b *Tenure, end int64) string {
+	for _, f := range x.deletions {
+		if a.Send <= f.End && b.Reply >= f.Start && end <= f.End+int64(x.ttl) {
+			return f.Kind
 		}
 	}
-	for _, res := range resources {
-		var work, trust, inflight []iv
-		for _, t := range byRes[res] {
-			if n := len(t.Steps); n > 0 {
-				work = append(work, iv{t, t.Steps[0], t.Steps[n-1]})
+	return ""
+}
+
+// interval is one hold's span of some kind (work, trust, in flight).
+type interval struct {
+	t          *Tenure
+	start, end int64
+}
+
+// overlaps calls each for every pair of intervals of different owners that
+// overlap, the earlier-starting first.
+func overlaps(ivs []interval, each func(a, b interval)) {
+	sort.Slice(ivs, func(i, j int) bool { return ivs[i].start < ivs[j].start })
+	var active []interval
+	for _, x := range ivs {
+		kept := active[:0]
+		for _, a := range active {
+			if a.end >= x.start {
+				kept = append(kept, a)
 			}
-			trust = append(trust, iv{t, t.Reply, t.End})
-			inflight = append(inflight, iv{t, t.Send, t.End})
 		}
-		overlaps(work, func(a, b iv) {
-			end := min(a.end, b.end)
-			if k := outside(a.t, b.t, end); k != "" {
-				r.outsideContract(k, "%s: work of %s (token %d) overlaps work of %s (token %d) by %v", resName(res), a.t.Owner, a.t.Token, b.t.Owner, b.t.Token, time.Duration(end-b.start))
-				return
+		active = kept
+		for _, a := range active {
+			if a.t.Owner != x.t.Owner {
+				each(a, x)
 			}
-			r.violate("exclusion-work", "%s: work of %s (token %d) in [%d, %d] overlaps work of %s (token %d) in [%d, %d] by %v",
-				resName(res), a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(end-b.start))
-		})
-		overlaps(trust, func(a, b iv) {
-			end := min(a.end, b.end)
-			if k := outside(a.t, b.t, end); k != "" {
-				r.outsideContract(k, "%s: trust window of %s (token %d) overlaps that of %s (token %d) by %v", resName(res), a.t.Owner, a.t.Token, b.t.Owner, b.t.Token, time.Duration(end-b.start))
-				return
-			}
-			r.violate("exclusion-trust", "%s: trust window of %s (token %d) [%d, %d] overlaps that of %s (token %d) [%d, %d] by %v",
-				resName(res), a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(end-b.start))
-		})
-		// Windows counted from the acquire's send time may overlap without
-		// harm: an acquire sent before the previous holder's deadline can be
-		// applied after the store expired that lease. Counted, not a
-		// violation (docs/safety.md).
-		overlaps(inflight, func(a, b iv) { r.InflightOverlaps++ })
-		// A confirmed hold (ReleaseAfter) keeps the resource from everyone
-		// else until it ends: no grant sent after it was confirmed may be
-		// answered before the hold can have ended.
-		for _, h := range byRes[res] {
-			if h.HeldUntil == 0 {
+		}
+		active = append(active, x)
+	}
+}
+
+// exclusion checks invariant (1) on one lease: no two holders' work
+// intervals overlap, nor their trust windows. An overlap that a deletion
+// caused is counted apart (OutsideContract). Windows counted from the
+// acquire's send may overlap without harm (an acquire sent before the
+// previous holder's deadline can be applied after the store expired that
+// lease): counted, not a violation (docs/safety.md).
+func (r *Report) exclusion(res string, holds []*Tenure, x exclusion) {
+	var work, trust, inflight []interval
+	for _, t := range holds {
+		if n := len(t.Steps); n > 0 {
+			work = append(work, interval{t, t.Steps[0], t.Steps[n-1]})
+		}
+		trust = append(trust, interval{t, t.Reply, t.End})
+		inflight = append(inflight, interval{t, t.Send, t.End})
+	}
+	overlaps(work, func(a, b interval) {
+		end := min(a.end, b.end)
+		if k := x.outside(a.t, b.t, end); k != "" {
+			r.outsideContract(k, "%s: work of %s (token %d) overlaps work of %s (token %d) by %v", resName(res), a.t.Owner, a.t.Token, b.t.Owner, b.t.Token, time.Duration(end-b.start))
+			return
+		}
+		r.violate("exclusion-work", "%s: work of %s (token %d) in [%d, %d] overlaps work of %s (token %d) in [%d, %d] by %v",
+			resName(res), a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(end-b.start))
+	})
+	overlaps(trust, func(a, b interval) {
+		end := min(a.end, b.end)
+		if k := x.outside(a.t, b.t, end); k != "" {
+			r.outsideContract(k, "%s: trust window of %s (token %d) overlaps that of %s (token %d) by %v", resName(res), a.t.Owner, a.t.Token, b.t.Owner, b.t.Token, time.Duration(end-b.start))
+			return
+		}
+		r.violate("exclusion-trust", "%s: trust window of %s (token %d) [%d, %d] overlaps that of %s (token %d) [%d, %d] by %v",
+			resName(res), a.t.Owner, a.t.Token, a.start, a.end, b.t.Owner, b.t.Token, b.start, b.end, time.Duration(end-b.start))
+	})
+	overlaps(inflight, func(a, b interval) { r.InflightOverlaps++ })
+}
+
+// holds checks that a confirmed hold (ReleaseAfter) of one lease keeps it
+// from everyone else until it ends: no grant sent after the hold was
+// confirmed may be answered before the hold can have ended.
+func (r *Report) holds(res string, holds []*Tenure, deletions []Fault) {
+	for _, h := range holds {
+		if h.HeldUntil == 0 {
+			continue
+		}
+		for _, t := range holds {
+			if t.Owner == h.Owner || t.Send <= h.HeldConfirmed || t.Reply >= h.HeldUntil {
 				continue
 			}
-			for _, t := range byRes[res] {
-				if t.Owner == h.Owner || t.Send <= h.HeldConfirmed || t.Reply >= h.HeldUntil {
-					continue
-				}
-				if k := deletedDuring(deletions, h.Release, t.Reply); k != "" {
-					r.outsideContract(k, "%s: %s (token %d) granted inside the hold of %s (token %d)", resName(res), t.Owner, t.Token, h.Owner, h.Token)
-					continue
-				}
-				r.violate("hold-broken", "%s: %s (token %d) granted at [%d, %d], inside the hold of %s (token %d) confirmed at %d, which lasts until %d at least",
-					resName(res), t.Owner, t.Token, t.Send, t.Reply, h.Owner, h.Token, h.HeldConfirmed, h.HeldUntil)
+			if k := deletedDuring(deletions, h.Release, t.Reply); k != "" {
+				r.outsideContract(k, "%s: %s (token %d) granted inside the hold of %s (token %d)", resName(res), t.Owner, t.Token, h.Owner, h.Token)
+				continue
 			}
+			r.violate("hold-broken", "%s: %s (token %d) granted at [%d, %d], inside the hold of %s (token %d) confirmed at %d, which lasts until %d at least",
+				resName(res), t.Owner, t.Token, t.Send, t.Reply, h.Owner, h.Token, h.HeldConfirmed, h.HeldUntil)
 		}
 	}
-	r.semaphoreHolders(ts, deletions, outside)
-	r.rwHolders(ts, deletions, outside)
+}
 
-	// (4) Liveness.
-	r.liveness(hs, ts, faults, ttl, opt)
-
-	if !opt.SkipLinearizability {
-		r.Linearizability = opt.Profile.CheckLinearizable(hs, opt.LinearizabilityTimeout, opt.LinearizabilityMemory, opt.VisualPath)
-		if r.Linearizability.Result == "Illegal" {
-			r.violate("linearizability", "the store operations are not linearizable against the %s lease model (%d operations, %d with unknown outcome)",
-				opt.Profile.Name, r.Linearizability.Operations, r.Linearizability.Pending)
-		}
+// linearizable checks the store operations of hs against the profile's
+// lease model with porcupine.
+func (r *Report) linearizable(hs []*History, opt Options) {
+	r.Linearizability = opt.Profile.CheckLinearizable(hs, opt.LinearizabilityTimeout, opt.LinearizabilityMemory, opt.VisualPath)
+	if r.Linearizability.Result == "Illegal" {
+		r.violate("linearizability", "the store operations are not linearizable against the %s lease model (%d operations, %d with unknown outcome)",
+			opt.Profile.Name, r.Linearizability.Operations, r.Linearizability.Pending)
 	}
-	return r
 }
 
 func resName(res string) string {
