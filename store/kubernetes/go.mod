@@ -1,6 +1,6 @@
 module github.com/tenure-go/tenure/store/kubernetes
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/tenure-go/tenure v0.1.0
