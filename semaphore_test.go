@@ -483,6 +483,48 @@ func TestSemaphoreMarkerUnknownOutcomeRetried(t *testing.T) {
 	sl.Release(ctx)
 }
 
+// A marker acquire whose outcome stays unknown however often it is made
+// (every holder of the number renewing the shared marker at once: etcd
+// answers "other writes of this owner's lease passed this one") is settled
+// by reading the marker: when it names this number of slots, the slot is
+// granted, within the marker's time left as read. etcd failed "tenure run
+// --slots" with ten processes starting at once.
+func TestSemaphoreMarkerUnknownOutcomeSettledByRead(t *testing.T) {
+	ctx := ctxT(t)
+	ms := &lostMarkerAnswer{Store: memory.New()}
+	ms.lost.Store(100)
+	lk, _ := tenure.New(ms)
+	sem, _ := lk.Semaphore("r", 2)
+	sl, err := sem.TryAcquire(ctx, ttl)
+	if err != nil {
+		t.Fatalf("a marker applied but never answered: %v", err)
+	}
+	sl.Release(ctx)
+
+	// A marker that was not applied and is not this number's: the unknown
+	// outcome is reported, and no slot is taken.
+	ns := &unknownMarker{Store: memory.New()}
+	lk2, _ := tenure.New(ns)
+	sem2, _ := lk2.Semaphore("r", 2)
+	if sl, err := sem2.TryAcquire(ctx, ttl); !errors.Is(err, tenure.ErrUnknownOutcome) {
+		t.Fatalf("a marker never applied: %+v, %v", sl, err)
+	}
+	if recs, _ := ns.List(ctx, ""); len(recs) != 0 {
+		t.Fatalf("leases taken although the marker is unknown: %+v", recs)
+	}
+}
+
+// unknownMarker answers every marker acquire with an unknown outcome
+// without applying it.
+type unknownMarker struct{ *memory.Store }
+
+func (m *unknownMarker) Acquire(ctx context.Context, r, owner string, ttl time.Duration) (tenure.Record, error) {
+	if strings.HasSuffix(r, "/slots") {
+		return tenure.Record{}, fmt.Errorf("injected: %w", tenure.ErrUnknownOutcome)
+	}
+	return m.Store.Acquire(ctx, r, owner, ttl)
+}
+
 // renewedOnSchedule waits until l, on fake clock fc, has the time left of a
 // lease renewed on schedule (its renew window, Lease.Timing), so that a
 // test that moves the clock on does not outrun the renewals' goroutines.

@@ -493,7 +493,7 @@ func TestRedact(t *testing.T) {
 		"//nobody:s3cret@127.0.0.1/x": "//nobody:xxxxx@127.0.0.1/x",
 		"u:p@ss@h/db?password=p":      "u:xxxxx@h/db?password=xxxxx",
 		"sqlite:/tmp/a@b:c.db":        "sqlite:/tmp/a@b:c.db",
-		// A known scheme without its slashes (new-user trial, ninth stop).
+		// A known scheme without its slashes.
 		"postgres:u:s3cret@127.0.0.1/db": "postgres:u:xxxxx@127.0.0.1/db",
 		"redis:u:s3cret@h:6379/0":        "redis:u:xxxxx@h:6379/0",
 		"mysql:u:s3cret@h:3306/db":       "mysql:u:xxxxx@h:3306/db",
@@ -505,7 +505,7 @@ func TestRedact(t *testing.T) {
 		"user=u passwordless=yes password='it''s' port=1": "user=u passwordless=yes password=xxxxx port=1",
 		// A '/', '?' or '#' in a password that is not percent-encoded; a
 		// short slash; a backslash-escaped space; a quoted string; and what
-		// must stay as it is (second review, ninth stop).
+		// must stay as it is.
 		"postgres://u:S1/S2@127.0.0.1:1/db":       "postgres://u:xxxxx@127.0.0.1:1/db",
 		"postgres://u:S1#S2@h/db":                 "postgres://u:xxxxx@h/db",
 		"postgres://u:S1?S2@h/db?password=p":      "postgres://u:xxxxx@h/db?password=xxxxx",
@@ -532,7 +532,7 @@ func TestRedact(t *testing.T) {
 }
 
 // A SQLite path has no user information: a path that holds ':' and '@' is
-// shown as written, not taken apart as a password (second review).
+// shown as written, not taken apart as a password.
 func TestSQLitePathNotRedacted(t *testing.T) {
 	dir := t.TempDir()
 	raw := "sqlite:" + dir + "/no-such-dir/leases:s@x.db"
@@ -548,7 +548,7 @@ func TestSQLitePathNotRedacted(t *testing.T) {
 // password became a host name, looked up and shown in the error), Go's
 // net/url at its first '/' and last '@' (a password before a '/' became a
 // port, shown in the error). An '@' in a query value is not user
-// information. A store URL must have its "//" (second review).
+// information. A store URL must have its "//".
 func TestUnescapedDelimitersInUserinfo(t *testing.T) {
 	for _, raw := range []string{
 		"postgres://u:s3@cret@127.0.0.1:1/db",
@@ -607,7 +607,7 @@ func TestErrorsHideSecrets(t *testing.T) {
 		"mysql://u:my-s3cret/x@127.0.0.1:1/db",
 		"mysql://u:my-s3cret@127.0.0.1:99999/db",
 		"mariadb:u:my-s3cret@127.0.0.1:1/db",
-		// Forms the redaction did not know (new-user trial, ninth stop).
+		// Forms the redaction did not know.
 		"postgres:u:pg-s3cret@127.0.0.1/db",
 		"host=127.0.0.1 port=1 password=pg-s3cret",
 		"host=127.0.0.1 port=1 password='pg-s3cret x'",

@@ -223,14 +223,14 @@ func TestSecretsNeverShown(t *testing.T) {
 		"etcd://127.0.0.1:1?username=u&password=" + secret + "&dial_timeout=1s",
 		"cassandra://u:" + secret + "@127.0.0.1:1/ks?connect_timeout=1s&timeout=1s",
 		"cassandra://u:" + secret + "@127.0.0.1:1/ks?frobnicate=1",
-		// Forms the redaction did not know (new-user trial, ninth stop): a
+		// Forms the redaction did not know: a
 		// scheme without its slashes, libpq's keyword/value settings, and an
 		// '@' in the password that pgx and Go's net/url split differently.
 		"postgres:u:" + secret + "@127.0.0.1/db",
 		"host=127.0.0.1 port=1 password=" + secret,
 		"postgres://u:x@" + secret + "@127.0.0.1:1/db?connect_timeout=1",
 		// A '/', '?' or '#' in a password, a short slash, an escaped space,
-		// a quoted string (second review, ninth stop).
+		// a quoted string.
 		"postgres://u:" + secret + "/x@127.0.0.1:1/db",
 		"redis://u:x/" + secret + "@127.0.0.1:1/0",
 		"etcd://u:" + secret + "#x@127.0.0.1:1",

@@ -325,31 +325,42 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		if filler(client) {
-			// Accepted while the partition began, or queued during it: the
-			// proxy's own. It stays open while the partition lasts; once
-			// over, it is closed. Its place in the queue is filled again.
-			go func() {
-				<-p.acceptOpen()
-				client.Close()
-			}()
-			p.refill()
-			continue
-		}
-		if Mode(p.mode.Load()) == Partition {
-			// A client that connected just before the partition: silent.
-			if !p.track(client) {
-				return
-			}
-			p.refill()
-			continue
-		}
-		if !p.track(client) {
+		if !p.handle(client) {
 			return
 		}
-		p.wg.Add(1)
-		go p.serve(client)
 	}
+}
+
+// handle takes a connection the accept loop accepted, and reports false
+// when the proxy is closed.
+//
+// A filler (accepted while the partition began, or queued during it) is the
+// proxy's own: it stays open while the partition lasts, then is closed, and
+// its place in the queue is filled again. Any other connection is served,
+// also one accepted while partitioned (a client whose handshake the kernel
+// completed just before the partition, or whose dial gave up after the
+// kernel queued it): its bytes are dropped while the partition lasts, as
+// every open connection's are, and pass once it is over, as a healed
+// network's do; when its client has gone, serving it closes it.
+func (p *Proxy) handle(client net.Conn) bool {
+	partitioned := Mode(p.mode.Load()) == Partition
+	if filler(client) {
+		go func() {
+			<-p.acceptOpen()
+			client.Close()
+		}()
+		p.refill()
+		return true
+	}
+	if !p.track(client) {
+		return false
+	}
+	p.wg.Add(1)
+	go p.serve(client)
+	if partitioned {
+		p.refill()
+	}
+	return true
 }
 
 // halfCloseGrace bounds how long the proxy keeps a server connection open

@@ -238,7 +238,7 @@ func TestPartition(t *testing.T) {
 // A dial made right after SetMode(Partition) returns never completes: the
 // accept loop, which may have been waiting in Accept, takes nothing from the
 // queue once the partition began; and the proxy's own connections that
-// filled the queue are closed when it ends (second review, ninth stop).
+// filled the queue are closed when it ends.
 func TestPartitionAtOnceAndNoLeak(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("Partition fills a listen queue of 0: Linux only")
@@ -262,12 +262,58 @@ func TestPartitionAtOnceAndNoLeak(t *testing.T) {
 		}
 		p.SetMode(Pass)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	// A test dial that gave up after the kernel had queued it is served
+	// and closed once its EOF reaches the server (halfCloseGrace at most).
+	deadline := time.Now().Add(halfCloseGrace + 5*time.Second)
 	for fds() > before+2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("open files: %d before ten partitions, %d after", before, fds())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A client connection accepted while the proxy is partitioned (its
+// handshake completed just before the partition) is dropped while the
+// partition lasts and passes once it is over, as on a healed network; it
+// is not kept open and silent until the proxy closes.
+func TestAcceptedDuringPartitionPassesAfter(t *testing.T) {
+	p, _, got := proxiedEcho(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetMode(Partition)
+	if !p.handle(accepted) {
+		t.Fatal("the proxy is closed")
+	}
+	c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	c.Write([]byte("during\n"))
+	if b := make([]byte, 16); true {
+		if n, err := c.Read(b); err == nil {
+			t.Fatalf("a reply while partitioned: %q", b[:n])
+		}
+	}
+	p.SetMode(Pass)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("after\n")); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := bufio.NewReader(c).ReadString('\n'); err != nil || s != "after\n" {
+		t.Fatalf("after the partition: %q, %v", s, err)
+	}
+	if s := <-got; s != "after\n" {
+		t.Fatalf("the server got %q", s)
 	}
 }
 
