@@ -37,13 +37,15 @@ the release of the source tree it was built from. No store is opened.`,
 // the build information bi (nil when the binary has none). RELEASE is the
 // main module's version without its "v" when Go recorded one (go install
 // of a tagged module, or a build in a clone that Go stamped with a
-// pseudo-version), and tenure.Version otherwise ("(devel)", or none).
+// pseudo-version after a release tag), and tenure.Version otherwise
+// ("(devel)", none, or a pseudo-version of a history without a release
+// tag, v0.0.0-…, which names no release).
 func versionLine(bi *debug.BuildInfo) string {
 	release := tenure.Version
 	if bi == nil {
 		return "tenure " + release
 	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
+	if v := bi.Main.Version; v != "" && v != "(devel)" && !untagged(v) {
 		release = strings.TrimPrefix(v, "v")
 	}
 	line := "tenure " + release
@@ -67,4 +69,17 @@ func versionLine(bi *debug.BuildInfo) string {
 		line += " " + bi.GoVersion
 	}
 	return line
+}
+
+// untagged reports whether v is a Go pseudo-version of a commit with no
+// release tag before it: v0.0.0-yyyymmddhhmmss-abcdefabcdef, perhaps with
+// "+dirty" (https://go.dev/ref/mod#pseudo-versions).
+func untagged(v string) bool {
+	rest, ok := strings.CutPrefix(v, "v0.0.0-")
+	if !ok {
+		return false
+	}
+	rest, _, _ = strings.Cut(rest, "+")
+	stamp, rev, ok := strings.Cut(rest, "-")
+	return ok && len(stamp) == 14 && len(rev) == 12 && strings.Trim(stamp, "0123456789") == "" && strings.Trim(rev, "0123456789abcdef") == ""
 }
