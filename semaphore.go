@@ -170,27 +170,16 @@ func markerTTL(ttl time.Duration) time.Duration { return max(naming.MarkerTTL, t
 // slots hold it.
 //
 // The marker's owner string is shared, so a marker acquire whose outcome is
-// unknown (a lost answer; contention among holders renewing it at once:
-// Cassandra's CAS timeouts, etcd's writes of the same owner passing each
-// other) is simply made again, up to three times while ctx lasts: whichever
-// of them was applied, the marker is this number's. When the outcome stays
-// unknown, a read settles it: a marker read as this number's, with time
-// left, is as good as one granted, its Remaining being the time left as
-// read (never more than a grant's, since the read was sent after the
-// acquire's start).
+// unknown (a lost answer; on Cassandra, contention among holders renewing
+// it at once) is simply made again, up to three times while ctx lasts:
+// whichever of them was applied, the marker is this number's.
 func (s *Semaphore) marker(ctx context.Context, ttl time.Duration) (Record, error) {
-	name, owner := naming.MarkerName(s.resource), naming.MarkerOwner(s.slots)
 	var rec Record
 	var err error
 	for try := 0; try < 3; try++ {
-		rec, err = s.lk.store.Acquire(ctx, name, owner, ttl)
+		rec, err = s.lk.store.Acquire(ctx, naming.MarkerName(s.resource), naming.MarkerOwner(s.slots), ttl)
 		if !errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
 			break
-		}
-	}
-	if errors.Is(err, ErrUnknownOutcome) && ctx.Err() == nil {
-		if got, gerr := s.lk.store.Get(ctx, name); gerr == nil && got.Owner == owner && got.Remaining > 0 {
-			return got, nil
 		}
 	}
 	var held *HeldError
@@ -258,6 +247,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	// A slot may be granted until window: while the marker is this
 	// number's, whoever renewed it since (each with naming.MarkerTTL at least).
 	tMarker := lk.clock.Now()
+	window := tMarker.Add(lk.trust(naming.MarkerTTL))
 	wctx, cancel := lk.bounded(ctx, lk.trust(naming.MarkerTTL))
 	defer cancel()
 	mttl := markerTTL(ttl)
@@ -265,13 +255,6 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 	if err != nil {
 		return nil, err
 	}
-	// The marker is sure for mttl from tMarker, or for the time left a read
-	// of it found (marker), whichever is shorter.
-	mleft := mttl
-	if mrec.Remaining > 0 && mrec.Remaining < mleft {
-		mleft = mrec.Remaining
-	}
-	window := tMarker.Add(lk.trust(min(naming.MarkerTTL, mleft)))
 	held, err := s.slotsHeld(wctx)
 	if err != nil {
 		return nil, err
@@ -303,9 +286,9 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 				// number may hold the marker now. Free the slot.
 				_ = l.Release(context.WithoutCancel(ctx))
 				return nil, errorf("tenure: semaphore %q: slot %d was granted %v after the marker was acquired, past the %v within which the number of slots is sure; released it: %w",
-					s.resource, slot, now.Sub(tMarker), window.Sub(tMarker), ErrLeaseLost)
+					s.resource, slot, now.Sub(tMarker), lk.trust(naming.MarkerTTL), ErrLeaseLost)
 			}
-			m := newLease(lk, context.WithoutCancel(ctx), mrec.Resource, mrec.Owner, mttl, mrec.Token, tMarker, tMarker.Add(lk.trust(mleft)))
+			m := newLease(lk, context.WithoutCancel(ctx), mrec.Resource, mrec.Owner, mttl, mrec.Token, tMarker, tMarker.Add(lk.trust(mttl)))
 			m.isMarker = true
 			l.setMarker(m, now)
 			return &SlotLease{Lease: l, Slot: slot}, nil

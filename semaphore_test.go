@@ -483,46 +483,88 @@ func TestSemaphoreMarkerUnknownOutcomeRetried(t *testing.T) {
 	sl.Release(ctx)
 }
 
-// A marker acquire whose outcome stays unknown however often it is made
-// (every holder of the number renewing the shared marker at once: etcd
-// answers "other writes of this owner's lease passed this one") is settled
-// by reading the marker: when it names this number of slots, the slot is
-// granted, within the marker's time left as read. etcd failed "tenure run
-// --slots" with ten processes starting at once.
-func TestSemaphoreMarkerUnknownOutcomeSettledByRead(t *testing.T) {
+// A marker acquire whose outcome stays unknown is not settled by reading
+// the marker: a read's time left is not a bound every store keeps (etcd
+// reports its shared etcd lease's, Kubernetes the time this Store has seen
+// the object), and a slot granted within a window counted from it could
+// be trusted while holders of another number hold the marker. Here the
+// read overstates the marker's time left, the marker expires, a 3-slot
+// holder takes it and a slot; the 2-slot holder's slot grant, arriving
+// after, must not be trusted.
+func TestSemaphoreMarkerUnknownNotSettledByRead(t *testing.T) {
 	ctx := ctxT(t)
-	ms := &lostMarkerAnswer{Store: memory.New()}
-	ms.lost.Store(100)
-	lk, _ := tenure.New(ms)
-	sem, _ := lk.Semaphore("r", 2)
-	sl, err := sem.TryAcquire(ctx, ttl)
+	fc := clock.NewFake()
+	mem, _ := memory.Open(ctx, memory.Config{Clock: fc})
+	lkX, _ := tenure.New(mem, tenure.WithClock(fc))
+	semX, _ := lkX.Semaphore("r", 2)
+	x, err := semX.TryAcquire(ctx, 3*time.Second)
 	if err != nil {
-		t.Fatalf("a marker applied but never answered: %v", err)
+		t.Fatal(err)
 	}
-	sl.Release(ctx)
+	x.Release(ctx)
+	fc.Advance(29500 * time.Millisecond) // the marker has 0.5 s left
 
-	// A marker that was not applied and is not this number's: the unknown
-	// outcome is reported, and no slot is taken.
-	ns := &unknownMarker{Store: memory.New()}
-	lk2, _ := tenure.New(ns)
-	sem2, _ := lk2.Semaphore("r", 2)
-	if sl, err := sem2.TryAcquire(ctx, ttl); !errors.Is(err, tenure.ErrUnknownOutcome) {
-		t.Fatalf("a marker never applied: %+v, %v", sl, err)
+	ws := &overstatingGet{Store: mem, reached: make(chan struct{}), release: make(chan struct{})}
+	lkA, _ := tenure.New(ws, tenure.WithClock(fc))
+	semA, _ := lkA.Semaphore("r", 2)
+	type res struct {
+		l   *tenure.SlotLease
+		err error
 	}
-	if recs, _ := ns.List(ctx, ""); len(recs) != 0 {
-		t.Fatalf("leases taken although the marker is unknown: %+v", recs)
+	done := make(chan res, 1)
+	go func() {
+		l, err := semA.TryAcquire(ctx, 3*time.Second)
+		done <- res{l, err}
+	}()
+	select {
+	case <-ws.reached:
+	case r := <-done:
+		if r.err == nil {
+			t.Fatalf("a slot without a slot acquire: %s", r.l.Resource())
+		}
+		if !errors.Is(r.err, tenure.ErrUnknownOutcome) {
+			t.Fatalf("the marker's outcome: %v", r.err)
+		}
+		return // refused before any slot acquire
+	}
+	fc.Advance(time.Second) // the marker expired
+	lkB, _ := tenure.New(mem, tenure.WithClock(fc))
+	semB, _ := lkB.Semaphore("r", 3)
+	b, err := semB.TryAcquire(ctx, 3*time.Second)
+	if err != nil {
+		t.Fatalf("3-slot holder: %v", err)
+	}
+	close(ws.release)
+	if r := <-done; r.err == nil {
+		t.Fatalf("a 2-slot holder trusts %s while a 3-slot holder trusts %s", r.l.Resource(), b.Resource())
 	}
 }
 
-// unknownMarker answers every marker acquire with an unknown outcome
-// without applying it.
-type unknownMarker struct{ *memory.Store }
+// overstatingGet answers every marker acquire with an unknown outcome
+// without applying it, reports a marker's full TTL as its time left, and
+// holds each slot acquire until release is closed.
+type overstatingGet struct {
+	*memory.Store
+	reached, release chan struct{}
+}
 
-func (m *unknownMarker) Acquire(ctx context.Context, r, owner string, ttl time.Duration) (tenure.Record, error) {
+func (m *overstatingGet) Acquire(ctx context.Context, r, owner string, ttl time.Duration) (tenure.Record, error) {
 	if strings.HasSuffix(r, "/slots") {
 		return tenure.Record{}, fmt.Errorf("injected: %w", tenure.ErrUnknownOutcome)
 	}
+	if strings.Contains(r, "/slot-") {
+		m.reached <- struct{}{}
+		<-m.release
+	}
 	return m.Store.Acquire(ctx, r, owner, ttl)
+}
+
+func (m *overstatingGet) Get(ctx context.Context, r string) (tenure.Record, error) {
+	rec, err := m.Store.Get(ctx, r)
+	if err == nil && strings.HasSuffix(r, "/slots") {
+		rec.Remaining = rec.TTL
+	}
+	return rec, err
 }
 
 // renewedOnSchedule waits until l, on fake clock fc, has the time left of a

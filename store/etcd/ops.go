@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -309,8 +310,16 @@ func (s *Store) moveKV(ctx context.Context, op, resource, owner, to string, ttl 
 }
 
 // moveTries bounds the moves of one call that another write of the same
-// owner string and token passes (moveKVTries).
-const moveTries = 3
+// owner string and token passes (moveKVTries); between two, the call
+// waits a random time below moveBackoff doubled at each try, up to
+// moveBackoffCap, so that Stores renewing one shared key at once (every
+// holder of a semaphore renews its marker) spread out instead of passing
+// each other again.
+const (
+	moveTries      = 10
+	moveBackoff    = 4 * time.Millisecond
+	moveBackoffCap = 200 * time.Millisecond
+)
 
 // moveKVTries is moveKV; write makes it move the key even where a renewal
 // needs no write (rewriteKV). The move is conditioned on the key's
@@ -329,7 +338,25 @@ func (s *Store) moveKVTries(ctx context.Context, op, resource, owner, to string,
 		if try == moveTries {
 			return driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: other writes of this owner's lease passed this one %d times", op, resource, moveTries))
 		}
+		if err := passedBackoff(ctx, try); err != nil {
+			return fmt.Errorf("etcd store: %s %q: %w", op, resource, err)
+		}
 		kv = moved
+	}
+}
+
+// passedBackoff waits, after the try-th move of a call that another write
+// of the same lease passed, a random time below moveBackoff·2^(try−1), at
+// most moveBackoffCap, or until ctx ends (its error). Nothing of the call
+// was applied yet.
+func passedBackoff(ctx context.Context, try int) error {
+	t := time.NewTimer(rand.N(min(moveBackoff<<(try-1), moveBackoffCap)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx)
 	}
 }
 
@@ -465,6 +492,9 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 		}
 		if try == moveTries {
 			return driver.UnknownOutcome(fmt.Errorf("etcd store: keep %q: other writes of this owner's lease passed this one %d times", resource, moveTries))
+		}
+		if err := passedBackoff(ctx, try); err != nil {
+			return fmt.Errorf("etcd store: keep %q: %w", resource, err)
 		}
 		kv = moved
 	}
