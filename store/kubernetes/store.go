@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sort"
@@ -145,8 +146,29 @@ func (s *Store) usable() error {
 }
 
 // maxAttempts bounds the read-and-write rounds of one operation that meets
-// concurrent writes (update conflicts).
-const maxAttempts = 4
+// concurrent writes (update conflicts). After a conflict the operation
+// waits a random time below conflictBackoff doubled at each attempt, at
+// most conflictBackoffCap, so that Stores writing one Lease at once (every
+// holder of a semaphore renews its marker with an acquire) spread out
+// instead of conflicting again.
+const (
+	maxAttempts        = 10
+	conflictBackoff    = 4 * time.Millisecond
+	conflictBackoffCap = 200 * time.Millisecond
+)
+
+// backOff waits after the attempt-th (from 0) update that met a conflict,
+// or until ctx ends (an error; nothing of the operation was applied).
+func backOff(ctx context.Context, attempt int) error {
+	t := time.NewTimer(rand.N(min(conflictBackoff<<attempt, conflictBackoffCap)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kubernetes store: %w", context.Cause(ctx))
+	}
+}
 
 // get reads the Lease of resource: the object (nil when there is none), and
 // how long this Store has seen it at its resourceVersion. An object that
@@ -233,7 +255,14 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	name, _ := leaseName(resource)
 	var last lease
-	for range maxAttempts {
+	conflict := false // the round before met another write
+	for attempt := range maxAttempts {
+		if conflict {
+			if err := backOff(ctx, attempt-1); err != nil {
+				return driver.Record{}, err
+			}
+			conflict = false
+		}
 		obj, seen, err := s.get(ctx, resource)
 		if err != nil {
 			return driver.Record{}, err
@@ -269,6 +298,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			renewSpec(w, ttl, time.Now())
 			got, err := s.leases.Update(ctx, w, metav1.UpdateOptions{FieldManager: s.fieldMgr})
 			if apierrors.IsConflict(err) {
+				conflict = true
 				continue
 			}
 			if err != nil {
@@ -288,6 +318,7 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		grantSpec(w, resource, owner, nextToken(l, rv), ttl, time.Now(), true)
 		got, err := s.leases.Update(ctx, w, metav1.UpdateOptions{FieldManager: s.fieldMgr})
 		if apierrors.IsConflict(err) {
+			conflict = true
 			continue
 		}
 		if apierrors.IsNotFound(err) {
@@ -299,6 +330,11 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 		return s.granted(resource, owner, got), nil
 	}
 	// Others kept writing the object: report what was seen last.
+	if last.held() && last.holder == owner {
+		// Writes of this owner string (a shared one) met each other every
+		// time: nothing of this call was applied, and the caller may retry.
+		return driver.Record{}, fmt.Errorf("kubernetes store: acquire %q: the Lease changed under each of %d attempts; nothing was written", resource, maxAttempts)
+	}
 	if last.held() && last.holder != owner {
 		return driver.Record{}, &driver.HeldError{Holder: last.record(resource, 0)}
 	}
@@ -405,6 +441,11 @@ func (s *Store) change(ctx context.Context, what, resource, owner string, token 
 			return nil
 		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
 			obj = nil // read it again
+			if attempt+1 < maxAttempts {
+				if err := backOff(ctx, attempt); err != nil {
+					return err
+				}
+			}
 		default:
 			return s.writeErr(what+" Lease "+name, err)
 		}

@@ -155,6 +155,7 @@ var tests = []test{
 	{name: "Grant", f: testGrant},
 	{name: "HeldByOther", f: testHeldByOther},
 	{name: "SameOwnerAcquire", f: testSameOwnerAcquire},
+	{name: "SharedOwnerAtOnce", f: testSharedOwnerAtOnce},
 	{name: "Renew", f: testRenew},
 	{name: "Release", f: testRelease},
 	{name: "ReleaseTwice", f: testReleaseTwice},
@@ -393,6 +394,54 @@ func testSameOwnerAcquire(t *testing.T, cfg Config) {
 		time.Sleep(e.cfg.ShortTTL + e.cfg.ExpirySlack)
 	}
 	e.mustHeldBy(ctx, e.res("r"), a, first.Token)
+}
+
+// testSharedOwnerAtOnce: handles (one per process, with Config.Reopen)
+// that acquire one resource under an owner string they share, all at once
+// and again and again (every holder of a semaphore renews its marker so),
+// are each answered with the one lease: never held by its own owner, never
+// a fresh token, never an unknown outcome for writes that merely met each
+// other.
+func testSharedOwnerAtOnce(t *testing.T, cfg Config) {
+	e, ctx := newEnv(t, cfg), ctxT(t)
+	const rounds = 5
+	n := e.cfg.Contenders
+	handles := make([]driver.Store, n)
+	for i := range handles {
+		handles[i] = e.store
+		if e.cfg.Reopen != nil && i > 0 {
+			handles[i] = e.cfg.Reopen(t, e.store)
+		}
+	}
+	r, shared := e.res("r"), "storetest shared owner"
+	first := e.mustAcquire(ctx, r, shared, longTTL)
+	for round := range rounds {
+		var wg sync.WaitGroup
+		recs, errs := make([]driver.Record, n), make([]error, n)
+		start := make(chan struct{})
+		for i, h := range handles {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				recs[i], errs[i] = h.Acquire(ctx, r, shared, longTTL)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			switch {
+			case err != nil:
+				t.Errorf("round %d, handle %d: %v", round, i, err)
+			case recs[i].Token != first.Token:
+				t.Errorf("round %d, handle %d: token %d; want the lease's %d", round, i, recs[i].Token, first.Token)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	e.mustHeldBy(ctx, r, shared, first.Token)
 }
 
 func testRenew(t *testing.T, cfg Config) {
