@@ -1,8 +1,9 @@
 package main
 
 // What tenure run and tenure elect share before and after the command runs:
-// their arguments, the smallest TTL they accept, finding the command, the
-// signals that stop a wait, and closing the Locker.
+// their arguments, the smallest TTL they accept, the options of
+// their Locker, finding the command, the signals that stop a wait, and
+// closing the Locker.
 
 import (
 	"context"
@@ -38,6 +39,15 @@ const minTTLWhy = "the lease is renewed every TTL/3, each renewal a round trip t
 // (tenure was stopped while the store was answering it), so that a tenure
 // that is gone does not keep the lease for a whole TTL.
 const closeTimeout = 5 * time.Second
+
+// lockerOptions are the options of the Locker of tenure run and of the
+// candidate of tenure elect, for the owner id that validateCommand
+// returned. WithReleaseWatch: on stores that announce releases, a lease
+// freed or taken by someone else ends within a round trip, and the command
+// is stopped then, not at the next renewal.
+func (a *app) lockerOptions(ownerID string) []tenure.Option {
+	return []tenure.Option{tenure.WithOwnerID(ownerID), tenure.WithLogger(a.libraryLog()), tenure.WithReleaseWatch()}
+}
 
 // commandForm is the usage line of run and elect.
 func commandForm(name string) string {

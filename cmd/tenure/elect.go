@@ -179,10 +179,6 @@ func (e *elector) newCandidate(store driver.Store, ownerID string) (*election.Ca
 		Value:       e.f.value,
 		TTL:         e.f.ttl,
 		RetryPeriod: e.f.retry,
-		Logger:      e.a.libraryLog(),
-		// A forced release or a takeover stops the singleton within a round
-		// trip on stores that notify, as for tenure run.
-		ReleaseWatch: true,
 		OnStartedLeading: func(term context.Context) {
 			l := tenure.LeaseFromContext(term)
 			select {
@@ -191,7 +187,7 @@ func (e *elector) newCandidate(store driver.Store, ownerID string) (*election.Ca
 			}
 		},
 		OnNewLeader: e.st.observe,
-	})
+	}, e.a.lockerOptions(ownerID)...)
 }
 
 // readLeader reads the current leader, for the status line, and ends the

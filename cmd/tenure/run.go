@@ -177,10 +177,7 @@ func (a *app) run(c *cobra.Command, f *runFlags, args []string) error {
 	}
 	defer st.Close()
 
-	// WithReleaseWatch: on stores that announce releases, a lease freed or
-	// taken by someone else ends within a round trip, and the command is
-	// stopped then, not at the next renewal.
-	lk, err := tenure.New(st, tenure.WithOwnerID(ownerID), tenure.WithLogger(a.libraryLog()), tenure.WithReleaseWatch())
+	lk, err := tenure.New(st, a.lockerOptions(ownerID)...)
 	if err != nil {
 		stopWatch()
 		return fail(exitSoftware, "run: %s", errText(err))
