@@ -931,57 +931,114 @@ func tenureGroup(t *Tenure) string {
 	return "lease"
 }
 
+// liveness checks that waiters are served: how long the lease stayed free
+// while someone waited, the takeover after a holder was killed, and the
+// hand-off after a release (and, through wakeUps, the wake-up after one).
 func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.Duration, opt Options) {
-	// Waiting: from the start of a blocking Acquire until it returned, or
-	// the process ended.
-	waits := map[string][]span{}
-	var from, to int64 = Never, 0
+	lv := newLiveData(hs, ts, faults, ttl)
+	r.freeGaps(lv)
+	r.takeovers(lv, ts, opt)
+	r.wakeUps(hs, faults, lv.byGroup, ttl, opt)
+	r.handoffs(lv, hs, opt)
+}
+
+// liveData is what the liveness checks share: who waited when, and who
+// held what, by group (histGroup, tenureGroup).
+type liveData struct {
+	waits    map[string][]span // waiting: from the start of a blocking Acquire until it returned, or the process ended
+	from, to int64             // the first and last event
+	byGroup  map[string][]*Tenure
+	capacity map[string]int // the group's slots (1 for a lease)
+	faults   []Fault
+	ttl      time.Duration
+}
+
+func newLiveData(hs []*History, ts []*Tenure, faults []Fault, ttl time.Duration) *liveData {
+	lv := &liveData{waits: map[string][]span{}, from: Never, byGroup: map[string][]*Tenure{}, capacity: map[string]int{}, faults: faults, ttl: ttl}
 	for _, h := range hs {
-		if h.Operator() {
-			continue
-		}
-		g := histGroup(h)
-		var w int64
-		for _, e := range h.Events {
-			from, to = min(from, e.T), max(to, e.T)
-			switch e.Ev {
-			case EvWait:
-				w = e.T
-			case EvGrant, EvAcqErr, EvExit:
-				if w != 0 {
-					waits[g] = append(waits[g], span{w, e.T})
-					w = 0
-				}
-			}
-		}
-		if w != 0 && h.Gone != nil {
-			waits[g] = append(waits[g], span{w, h.Gone.T})
+		if !h.Operator() {
+			lv.addWaits(h)
 		}
 	}
-	// Full: every slot (the one lease) trusted by someone.
-	byGroup := map[string][]*Tenure{}
-	capacity := map[string]int{}
 	for _, t := range ts {
 		g := tenureGroup(t)
-		byGroup[g] = append(byGroup[g], t)
-		capacity[g] = 1
+		lv.byGroup[g] = append(lv.byGroup[g], t)
+		lv.capacity[g] = 1
 		if t.Sem != "" {
-			capacity[g] = t.Slots
+			lv.capacity[g] = t.Slots
 		}
 	}
+	return lv
+}
+
+// addWaits adds the waits of h, and widens the time range to its events.
+func (lv *liveData) addWaits(h *History) {
+	g := histGroup(h)
+	var w int64
+	for _, e := range h.Events {
+		lv.from, lv.to = min(lv.from, e.T), max(lv.to, e.T)
+		switch e.Ev {
+		case EvWait:
+			w = e.T
+		case EvGrant, EvAcqErr, EvExit:
+			if w != 0 {
+				lv.waits[g] = append(lv.waits[g], span{w, e.T})
+				w = 0
+			}
+		}
+	}
+	if w != 0 && h.Gone != nil {
+		lv.waits[g] = append(lv.waits[g], span{w, h.Gone.T})
+	}
+}
+
+// nextGrant returns the first grant in group g answered after after, and
+// its process.
+func (lv *liveData) nextGrant(g string, after int64) (int64, string, bool) {
+	gts := lv.byGroup[g]
+	i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > after })
+	if i == len(gts) {
+		return 0, "", false
+	}
+	return gts[i].Reply, gts[i].Process, true
+}
+
+// otherFault reports whether a fault other than self was active between s
+// and e, or within one TTL before s (a fault ending just before still
+// delays recovery).
+func (lv *liveData) otherFault(self Fault, s, e int64) bool {
+	for _, f := range lv.faults {
+		if f != self && f.Start <= e && max(f.End, f.Start)+int64(lv.ttl) >= s {
+			return true
+		}
+	}
+	return false
+}
+
+// someoneWaits reports whether someone waited in group g at t.
+func (lv *liveData) someoneWaits(g string, t int64) bool {
+	for _, w := range lv.waits[g] {
+		if w.start <= t && t <= w.end {
+			return true
+		}
+	}
+	return false
+}
+
+// freeGaps finds the longest time a group was not full while someone
+// waited in it, with and without a fault near, and the faults near the
+// longest.
+func (r *Report) freeGaps(lv *liveData) {
 	var groups []string
-	for g := range waits {
+	for g := range lv.waits {
 		groups = append(groups, g)
 	}
 	sort.Strings(groups)
 	var gaps []span
 	for _, g := range groups {
-		full := fullSpans(byGroup[g], capacity[g])
-		gaps = append(gaps, intersect(complement(full, from, to), union(waits[g]))...)
-	}
-	var faultSpans []span
-	for _, f := range faults {
-		faultSpans = append(faultSpans, span{f.Start, max(f.End, f.Start)})
+		// Full: every slot (the one lease) trusted by someone.
+		full := fullSpans(lv.byGroup[g], lv.capacity[g])
+		gaps = append(gaps, intersect(complement(full, lv.from, lv.to), union(lv.waits[g]))...)
 	}
 	var longest, longestQuiet span
 	for _, g := range gaps {
@@ -990,64 +1047,36 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 		}
 		// A gap is "without fault" when no fault was active from one TTL
 		// before it (a fault ending just before still delays recovery).
-		quiet := true
-		for _, f := range faultSpans {
-			if f.start <= g.end && f.end+int64(ttl) >= g.start {
-				quiet = false
-				break
-			}
-		}
-		if quiet && g.end-g.start > longestQuiet.end-longestQuiet.start {
+		if !lv.otherFault(Fault{}, g.start, g.end) && g.end-g.start > longestQuiet.end-longestQuiet.start {
 			longestQuiet = g
 		}
 	}
 	r.LongestFreeGapNs = longest.end - longest.start
 	r.LongestFreeGap = time.Duration(r.LongestFreeGapNs).Round(time.Millisecond).String()
 	r.LongestGapNoFault = time.Duration(longestQuiet.end - longestQuiet.start).Round(time.Millisecond).String()
-	for _, f := range faults {
-		if f.Start <= longest.end && max(f.End, f.Start)+int64(ttl) >= longest.start && longest.end > longest.start {
+	for _, f := range lv.faults {
+		if f.Start <= longest.end && max(f.End, f.Start)+int64(lv.ttl) >= longest.start && longest.end > longest.start {
 			r.LongestGapFaults = append(r.LongestGapFaults, f.Kind)
 		}
 	}
+}
 
-	// Takeover after the holder was killed: until the next grant's answer
-	// in its group. Bound: the store expires the lease within TTL of the
-	// holder's last write, and a waiter retries within the retry interval.
+// takeovers measures the takeover after a holder was killed: until the
+// next grant's answer in its group. Bound: the store expires the lease
+// within TTL of the holder's last write, and a waiter retries within the
+// retry interval.
+func (r *Report) takeovers(lv *liveData, ts []*Tenure, opt Options) {
 	storeTTL := opt.Profile.MaxTTL
 	if opt.Profile.Takeover != nil {
 		storeTTL = opt.Profile.Takeover
 	}
-	bound := storeTTL(ttl) + opt.RetryInterval + SlackLiveness
+	bound := storeTTL(lv.ttl) + opt.RetryInterval + SlackLiveness
 	r.LivenessBound = fmt.Sprintf("kill: store TTL+retry+%v = %v; release: retry+%v = %v", SlackLiveness, bound, SlackLiveness, opt.RetryInterval+SlackLiveness)
 	groupOf := map[string]string{}
 	for _, t := range ts {
 		groupOf[t.Resource] = tenureGroup(t)
 	}
-	nextGrant := func(g string, after int64) (int64, string, bool) {
-		gts := byGroup[g]
-		i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > after })
-		if i == len(gts) {
-			return 0, "", false
-		}
-		return gts[i].Reply, gts[i].Process, true
-	}
-	otherFault := func(self Fault, s, e int64) bool {
-		for _, f := range faults {
-			if f != self && f.Start <= e && max(f.End, f.Start)+int64(ttl) >= s {
-				return true
-			}
-		}
-		return false
-	}
-	someoneWaits := func(g string, t int64) bool {
-		for _, w := range waits[g] {
-			if w.start <= t && t <= w.end {
-				return true
-			}
-		}
-		return false
-	}
-	for _, f := range faults {
+	for _, f := range lv.faults {
 		if f.Kind != FaultKill || !f.Holder {
 			continue
 		}
@@ -1055,20 +1084,22 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 		if !ok {
 			g = "lease"
 		}
-		next, _, ok := nextGrant(g, f.Start)
+		next, _, ok := lv.nextGrant(g, f.Start)
 		if !ok {
 			continue
 		}
 		d := time.Duration(next - f.Start)
 		r.TakeoverAfterKill.add(d)
-		if d > bound && !otherFault(f, f.Start, next) {
+		if d > bound && !lv.otherFault(f, f.Start, next) {
 			r.LivenessExceeded++
 		}
 	}
-	r.wakeUps(hs, faults, byGroup, ttl, opt)
-	// Hand-off after a release: until another process's grant was
-	// answered, when someone was waiting (a releaser that takes the lease
-	// again first did not leave it free).
+}
+
+// handoffs measures the hand-off after a release: until another process's
+// grant was answered, when someone was waiting (a releaser that takes the
+// lease again first did not leave it free).
+func (r *Report) handoffs(lv *liveData, hs []*History, opt Options) {
 	for _, h := range hs {
 		g := histGroup(h)
 		mode := ""
@@ -1076,7 +1107,7 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 			if e.Ev == EvGrant {
 				mode = e.Mode
 			}
-			if e.Ev != EvReleased || e.Err != "" || !someoneWaits(g, e.T) {
+			if e.Ev != EvReleased || e.Err != "" || !lv.someoneWaits(g, e.T) {
 				continue
 			}
 			if mode == "shared" {
@@ -1084,13 +1115,13 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 				// share frees nothing for the waiters.
 				continue
 			}
-			next, proc, ok := nextGrant(g, e.T)
+			next, proc, ok := lv.nextGrant(g, e.T)
 			if !ok || proc == h.Owner {
 				continue
 			}
 			d := time.Duration(next - e.T)
 			r.HandoffAfterFree.add(d)
-			if d > opt.RetryInterval+SlackLiveness && !otherFault(Fault{}, e.T, next) {
+			if d > opt.RetryInterval+SlackLiveness && !lv.otherFault(Fault{}, e.T, next) {
 				r.LivenessExceeded++
 			}
 		}
