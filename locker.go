@@ -36,7 +36,6 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
-	"github.com/tenure-go/tenure/internal/backoff"
 	"github.com/tenure-go/tenure/internal/naming"
 )
 
@@ -86,17 +85,7 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 	if store == nil {
 		return nil, errors.New("tenure: nil store")
 	}
-	c := config{
-		rho:         DefaultDriftBound,
-		retry:       backoff.Policy{Base: DefaultRetryBase, Cap: DefaultRetryInterval},
-		maxRenewals: DefaultMaxConcurrentRenewals,
-	}
-	for _, o := range opts {
-		o(&c)
-	}
-	if c.ownerID == "" {
-		c.ownerID = DefaultOwnerID()
-	}
+	c := newConfig(opts)
 	owner, err := naming.NewOwner(c.ownerID)
 	if err != nil {
 		return nil, err
@@ -110,12 +99,6 @@ func New(store driver.Store, opts ...Option) (*Locker, error) {
 		return nil, errorf("tenure: retry base %v and max %v: need 0 < base <= max", c.retry.Base, c.retry.Cap)
 	case c.maxRenewals <= 0:
 		return nil, errorf("tenure: max concurrent renewals %d is not positive", c.maxRenewals)
-	}
-	if c.clock == nil {
-		c.clock = clock.Real()
-	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
 	}
 	lk := &Locker{
 		store:   store,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/internal/backoff"
+	"github.com/tenure-go/tenure/internal/lockeropts"
 )
 
 // Defaults.
@@ -52,6 +53,38 @@ type config struct {
 	maxRenewals   int
 	watchRelease  bool
 	telemetry     telemetryConfig
+}
+
+// newConfig applies opts to the defaults: the one place where a Locker's
+// defaults are chosen. It does not validate (New does).
+func newConfig(opts []Option) config {
+	c := config{
+		rho:         DefaultDriftBound,
+		retry:       backoff.Policy{Base: DefaultRetryBase, Cap: DefaultRetryInterval},
+		maxRenewals: DefaultMaxConcurrentRenewals,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.ownerID == "" {
+		c.ownerID = DefaultOwnerID()
+	}
+	if c.clock == nil {
+		c.clock = clock.Real()
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// The packages built on a Locker (election) read its clock, logger and
+// meter provider from the options that made it.
+func init() {
+	lockeropts.Read = func(opts any) lockeropts.Settings {
+		c := newConfig(opts.([]Option))
+		return lockeropts.Settings{OwnerID: c.ownerID, Clock: c.clock, Logger: c.logger, MeterProvider: c.telemetry.meters}
+	}
 }
 
 // WithOwnerID sets the readable part of the owner (default DefaultOwnerID,

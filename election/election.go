@@ -42,10 +42,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/lockeropts"
 	"github.com/tenure-go/tenure/internal/naming"
 )
 
@@ -60,23 +60,26 @@ const (
 // tenure.ErrNotHeld.
 var ErrNoLeader = fmt.Errorf("election: no leader: %w", tenure.ErrNotHeld)
 
-// Config configures a Candidate.
+// Config configures a Candidate: the election's own settings. How the
+// candidate's lease is renewed and trusted, its clock, and where logs,
+// metrics and spans go are the options of its tenure.Locker, given to New.
 type Config struct {
 	// Resource is the name of the election's lease. Required.
 	Resource string
 	// Identity is the candidate's readable id, shown to other candidates
-	// (default tenure.DefaultOwnerID, "HOST:PID"). A random nonce is added,
-	// so two candidates with one identity still exclude each other.
+	// (default: the id of a tenure.WithOwnerID among New's options, or
+	// tenure.DefaultOwnerID, "HOST:PID"). A random nonce is added, so two
+	// candidates with one identity still exclude each other.
 	Identity string
-	// TTL is the lease's TTL (default 15 s). A leader that cannot renew
-	// stops leading at most TTL·(1−ρ) after its last confirmed renewal was
-	// sent; a leader that dies is replaced within TTL plus RetryPeriod.
+	// TTL is the lease's TTL (default 15 s). The leader renews it as the
+	// Locker's options say (every TTL/3 unless tenure.WithRenewInterval),
+	// and stops leading at most TTL·(1−ρ) after its last confirmed renewal
+	// was sent (ρ: tenure.WithDriftBound); a leader that dies is replaced
+	// within TTL plus RetryPeriod.
 	TTL time.Duration
 	// RetryPeriod is how often a follower tries to acquire the lease
 	// (default 2 s); attempts are spread with ±10% jitter.
 	RetryPeriod time.Duration
-	// RenewInterval is how often the leader renews (default TTL/3).
-	RenewInterval time.Duration
 
 	// Value is published with the candidate's lease while it leads, such as
 	// the address and port where it serves: Leader, an Observer and "tenure
@@ -120,19 +123,6 @@ type Config struct {
 	// the candidate waits as long before campaigning again, so that its
 	// terms' callbacks never overlap. Negative values are refused.
 	HandOverTimeout time.Duration
-
-	// ReleaseWatch makes the leader's lease watch its resource's release
-	// notifications (tenure.WithReleaseWatch), on stores that send them: a
-	// leadership freed or taken by someone else ends within a round trip of
-	// the notification instead of at the next renewal.
-	ReleaseWatch bool
-
-	// Clock, Logger, MeterProvider and TracerProvider are passed to the
-	// candidate's tenure.Locker; defaults as there.
-	Clock          clock.Clock
-	Logger         *slog.Logger
-	MeterProvider  metric.MeterProvider
-	TracerProvider trace.TracerProvider
 }
 
 // Candidate campaigns for leadership. Its methods are safe for concurrent
@@ -242,18 +232,31 @@ func (c *Candidate) callingTerm(ctx context.Context) *term {
 // OnStartedLeading has returned, so Resign cannot wait for Run there.
 var ErrResignInCallback = errors.New("election: Resign called from a callback that Run waits for: the candidate resigns once the callback returns; Resign does not wait for Run")
 
-// New returns a candidate whose lease lives in store. It validates the
-// configuration without any I/O and returns an error wrapping
-// tenure.ErrInvalidResource, tenure.ErrInvalidTTL or tenure.ErrInvalidOwner,
-// with the reason, for every configuration that the Locker underneath would
-// reject once Run starts: among them a TTL the store cannot keep (below 1 s
-// on Cassandra, see driver.TTLChecker) and a RenewInterval (default TTL/3)
-// that is not shorter than TTL·(1−ρ), ρ = tenure.DefaultDriftBound; and an
-// identity or published value that cannot be kept in an owner string (an
-// identity that contains "|", which separates it from the value, a value
-// too long or with characters that do not print), wrapping
-// tenure.ErrInvalidOwner.
-func New(store driver.Store, cfg Config) (*Candidate, error) {
+// New returns a candidate whose lease lives in store. opts configure the
+// candidate's tenure.Locker as they configure tenure.New, and so decide how
+// its leases behave: when they are renewed and retried
+// (tenure.WithRenewInterval, tenure.WithRetry), how long they are trusted
+// (tenure.WithDriftBound), whether they watch release notifications
+// (tenure.WithReleaseWatch), and the clock and the logger, meter and
+// tracer providers (tenure.WithClock, tenure.WithLogger,
+// tenure.WithMeterProvider, tenure.WithTracerProvider). The candidate times
+// its retries and hand-overs on the same clock, logs through the same
+// logger and records its election metrics with the same meter provider. A
+// tenure.WithOwnerID among opts gives the default Config.Identity; the
+// Locker's owner id is made of Config.Identity and Config.Value.
+//
+// New validates the configuration and the options without any I/O and
+// returns an error for every configuration that the Locker underneath
+// would reject once Run starts: bad Locker options (as tenure.New), and
+// errors wrapping tenure.ErrInvalidResource, tenure.ErrInvalidTTL or
+// tenure.ErrInvalidOwner, with the reason, among them a TTL the store
+// cannot keep (below 1 s on Cassandra, see driver.TTLChecker), a renew
+// interval (default TTL/3) that does not end tenure.MinRenewWindow before
+// TTL·(1−ρ) (tenure.Locker.CheckTTL), and an identity or published value
+// that cannot be kept in an owner string (an identity that contains "|",
+// which separates it from the value, a value too long or with characters
+// that do not print).
+func New(store driver.Store, cfg Config, opts ...tenure.Option) (*Candidate, error) {
 	if err := driver.ValidateResource(cfg.Resource); err != nil {
 		return nil, err
 	}
@@ -266,38 +269,23 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	if err := driver.ValidateTTL(cfg.TTL); err != nil {
 		return nil, err
 	}
-	if cfg.RetryPeriod < 0 || cfg.RenewInterval < 0 || cfg.HandOverTimeout < 0 {
-		return nil, errors.New("election: negative retry period, renew interval or hand-over timeout")
+	if cfg.RetryPeriod < 0 || cfg.HandOverTimeout < 0 {
+		return nil, errors.New("election: negative retry period or hand-over timeout")
 	}
 	if cfg.HandOverTimeout == 0 {
 		cfg.HandOverTimeout = cfg.TTL
+	}
+	set := lockeropts.Read(opts)
+	if cfg.Identity == "" {
+		cfg.Identity = set.OwnerID
 	}
 	id, err := lockerID(cfg.Identity, cfg.Value)
 	if err != nil {
 		return nil, fmt.Errorf("election: %w", err)
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	opts := []tenure.Option{
-		tenure.WithClock(cfg.Clock),
-		tenure.WithLogger(cfg.Logger),
-		tenure.WithRenewInterval(cfg.RenewInterval),
-		tenure.WithOwnerID(id),
-	}
-	if cfg.ReleaseWatch {
-		opts = append(opts, tenure.WithReleaseWatch())
-	}
-	if cfg.MeterProvider != nil {
-		opts = append(opts, tenure.WithMeterProvider(cfg.MeterProvider))
-	}
-	if cfg.TracerProvider != nil {
-		opts = append(opts, tenure.WithTracerProvider(cfg.TracerProvider))
-	}
-	lk, err := tenure.New(store, opts...)
+	// The candidate's owner id comes last, so that it wins over a
+	// WithOwnerID among opts.
+	lk, err := tenure.New(store, append(opts[:len(opts):len(opts)], tenure.WithOwnerID(id))...)
 	if err != nil {
 		return nil, err
 	}
@@ -310,9 +298,9 @@ func New(store driver.Store, cfg Config) (*Candidate, error) {
 	return &Candidate{
 		cfg:       cfg,
 		lk:        lk,
-		clock:     cfg.Clock,
-		log:       cfg.Logger.With("election", cfg.Resource),
-		tel:       newElectionTelemetry(cfg.MeterProvider, cfg.Resource),
+		clock:     set.Clock,
+		log:       set.Logger.With("election", cfg.Resource),
+		tel:       newElectionTelemetry(set.MeterProvider, cfg.Resource),
 		leave:     make(chan struct{}),
 		abandoned: make(chan struct{}),
 	}, nil
@@ -386,8 +374,8 @@ func (c *Candidate) closeLeaveLocked() {
 	}
 }
 
-// Identity returns the candidate's readable id (Config.Identity, or
-// tenure.DefaultOwnerID()).
+// Identity returns the candidate's readable id (Config.Identity, or its
+// default: see Config).
 func (c *Candidate) Identity() string {
 	id, _ := naming.ParseCandidate(c.lk.Owner())
 	return id

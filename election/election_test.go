@@ -69,14 +69,25 @@ func none[T any](t *testing.T, ch <-chan T, what string) {
 func TestConfigValidation(t *testing.T) {
 	s := memory.New()
 	for name, cfg := range map[string]election.Config{
-		"no resource":         {},
-		"bad resource":        {Resource: "a\x00"},
-		"negative TTL":        {Resource: "e", TTL: -time.Second},
-		"renew not below TTL": {Resource: "e", TTL: time.Second, RenewInterval: time.Second},
-		"bad identity":        {Resource: "e", Identity: "a#b"},
-		"negative retry":      {Resource: "e", RetryPeriod: -1},
+		"no resource":    {},
+		"bad resource":   {Resource: "a\x00"},
+		"negative TTL":   {Resource: "e", TTL: -time.Second},
+		"bad identity":   {Resource: "e", Identity: "a#b"},
+		"negative retry": {Resource: "e", RetryPeriod: -1},
 	} {
 		if _, err := election.New(s, cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for name, opts := range map[string][]tenure.Option{
+		"renew not below TTL":    {tenure.WithRenewInterval(time.Second)},
+		"negative renew":         {tenure.WithRenewInterval(-time.Second)},
+		"drift bound above 0.5":  {tenure.WithDriftBound(0.5)},
+		"bad owner id in opts":   {tenure.WithOwnerID("a#b")},
+		"retry base above max":   {tenure.WithRetry(time.Second, time.Millisecond)},
+		"no concurrent renewals": {tenure.WithMaxConcurrentRenewals(0)},
+	} {
+		if _, err := election.New(s, election.Config{Resource: "e", TTL: time.Second}, opts...); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -130,7 +141,7 @@ func TestRenewalsFailStopsAtDeadline(t *testing.T) {
 	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
 	f := storetest.NewFaulty(mem)
 	ev := newEvents()
-	c, err := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: fc}))
+	c, err := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second}), tenure.WithClock(fc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +207,7 @@ func TestHealthHandler(t *testing.T) {
 	fc := &frozenTimers{fake}
 	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fake})
 	ev := newEvents()
-	c, _ := election.New(mem, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, Clock: fc}))
+	c, _ := election.New(mem, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second}), tenure.WithClock(fc))
 	h := c.HealthHandler(time.Second)
 	get := func() (int, string) {
 		rec := httptest.NewRecorder()
@@ -296,7 +307,7 @@ func TestElectionMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	ev := newEvents()
-	c, _ := election.New(memory.New(), ev.config(election.Config{Resource: "e", TTL: time.Minute, MeterProvider: mp}))
+	c, _ := election.New(memory.New(), ev.config(election.Config{Resource: "e", TTL: time.Minute}), tenure.WithMeterProvider(mp))
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()

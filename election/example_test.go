@@ -58,7 +58,11 @@ func ExampleCandidate() {
 				terms <- term{id, tenure.LeaseFromContext(ctx).Token()}
 				<-ctx.Done()
 			},
-		})
+		},
+			// The candidate's Locker options decide its lease, as for
+			// tenure.New: here a renewal every 3s (default TTL/3).
+			tenure.WithRenewInterval(3*time.Second),
+		)
 		if err != nil {
 			log.Fatal(err)
 		}

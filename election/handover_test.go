@@ -90,7 +90,7 @@ func TestHandOverWaitsForOnStartedLeading(t *testing.T) {
 			const ttl, retry = 3 * time.Second, 100 * time.Millisecond
 			termEnded, proceed := make(chan struct{}), make(chan struct{})
 			var aReturned, bStartedEarly atomic.Bool
-			a, err := election.New(mem, election.Config{Resource: "e", Identity: "a", TTL: ttl, RetryPeriod: retry, Clock: fc,
+			a, err := election.New(mem, election.Config{Resource: "e", Identity: "a", TTL: ttl, RetryPeriod: retry,
 				HandOverTimeout: time.Hour,
 				OnStartedLeading: func(term context.Context) {
 					<-term.Done()
@@ -98,19 +98,19 @@ func TestHandOverWaitsForOnStartedLeading(t *testing.T) {
 					<-proceed // winding down
 					aReturned.Store(true)
 				},
-			})
+			}, tenure.WithClock(fc))
 			if err != nil {
 				t.Fatal(err)
 			}
 			bStarted := make(chan struct{}, 1)
-			b, _ := election.New(mem, election.Config{Resource: "e", Identity: "b", TTL: ttl, RetryPeriod: retry, Clock: fc,
+			b, _ := election.New(mem, election.Config{Resource: "e", Identity: "b", TTL: ttl, RetryPeriod: retry,
 				OnStartedLeading: func(context.Context) {
 					if !aReturned.Load() {
 						bStartedEarly.Store(true)
 					}
 					bStarted <- struct{}{}
 				},
-			})
+			}, tenure.WithClock(fc))
 			ctx, cancel := context.WithCancel(ctxT(t))
 			defer cancel()
 			runA := make(chan error, 1)
@@ -184,9 +184,9 @@ func TestHandOverTimeoutLeavesTheLeaseToExpire(t *testing.T) {
 			const ttl, bound = 3 * time.Second, 5500 * time.Millisecond
 			stuck := make(chan struct{})
 			defer close(stuck)
-			a, _ := election.New(f, election.Config{Resource: "e", Identity: "a", TTL: ttl, Clock: fc, HandOverTimeout: bound,
+			a, _ := election.New(f, election.Config{Resource: "e", Identity: "a", TTL: ttl, HandOverTimeout: bound,
 				OnStartedLeading: func(context.Context) { <-stuck },
-			})
+			}, tenure.WithClock(fc))
 			ctx, cancel := context.WithCancel(ctxT(t))
 			defer cancel()
 			runA := make(chan error, 1)
@@ -250,9 +250,9 @@ func TestCloseBoundedAbandonsTheLease(t *testing.T) {
 	f := storetest.NewFaulty(mem)
 	stuck := make(chan struct{})
 	defer close(stuck)
-	a, _ := election.New(f, election.Config{Resource: "e", TTL: time.Minute, Clock: fc,
+	a, _ := election.New(f, election.Config{Resource: "e", TTL: time.Minute,
 		OnStartedLeading: func(context.Context) { <-stuck },
-	})
+	}, tenure.WithClock(fc))
 	runA := make(chan error, 1)
 	go func() { runA <- a.Run(ctxT(t)) }()
 	waitFor(t, a.IsLeader, "a leads")
@@ -284,7 +284,7 @@ func TestLossWaitsForOnStartedLeading(t *testing.T) {
 	proceed := make(chan struct{})
 	stopped := make(chan struct{}, 4)
 	var returned atomic.Bool
-	c, _ := election.New(f, election.Config{Resource: "e", TTL: 3 * time.Second, RetryPeriod: 100 * time.Millisecond, Clock: fc,
+	c, _ := election.New(f, election.Config{Resource: "e", TTL: 3 * time.Second, RetryPeriod: 100 * time.Millisecond,
 		HandOverTimeout: time.Hour,
 		OnStartedLeading: func(term context.Context) {
 			<-term.Done()
@@ -297,7 +297,7 @@ func TestLossWaitsForOnStartedLeading(t *testing.T) {
 			}
 			stopped <- struct{}{}
 		},
-	})
+	}, tenure.WithClock(fc))
 	go c.Run(ctxT(t))
 	defer c.Resign(context.Background())
 	waitFor(t, c.IsLeader, "leads")

@@ -54,14 +54,16 @@ func TestNewRejectsWhatTheLockerWould(t *testing.T) {
 		name  string
 		min   time.Duration // the store's minimum TTL, 0 for none
 		cfg   election.Config
-		cause string // in the error
+		opts  []tenure.Option // the Locker's
+		cause string          // in the error
 	}{
-		{"renew interval above TTL·(1−ρ)", 0, election.Config{TTL: time.Second, RenewInterval: 995 * time.Millisecond}, "TTL·(1−ρ) = 990ms"},
-		{"renew interval at TTL·(1−ρ)", 0, election.Config{TTL: time.Second, RenewInterval: 990 * time.Millisecond}, "TTL·(1−ρ)"},
-		{"renew interval far above TTL·(1−ρ)", 0, election.Config{TTL: 10 * time.Second, RenewInterval: 9950 * time.Millisecond}, "TTL·(1−ρ) = 9.9s"},
-		{"TTL too short for the default renew interval", 0, election.Config{TTL: 2 * time.Nanosecond}, "too short to be renewed"},
-		{"TTL below the store's minimum", time.Second, election.Config{TTL: 500 * time.Millisecond}, "below the store's minimum of 1s"},
-		{"default TTL below the store's minimum", time.Minute, election.Config{}, "below the store's minimum of 1m0s"},
+		{"renew interval above TTL·(1−ρ)", 0, election.Config{TTL: time.Second}, []tenure.Option{tenure.WithRenewInterval(995 * time.Millisecond)}, "TTL·(1−ρ) = 990ms"},
+		{"renew interval at TTL·(1−ρ)", 0, election.Config{TTL: time.Second}, []tenure.Option{tenure.WithRenewInterval(990 * time.Millisecond)}, "TTL·(1−ρ)"},
+		{"renew interval far above TTL·(1−ρ)", 0, election.Config{TTL: 10 * time.Second}, []tenure.Option{tenure.WithRenewInterval(9950 * time.Millisecond)}, "TTL·(1−ρ) = 9.9s"},
+		{"renew interval above TTL·(1−ρ) with the Locker's ρ", 0, election.Config{TTL: time.Second}, []tenure.Option{tenure.WithRenewInterval(850 * time.Millisecond), tenure.WithDriftBound(0.2)}, "TTL·(1−ρ) = 800ms"},
+		{"TTL too short for the default renew interval", 0, election.Config{TTL: 2 * time.Nanosecond}, nil, "too short to be renewed"},
+		{"TTL below the store's minimum", time.Second, election.Config{TTL: 500 * time.Millisecond}, nil, "below the store's minimum of 1s"},
+		{"default TTL below the store's minimum", time.Minute, election.Config{}, nil, "below the store's minimum of 1m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s driver.Store = memory.New()
@@ -76,7 +78,7 @@ func TestNewRejectsWhatTheLockerWould(t *testing.T) {
 			}
 			cfg := tc.cfg
 			cfg.Resource = "e"
-			c, err := election.New(s, cfg)
+			c, err := election.New(s, cfg, tc.opts...)
 			if err == nil {
 				// What the old code did: accepted, then Run failed.
 				runErr := c.Run(ctxT(t))
@@ -92,7 +94,7 @@ func TestNewRejectsWhatTheLockerWould(t *testing.T) {
 	}
 	// Close to the limit is accepted, and leads.
 	ev := newEvents()
-	c, err := election.New(memory.New(), ev.config(election.Config{Resource: "e", TTL: 10 * time.Second, RenewInterval: 9800 * time.Millisecond}))
+	c, err := election.New(memory.New(), ev.config(election.Config{Resource: "e", TTL: 10 * time.Second}), tenure.WithRenewInterval(9800*time.Millisecond))
 	if err != nil {
 		t.Fatalf("renew interval 9.8s with TTL 10s: %v", err)
 	}
@@ -318,10 +320,10 @@ func TestResignFromCallbacks(t *testing.T) {
 		var c *election.Candidate
 		errs := make(chan error, 4)
 		started := make(chan struct{}, 4)
-		c, _ = election.New(f, election.Config{Resource: "e", TTL: 30 * time.Second, Clock: fc,
+		c, _ = election.New(f, election.Config{Resource: "e", TTL: 30 * time.Second,
 			OnStartedLeading: func(context.Context) { started <- struct{}{} },
 			OnStoppedLeading: func() { resignIn(&c, errs) },
-		})
+		}, tenure.WithClock(fc))
 		runErr := make(chan error, 1)
 		go func() { runErr <- c.Run(ctxT(t)) }()
 		recv(t, started, "leading")
@@ -381,7 +383,7 @@ func TestCampaignsAgainARetryPeriodAfterLoss(t *testing.T) {
 	mem, _ := memory.Open(context.Background(), memory.Config{Clock: fc})
 	f := storetest.NewFaulty(mem)
 	ev := newEvents()
-	c, _ := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, RetryPeriod: time.Hour, Clock: fc}))
+	c, _ := election.New(f, ev.config(election.Config{Resource: "e", TTL: 30 * time.Second, RetryPeriod: time.Hour}), tenure.WithClock(fc))
 	go c.Run(ctxT(t))
 	recv(t, ev.started, "leading")
 	f.Set(storetest.OpRenew, storetest.Fail, 0)

@@ -165,104 +165,157 @@ func (o *Observer) subscribe(ctx context.Context, subs chan<- subscription) bool
 
 func (o *Observer) run(ctx context.Context, out chan<- Leader) {
 	defer close(out)
-	var (
-		queue    []Leader
-		last     Leader // the last state reported
-		reported bool
-		maxToken uint64
-		failures int
-		sub      subscription
-		subs     = make(chan subscription)
-		dropped  bool
-	)
-	defer func() {
-		if sub.stop != nil {
-			sub.stop()
-		}
-	}()
-	timer := o.cfg.Clock.NewTimer(time.Hour) // reset after the first read
-	defer timer.Stop()
-	retry := backoff.Policy{Base: 50 * time.Millisecond, Cap: o.cfg.PollInterval}
-	subscribed := false
-	read := true
-	for {
-		if read {
-			read = false
-			rctx, cancel := context.WithTimeout(ctx, o.readTimeout())
-			l, err := o.Leader(rctx)
-			cancel()
-			if errors.Is(err, ErrNoLeader) {
-				err = nil
-			}
-			delay := o.cfg.PollInterval
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				if failures == 0 {
-					o.log.Warn("observer: cannot read the leader; retrying", "err", err)
-				} else {
-					o.log.Debug("observer: cannot read the leader; retrying", "err", err, "failures", failures+1)
-				}
-				delay = min(delay, retry.Delay(failures))
-				failures++
-			default:
-				if failures > 0 {
-					o.log.Info("observer: the leader can be read again", "failures", failures)
-					failures = 0
-				}
-				stale := l.Token != 0 && l.Token < maxToken
-				if !stale && (!reported || !sameTerm(l, last)) {
-					if l.Owner != "" && reported && subscribed {
-						// A new term: subscribe again, so that its lease is
-						// marked as watched where the store needs that for
-						// its release to notify.
-						o.subscribe(ctx, subs)
-					}
-					queue = append(queue, l)
-					if len(queue) > maxObserved {
-						queue = queue[len(queue)-maxObserved:]
-						if !dropped {
-							o.log.Warn("observer: the reader does not keep up; dropping the oldest observations")
-							dropped = true
-						}
-					}
-					last, reported = l, true
-				}
-				maxToken = max(maxToken, l.Token)
-				if l.Owner != "" && l.Remaining > 0 {
-					// Read again once the lease would expire unless renewed.
-					delay = min(delay, l.Remaining+10*time.Millisecond)
-				}
-			}
-			if !subscribed {
-				subscribed = o.subscribe(ctx, subs)
-			}
-			timer.Reset(max(delay, time.Millisecond))
-		}
-		var send chan<- Leader
-		var head Leader
-		if len(queue) > 0 {
-			send, head = out, queue[0]
-		}
-		select {
-		case <-ctx.Done():
+	ob := &observation{
+		o:     o,
+		out:   out,
+		subs:  make(chan subscription),
+		retry: backoff.Policy{Base: 50 * time.Millisecond, Cap: o.cfg.PollInterval},
+		timer: o.cfg.Clock.NewTimer(time.Hour), // reset after the first read
+	}
+	defer ob.timer.Stop()
+	defer ob.unsubscribe()
+	for read := true; ; {
+		if read && !ob.read(ctx) {
 			return
-		case send <- head:
-			queue = queue[1:]
-		case s := <-subs:
-			if sub.stop != nil {
-				sub.stop()
-			}
-			sub = s
-			read = true // a release before the subscription started may have been missed
-		case _, ok := <-sub.ch:
-			if !ok {
-				sub.ch = nil
-			}
-			read = true
-		case <-timer.C():
-			read = true
 		}
+		var ok bool
+		if read, ok = ob.wait(ctx); !ok {
+			return
+		}
+	}
+}
+
+// observation is the state of the goroutine of one Observe call.
+type observation struct {
+	o   *Observer
+	out chan<- Leader
+
+	queue    []Leader // observations the reader has not taken yet
+	dropped  bool     // the oldest observations were dropped
+	last     Leader   // the last state reported
+	reported bool
+	maxToken uint64 // the largest token read
+
+	failures int // reads failed in a row
+	retry    backoff.Policy
+
+	sub        subscription
+	subs       chan subscription // subscriptions that subscribe started
+	subscribed bool
+
+	timer clock.Timer // the next read
+}
+
+// read reads the leader once, queues what changed, and sets the timer of
+// the next read. It returns false when ctx ended.
+func (ob *observation) read(ctx context.Context) bool {
+	o := ob.o
+	rctx, cancel := context.WithTimeout(ctx, o.readTimeout())
+	l, err := o.Leader(rctx)
+	cancel()
+	if errors.Is(err, ErrNoLeader) {
+		err = nil
+	}
+	delay := o.cfg.PollInterval
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case err != nil:
+		delay = min(delay, ob.failed(err))
+	default:
+		delay = min(delay, ob.seen(ctx, l))
+	}
+	if !ob.subscribed {
+		ob.subscribed = o.subscribe(ctx, ob.subs)
+	}
+	ob.timer.Reset(max(delay, time.Millisecond))
+	return true
+}
+
+// failed logs a read that failed (at level Warn once per outage) and
+// returns how soon to read again: with backoff.
+func (ob *observation) failed(err error) time.Duration {
+	if ob.failures == 0 {
+		ob.o.log.Warn("observer: cannot read the leader; retrying", "err", err)
+	} else {
+		ob.o.log.Debug("observer: cannot read the leader; retrying", "err", err, "failures", ob.failures+1)
+	}
+	d := ob.retry.Delay(ob.failures)
+	ob.failures++
+	return d
+}
+
+// seen queues l when it is a change that is not stale, and returns how
+// soon to read again: once the leader's lease would expire unless renewed
+// (or at the poll interval).
+func (ob *observation) seen(ctx context.Context, l Leader) time.Duration {
+	if ob.failures > 0 {
+		ob.o.log.Info("observer: the leader can be read again", "failures", ob.failures)
+		ob.failures = 0
+	}
+	stale := l.Token != 0 && l.Token < ob.maxToken
+	if !stale && (!ob.reported || !sameTerm(l, ob.last)) {
+		if l.Owner != "" && ob.reported && ob.subscribed {
+			// A new term: subscribe again, so that its lease is marked as
+			// watched where the store needs that for its release to
+			// notify.
+			ob.o.subscribe(ctx, ob.subs)
+		}
+		ob.enqueue(l)
+		ob.last, ob.reported = l, true
+	}
+	ob.maxToken = max(ob.maxToken, l.Token)
+	if l.Owner != "" && l.Remaining > 0 {
+		return l.Remaining + 10*time.Millisecond
+	}
+	return ob.o.cfg.PollInterval
+}
+
+// enqueue queues l for the reader, dropping the oldest observations beyond
+// maxObserved.
+func (ob *observation) enqueue(l Leader) {
+	ob.queue = append(ob.queue, l)
+	if len(ob.queue) > maxObserved {
+		ob.queue = ob.queue[len(ob.queue)-maxObserved:]
+		if !ob.dropped {
+			ob.o.log.Warn("observer: the reader does not keep up; dropping the oldest observations")
+			ob.dropped = true
+		}
+	}
+}
+
+// wait hands queued observations to the reader until it is time to read
+// again (the timer, a release notification, a new subscription), and says
+// whether to read; ok is false when ctx ended.
+func (ob *observation) wait(ctx context.Context) (read, ok bool) {
+	var send chan<- Leader
+	var head Leader
+	if len(ob.queue) > 0 {
+		send, head = ob.out, ob.queue[0]
+	}
+	select {
+	case <-ctx.Done():
+		return false, false
+	case send <- head:
+		ob.queue = ob.queue[1:]
+		return false, true
+	case s := <-ob.subs:
+		ob.unsubscribe()
+		ob.sub = s
+		return true, true // a release before the subscription started may have been missed
+	case _, open := <-ob.sub.ch:
+		if !open {
+			ob.sub.ch = nil
+		}
+		return true, true
+	case <-ob.timer.C():
+		return true, true
+	}
+}
+
+// unsubscribe ends the current subscription, if any.
+func (ob *observation) unsubscribe() {
+	if ob.sub.stop != nil {
+		ob.sub.stop()
 	}
 }

@@ -82,13 +82,11 @@ func NewParticipant(store driver.Store, resourceName string, options Participant
 		options.FollowerLeaseRefreshInterval = DefaultFollowerLeaseRefreshInterval
 	}
 	c, err := New(store, Config{
-		Resource:      resourceName,
-		Identity:      options.Identity,
-		TTL:           options.FollowerLeaseRefreshInterval,
-		RetryPeriod:   options.FollowerLeaseRefreshInterval,
-		RenewInterval: options.LeaderLeaseRefreshInterval,
-		Logger:        options.Logger,
-	})
+		Resource:    resourceName,
+		Identity:    options.Identity,
+		TTL:         options.FollowerLeaseRefreshInterval,
+		RetryPeriod: options.FollowerLeaseRefreshInterval,
+	}, tenure.WithRenewInterval(options.LeaderLeaseRefreshInterval), tenure.WithLogger(options.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("election: participant with LeaderLeaseRefreshInterval %v and FollowerLeaseRefreshInterval %v (the lease's TTL): %w",
 			options.LeaderLeaseRefreshInterval, options.FollowerLeaseRefreshInterval, err)

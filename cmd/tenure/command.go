@@ -1,8 +1,9 @@
 package main
 
 // What tenure run and tenure elect share before and after the command runs:
-// their arguments, the smallest TTL they accept, finding the command, the
-// signals that stop a wait, and closing the Locker.
+// their flags and arguments, the smallest TTL they accept, the options of
+// their Locker, finding the command, the signals that stop a wait, and
+// closing the Locker.
 
 import (
 	"context"
@@ -38,6 +39,32 @@ const minTTLWhy = "the lease is renewed every TTL/3, each renewal a round trip t
 // (tenure was stopped while the store was answering it), so that a tenure
 // that is gone does not keep the lease for a whole TTL.
 const closeTimeout = 5 * time.Second
+
+// leaseFlags are the flags that tenure run and tenure elect share.
+type leaseFlags struct {
+	ttl   time.Duration
+	grace time.Duration
+	owner string
+}
+
+// addLeaseFlags adds the flags of f to c: --ttl with the command's default
+// TTL, --grace, and --owner, whose help names what the owner id is of
+// (ownerOf: "owner", "candidate").
+func addLeaseFlags(c *cobra.Command, f *leaseFlags, defaultTTL time.Duration, ownerOf string) {
+	fl := c.Flags()
+	fl.DurationVar(&f.ttl, "ttl", defaultTTL, "lease TTL, at least 1s")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time from SIGTERM to SIGKILL")
+	fl.StringVar(&f.owner, "owner", "", "readable "+ownerOf+" id (default HOST:PID)")
+}
+
+// lockerOptions are the options of the Locker of tenure run and of the
+// candidate of tenure elect, for the owner id that validateCommand
+// returned. WithReleaseWatch: on stores that announce releases, a lease
+// freed or taken by someone else ends within a round trip, and the command
+// is stopped then, not at the next renewal.
+func (a *app) lockerOptions(ownerID string) []tenure.Option {
+	return []tenure.Option{tenure.WithOwnerID(ownerID), tenure.WithLogger(a.libraryLog()), tenure.WithReleaseWatch()}
+}
 
 // commandForm is the usage line of run and elect.
 func commandForm(name string) string {
@@ -82,7 +109,8 @@ func splitCommandArgs(name string, args []string, dash int) (string, []string, e
 // validateCommand checks the arguments and flags that tenure run and tenure
 // elect (name) share, before any I/O: RESOURCE -- COMMAND, --ttl, --grace
 // and --owner. It returns the readable owner id to use.
-func validateCommand(name string, c *cobra.Command, args []string, ttl, grace time.Duration, owner string) (resource string, argv []string, ownerID string, err error) {
+func validateCommand(name string, c *cobra.Command, args []string, f *leaseFlags) (resource string, argv []string, ownerID string, err error) {
+	ttl, grace, owner := f.ttl, f.grace, f.owner
 	resource, argv, err = splitCommandArgs(name, args, c.ArgsLenAtDash())
 	if err != nil {
 		return "", nil, "", err

@@ -19,10 +19,8 @@ import (
 )
 
 type electFlags struct {
-	ttl   time.Duration
+	leaseFlags
 	retry time.Duration
-	grace time.Duration
-	owner string
 	value string
 }
 
@@ -63,17 +61,15 @@ func (a *app) newElectCmd() *cobra.Command {
 			return a.elect(c, &f, args)
 		},
 	}
+	addLeaseFlags(c, &f.leaseFlags, election.DefaultTTL, "candidate")
 	fl := c.Flags()
-	fl.DurationVar(&f.ttl, "ttl", election.DefaultTTL, "lease TTL, at least 1s")
 	fl.DurationVar(&f.retry, "retry", election.DefaultRetryPeriod, "how often a follower tries to lead")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time from SIGTERM to SIGKILL")
-	fl.StringVar(&f.owner, "owner", "", "readable candidate id (default HOST:PID)")
 	fl.StringVar(&f.value, "value", "", `value published while leading, such as "10.0.0.5:8080" (at most 128 printable bytes)`)
 	return c
 }
 
 func validateElect(c *cobra.Command, f *electFlags, args []string) (resource string, argv []string, ownerID string, err error) {
-	resource, argv, ownerID, err = validateCommand("elect", c, args, f.ttl, f.grace, f.owner)
+	resource, argv, ownerID, err = validateCommand("elect", c, args, &f.leaseFlags)
 	if err != nil {
 		return "", nil, "", err
 	}
@@ -179,10 +175,6 @@ func (e *elector) newCandidate(store driver.Store, ownerID string) (*election.Ca
 		Value:       e.f.value,
 		TTL:         e.f.ttl,
 		RetryPeriod: e.f.retry,
-		Logger:      e.a.libraryLog(),
-		// A forced release or a takeover stops the singleton within a round
-		// trip on stores that notify, as for tenure run.
-		ReleaseWatch: true,
 		OnStartedLeading: func(term context.Context) {
 			l := tenure.LeaseFromContext(term)
 			select {
@@ -191,7 +183,7 @@ func (e *elector) newCandidate(store driver.Store, ownerID string) (*election.Ca
 			}
 		},
 		OnNewLeader: e.st.observe,
-	})
+	}, e.a.lockerOptions(ownerID)...)
 }
 
 // readLeader reads the current leader, for the status line, and ends the

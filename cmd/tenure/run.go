@@ -19,11 +19,9 @@ import (
 )
 
 type runFlags struct {
-	ttl         time.Duration
+	leaseFlags
 	wait        time.Duration
 	noWait      bool
-	grace       time.Duration
-	owner       string
 	slots       int
 	holdAtLeast time.Duration
 	shared      bool
@@ -86,12 +84,10 @@ func (a *app) newRunCmd() *cobra.Command {
 			return a.run(c, &f, args)
 		},
 	}
+	addLeaseFlags(c, &f.leaseFlags, 30*time.Second, "owner")
 	fl := c.Flags()
-	fl.DurationVar(&f.ttl, "ttl", 30*time.Second, "lease TTL, at least 1s")
 	fl.DurationVar(&f.wait, "wait", 0, "wait at most this long (default: no limit)")
 	fl.BoolVar(&f.noWait, "no-wait", false, "exit 75 at once if the lease is held")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time from SIGTERM to SIGKILL")
-	fl.StringVar(&f.owner, "owner", "", "readable owner id (default HOST:PID)")
 	fl.IntVar(&f.slots, "slots", 0, fmt.Sprintf("a semaphore of N slots (1 to %d)", tenure.MaxSlots))
 	fl.DurationVar(&f.holdAtLeast, "hold-at-least", 0, "keep the lease this long (tenure help cron)")
 	fl.BoolVar(&f.shared, "shared", false, "hold RESOURCE shared with other --shared runs")
@@ -104,7 +100,7 @@ var errWaitTimeout = errors.New("--wait ran out")
 
 // validateRun checks every argument before any I/O.
 func validateRun(c *cobra.Command, f *runFlags, args []string) (resource string, argv []string, ownerID string, err error) {
-	resource, argv, ownerID, err = validateCommand("run", c, args, f.ttl, f.grace, f.owner)
+	resource, argv, ownerID, err = validateCommand("run", c, args, &f.leaseFlags)
 	if err != nil {
 		return "", nil, "", err
 	}
@@ -177,10 +173,7 @@ func (a *app) run(c *cobra.Command, f *runFlags, args []string) error {
 	}
 	defer st.Close()
 
-	// WithReleaseWatch: on stores that announce releases, a lease freed or
-	// taken by someone else ends within a round trip, and the command is
-	// stopped then, not at the next renewal.
-	lk, err := tenure.New(st, tenure.WithOwnerID(ownerID), tenure.WithLogger(a.libraryLog()), tenure.WithReleaseWatch())
+	lk, err := tenure.New(st, a.lockerOptions(ownerID)...)
 	if err != nil {
 		stopWatch()
 		return fail(exitSoftware, "run: %s", errText(err))

@@ -745,111 +745,130 @@ func (r *Report) semaphoreHolders(ts []*Tenure, deletions []Fault, outside func(
 		bySem[t.Sem] = append(bySem[t.Sem], t)
 	}
 	sort.Strings(sems)
-	// A holder is a tenure's trust window, or the hold that followed it (a
-	// slot kept by ReleaseAfter: from the end of trust until the hold's
-	// length after it was asked for): a kept slot counts as held.
-	type holder struct {
-		t    *Tenure
-		kept bool
-	}
-	type edge struct {
-		t     int64
-		start bool
-		h     holder
-	}
 	for _, sem := range sems {
 		for _, kind := range []string{"semaphore-trust", "semaphore-work"} {
-			var es []edge
-			for _, t := range bySem[sem] {
-				s, e := t.Reply, t.End
-				if kind == "semaphore-work" {
-					if len(t.Steps) == 0 {
-						continue
-					}
-					s, e = t.Steps[0], t.Steps[len(t.Steps)-1]
-				}
-				es = append(es, edge{s, true, holder{t, false}}, edge{e, false, holder{t, false}})
-				if kind == "semaphore-trust" && t.HeldUntil > t.End {
-					// An operator's deletion of the store's data ends the
-					// hold (outside the contract, as for hold-broken).
-					until := t.HeldUntil
-					for _, f := range deletions {
-						if f.Start <= until && f.End >= t.End {
-							until = min(until, max(f.Start, t.End+1))
-						}
-					}
-					if until > t.End+1 {
-						es = append(es, edge{t.End + 1, true, holder{t, true}}, edge{until, false, holder{t, true}})
-					}
-				}
-			}
-			// Starts before ends at the same instant: touching holds count
-			// as overlapping, as in the per-lease check.
-			sort.Slice(es, func(i, j int) bool {
-				if es[i].t != es[j].t {
-					return es[i].t < es[j].t
-				}
-				return es[i].start && !es[j].start
-			})
-			active := map[holder]bool{}
-			end := func(h holder) int64 {
-				if h.kept {
-					return h.t.HeldUntil
-				}
-				return h.t.End
-			}
-			for _, e := range es {
+			active := map[semHolder]bool{}
+			for _, e := range semEdges(bySem[sem], kind, deletions) {
 				if !e.start {
 					delete(active, e.h)
 					continue
 				}
 				active[e.h] = true
-				// Every holder trusts at most its own number of slots
-				// (holders of one semaphore may be started with different
-				// numbers: the marker must keep them apart), so the limit
-				// is the least among the holders at this instant.
-				n := e.h.t.Slots
-				mixed := false
-				for a := range active {
-					n = min(n, a.t.Slots)
-					mixed = mixed || a.t.Slots != e.h.t.Slots
-				}
-				count := kind == "semaphore-trust" && mixed
-				if len(active) <= n && !count {
-					continue
-				}
-				// Too many, or another count: outside the contract when an
-				// operator's deletion explains it for one of the earlier
-				// holders.
-				var others []string
-				k := ""
-				for a := range active {
-					if a != e.h {
-						what := ""
-						if a.kept {
-							what = ", kept"
-						}
-						others = append(others, fmt.Sprintf("%s (slot %d of %d, token %d%s)", a.t.Owner, a.t.Slot, a.t.Slots, a.t.Token, what))
-						if k == "" {
-							k = outside(a.t, e.h.t, min(end(a), end(e.h)))
-						}
-					}
-				}
-				sort.Strings(others)
-				if k != "" {
-					r.outsideContract(k, "semaphore %q: %d holders at %d", sem, len(active), e.t)
-					continue
-				}
-				if len(active) > n {
-					r.violate(kind, "semaphore %q of %d slots: %s (slot %d, token %d) at %d makes %d holders, with %s",
-						sem, n, e.h.t.Owner, e.h.t.Slot, e.h.t.Token, e.t, len(active), strings.Join(others, ", "))
-				}
-				if count {
-					r.violate("semaphore-count", "semaphore %q: %s holds slot %d of %d (token %d) from %d while a slot of another count is held or kept: %s",
-						sem, e.h.t.Owner, e.h.t.Slot, e.h.t.Slots, e.h.t.Token, e.t, strings.Join(others, ", "))
-				}
+				r.semaphoreAt(sem, kind, e, active, outside)
 			}
 		}
+	}
+}
+
+// semHolder is a holder of a semaphore's slot: a tenure's trust window, or
+// the hold that followed it (a slot kept by ReleaseAfter: from the end of
+// trust until the hold's length after it was asked for): a kept slot
+// counts as held.
+type semHolder struct {
+	t    *Tenure
+	kept bool
+}
+
+// end is when h stops holding.
+func (h semHolder) end() int64 {
+	if h.kept {
+		return h.t.HeldUntil
+	}
+	return h.t.End
+}
+
+// semEdge is the start or the end of a semHolder.
+type semEdge struct {
+	t     int64
+	start bool
+	h     semHolder
+}
+
+// semEdges returns the starts and ends of the holders of a semaphore's
+// slots, in time order, for kind: semaphore-trust (trust windows and kept
+// slots) or semaphore-work (from the first step to the last).
+func semEdges(ts []*Tenure, kind string, deletions []Fault) []semEdge {
+	var es []semEdge
+	for _, t := range ts {
+		s, e := t.Reply, t.End
+		if kind == "semaphore-work" {
+			if len(t.Steps) == 0 {
+				continue
+			}
+			s, e = t.Steps[0], t.Steps[len(t.Steps)-1]
+		}
+		es = append(es, semEdge{s, true, semHolder{t, false}}, semEdge{e, false, semHolder{t, false}})
+		if kind == "semaphore-trust" && t.HeldUntil > t.End {
+			// An operator's deletion of the store's data ends the
+			// hold (outside the contract, as for hold-broken).
+			until := t.HeldUntil
+			for _, f := range deletions {
+				if f.Start <= until && f.End >= t.End {
+					until = min(until, max(f.Start, t.End+1))
+				}
+			}
+			if until > t.End+1 {
+				es = append(es, semEdge{t.End + 1, true, semHolder{t, true}}, semEdge{until, false, semHolder{t, true}})
+			}
+		}
+	}
+	// Starts before ends at the same instant: touching holds count as
+	// overlapping, as in the per-lease check.
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].t != es[j].t {
+			return es[i].t < es[j].t
+		}
+		return es[i].start && !es[j].start
+	})
+	return es
+}
+
+// semaphoreAt checks the holders active when the start e of a holder made
+// them so: no more than the number of slots, and (for trust) no holders of
+// another number of slots.
+func (r *Report) semaphoreAt(sem, kind string, e semEdge, active map[semHolder]bool, outside func(a, b *Tenure, end int64) string) {
+	// Every holder trusts at most its own number of slots (holders of one
+	// semaphore may be started with different numbers: the marker must
+	// keep them apart), so the limit is the least among the holders at
+	// this instant.
+	n := e.h.t.Slots
+	mixed := false
+	for a := range active {
+		n = min(n, a.t.Slots)
+		mixed = mixed || a.t.Slots != e.h.t.Slots
+	}
+	count := kind == "semaphore-trust" && mixed
+	if len(active) <= n && !count {
+		return
+	}
+	// Too many, or another count: outside the contract when an operator's
+	// deletion explains it for one of the earlier holders.
+	var others []string
+	k := ""
+	for a := range active {
+		if a != e.h {
+			what := ""
+			if a.kept {
+				what = ", kept"
+			}
+			others = append(others, fmt.Sprintf("%s (slot %d of %d, token %d%s)", a.t.Owner, a.t.Slot, a.t.Slots, a.t.Token, what))
+			if k == "" {
+				k = outside(a.t, e.h.t, min(a.end(), e.h.end()))
+			}
+		}
+	}
+	sort.Strings(others)
+	if k != "" {
+		r.outsideContract(k, "semaphore %q: %d holders at %d", sem, len(active), e.t)
+		return
+	}
+	if len(active) > n {
+		r.violate(kind, "semaphore %q of %d slots: %s (slot %d, token %d) at %d makes %d holders, with %s",
+			sem, n, e.h.t.Owner, e.h.t.Slot, e.h.t.Token, e.t, len(active), strings.Join(others, ", "))
+	}
+	if count {
+		r.violate("semaphore-count", "semaphore %q: %s holds slot %d of %d (token %d) from %d while a slot of another count is held or kept: %s",
+			sem, e.h.t.Owner, e.h.t.Slot, e.h.t.Slots, e.h.t.Token, e.t, strings.Join(others, ", "))
 	}
 }
 
@@ -931,57 +950,114 @@ func tenureGroup(t *Tenure) string {
 	return "lease"
 }
 
+// liveness checks that waiters are served: how long the lease stayed free
+// while someone waited, the takeover after a holder was killed, and the
+// hand-off after a release (and, through wakeUps, the wake-up after one).
 func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.Duration, opt Options) {
-	// Waiting: from the start of a blocking Acquire until it returned, or
-	// the process ended.
-	waits := map[string][]span{}
-	var from, to int64 = Never, 0
+	lv := newLiveData(hs, ts, faults, ttl)
+	r.freeGaps(lv)
+	r.takeovers(lv, ts, opt)
+	r.wakeUps(hs, faults, lv.byGroup, ttl, opt)
+	r.handoffs(lv, hs, opt)
+}
+
+// liveData is what the liveness checks share: who waited when, and who
+// held what, by group (histGroup, tenureGroup).
+type liveData struct {
+	waits    map[string][]span // waiting: from the start of a blocking Acquire until it returned, or the process ended
+	from, to int64             // the first and last event
+	byGroup  map[string][]*Tenure
+	capacity map[string]int // the group's slots (1 for a lease)
+	faults   []Fault
+	ttl      time.Duration
+}
+
+func newLiveData(hs []*History, ts []*Tenure, faults []Fault, ttl time.Duration) *liveData {
+	lv := &liveData{waits: map[string][]span{}, from: Never, byGroup: map[string][]*Tenure{}, capacity: map[string]int{}, faults: faults, ttl: ttl}
 	for _, h := range hs {
-		if h.Operator() {
-			continue
-		}
-		g := histGroup(h)
-		var w int64
-		for _, e := range h.Events {
-			from, to = min(from, e.T), max(to, e.T)
-			switch e.Ev {
-			case EvWait:
-				w = e.T
-			case EvGrant, EvAcqErr, EvExit:
-				if w != 0 {
-					waits[g] = append(waits[g], span{w, e.T})
-					w = 0
-				}
-			}
-		}
-		if w != 0 && h.Gone != nil {
-			waits[g] = append(waits[g], span{w, h.Gone.T})
+		if !h.Operator() {
+			lv.addWaits(h)
 		}
 	}
-	// Full: every slot (the one lease) trusted by someone.
-	byGroup := map[string][]*Tenure{}
-	capacity := map[string]int{}
 	for _, t := range ts {
 		g := tenureGroup(t)
-		byGroup[g] = append(byGroup[g], t)
-		capacity[g] = 1
+		lv.byGroup[g] = append(lv.byGroup[g], t)
+		lv.capacity[g] = 1
 		if t.Sem != "" {
-			capacity[g] = t.Slots
+			lv.capacity[g] = t.Slots
 		}
 	}
+	return lv
+}
+
+// addWaits adds the waits of h, and widens the time range to its events.
+func (lv *liveData) addWaits(h *History) {
+	g := histGroup(h)
+	var w int64
+	for _, e := range h.Events {
+		lv.from, lv.to = min(lv.from, e.T), max(lv.to, e.T)
+		switch e.Ev {
+		case EvWait:
+			w = e.T
+		case EvGrant, EvAcqErr, EvExit:
+			if w != 0 {
+				lv.waits[g] = append(lv.waits[g], span{w, e.T})
+				w = 0
+			}
+		}
+	}
+	if w != 0 && h.Gone != nil {
+		lv.waits[g] = append(lv.waits[g], span{w, h.Gone.T})
+	}
+}
+
+// nextGrant returns the first grant in group g answered after after, and
+// its process.
+func (lv *liveData) nextGrant(g string, after int64) (int64, string, bool) {
+	gts := lv.byGroup[g]
+	i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > after })
+	if i == len(gts) {
+		return 0, "", false
+	}
+	return gts[i].Reply, gts[i].Process, true
+}
+
+// otherFault reports whether a fault other than self was active between s
+// and e, or within one TTL before s (a fault ending just before still
+// delays recovery).
+func (lv *liveData) otherFault(self Fault, s, e int64) bool {
+	for _, f := range lv.faults {
+		if f != self && f.Start <= e && max(f.End, f.Start)+int64(lv.ttl) >= s {
+			return true
+		}
+	}
+	return false
+}
+
+// someoneWaits reports whether someone waited in group g at t.
+func (lv *liveData) someoneWaits(g string, t int64) bool {
+	for _, w := range lv.waits[g] {
+		if w.start <= t && t <= w.end {
+			return true
+		}
+	}
+	return false
+}
+
+// freeGaps finds the longest time a group was not full while someone
+// waited in it, with and without a fault near, and the faults near the
+// longest.
+func (r *Report) freeGaps(lv *liveData) {
 	var groups []string
-	for g := range waits {
+	for g := range lv.waits {
 		groups = append(groups, g)
 	}
 	sort.Strings(groups)
 	var gaps []span
 	for _, g := range groups {
-		full := fullSpans(byGroup[g], capacity[g])
-		gaps = append(gaps, intersect(complement(full, from, to), union(waits[g]))...)
-	}
-	var faultSpans []span
-	for _, f := range faults {
-		faultSpans = append(faultSpans, span{f.Start, max(f.End, f.Start)})
+		// Full: every slot (the one lease) trusted by someone.
+		full := fullSpans(lv.byGroup[g], lv.capacity[g])
+		gaps = append(gaps, intersect(complement(full, lv.from, lv.to), union(lv.waits[g]))...)
 	}
 	var longest, longestQuiet span
 	for _, g := range gaps {
@@ -990,64 +1066,36 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 		}
 		// A gap is "without fault" when no fault was active from one TTL
 		// before it (a fault ending just before still delays recovery).
-		quiet := true
-		for _, f := range faultSpans {
-			if f.start <= g.end && f.end+int64(ttl) >= g.start {
-				quiet = false
-				break
-			}
-		}
-		if quiet && g.end-g.start > longestQuiet.end-longestQuiet.start {
+		if !lv.otherFault(Fault{}, g.start, g.end) && g.end-g.start > longestQuiet.end-longestQuiet.start {
 			longestQuiet = g
 		}
 	}
 	r.LongestFreeGapNs = longest.end - longest.start
 	r.LongestFreeGap = time.Duration(r.LongestFreeGapNs).Round(time.Millisecond).String()
 	r.LongestGapNoFault = time.Duration(longestQuiet.end - longestQuiet.start).Round(time.Millisecond).String()
-	for _, f := range faults {
-		if f.Start <= longest.end && max(f.End, f.Start)+int64(ttl) >= longest.start && longest.end > longest.start {
+	for _, f := range lv.faults {
+		if f.Start <= longest.end && max(f.End, f.Start)+int64(lv.ttl) >= longest.start && longest.end > longest.start {
 			r.LongestGapFaults = append(r.LongestGapFaults, f.Kind)
 		}
 	}
+}
 
-	// Takeover after the holder was killed: until the next grant's answer
-	// in its group. Bound: the store expires the lease within TTL of the
-	// holder's last write, and a waiter retries within the retry interval.
+// takeovers measures the takeover after a holder was killed: until the
+// next grant's answer in its group. Bound: the store expires the lease
+// within TTL of the holder's last write, and a waiter retries within the
+// retry interval.
+func (r *Report) takeovers(lv *liveData, ts []*Tenure, opt Options) {
 	storeTTL := opt.Profile.MaxTTL
 	if opt.Profile.Takeover != nil {
 		storeTTL = opt.Profile.Takeover
 	}
-	bound := storeTTL(ttl) + opt.RetryInterval + SlackLiveness
+	bound := storeTTL(lv.ttl) + opt.RetryInterval + SlackLiveness
 	r.LivenessBound = fmt.Sprintf("kill: store TTL+retry+%v = %v; release: retry+%v = %v", SlackLiveness, bound, SlackLiveness, opt.RetryInterval+SlackLiveness)
 	groupOf := map[string]string{}
 	for _, t := range ts {
 		groupOf[t.Resource] = tenureGroup(t)
 	}
-	nextGrant := func(g string, after int64) (int64, string, bool) {
-		gts := byGroup[g]
-		i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > after })
-		if i == len(gts) {
-			return 0, "", false
-		}
-		return gts[i].Reply, gts[i].Process, true
-	}
-	otherFault := func(self Fault, s, e int64) bool {
-		for _, f := range faults {
-			if f != self && f.Start <= e && max(f.End, f.Start)+int64(ttl) >= s {
-				return true
-			}
-		}
-		return false
-	}
-	someoneWaits := func(g string, t int64) bool {
-		for _, w := range waits[g] {
-			if w.start <= t && t <= w.end {
-				return true
-			}
-		}
-		return false
-	}
-	for _, f := range faults {
+	for _, f := range lv.faults {
 		if f.Kind != FaultKill || !f.Holder {
 			continue
 		}
@@ -1055,20 +1103,22 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 		if !ok {
 			g = "lease"
 		}
-		next, _, ok := nextGrant(g, f.Start)
+		next, _, ok := lv.nextGrant(g, f.Start)
 		if !ok {
 			continue
 		}
 		d := time.Duration(next - f.Start)
 		r.TakeoverAfterKill.add(d)
-		if d > bound && !otherFault(f, f.Start, next) {
+		if d > bound && !lv.otherFault(f, f.Start, next) {
 			r.LivenessExceeded++
 		}
 	}
-	r.wakeUps(hs, faults, byGroup, ttl, opt)
-	// Hand-off after a release: until another process's grant was
-	// answered, when someone was waiting (a releaser that takes the lease
-	// again first did not leave it free).
+}
+
+// handoffs measures the hand-off after a release: until another process's
+// grant was answered, when someone was waiting (a releaser that takes the
+// lease again first did not leave it free).
+func (r *Report) handoffs(lv *liveData, hs []*History, opt Options) {
 	for _, h := range hs {
 		g := histGroup(h)
 		mode := ""
@@ -1076,7 +1126,7 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 			if e.Ev == EvGrant {
 				mode = e.Mode
 			}
-			if e.Ev != EvReleased || e.Err != "" || !someoneWaits(g, e.T) {
+			if e.Ev != EvReleased || e.Err != "" || !lv.someoneWaits(g, e.T) {
 				continue
 			}
 			if mode == "shared" {
@@ -1084,13 +1134,13 @@ func (r *Report) liveness(hs []*History, ts []*Tenure, faults []Fault, ttl time.
 				// share frees nothing for the waiters.
 				continue
 			}
-			next, proc, ok := nextGrant(g, e.T)
+			next, proc, ok := lv.nextGrant(g, e.T)
 			if !ok || proc == h.Owner {
 				continue
 			}
 			d := time.Duration(next - e.T)
 			r.HandoffAfterFree.add(d)
-			if d > opt.RetryInterval+SlackLiveness && !otherFault(Fault{}, e.T, next) {
+			if d > opt.RetryInterval+SlackLiveness && !lv.otherFault(Fault{}, e.T, next) {
 				r.LivenessExceeded++
 			}
 		}
@@ -1136,54 +1186,12 @@ func WakeUpBound(p Profile, ttl, retry time.Duration, cancelWaiters bool) time.D
 // past the bound are violations (wakeup-late). The distribution of all
 // that were checked is reported.
 func (r *Report) wakeUps(hs []*History, faults []Fault, byGroup map[string][]*Tenure, ttl time.Duration, opt Options) {
-	type wait struct {
-		span
-		proc string
-	}
-	waits := map[string][]wait{}
-	// answers: per process, when its acquire calls were answered (in
-	// order): an attempt in flight at the release delays the next one.
-	answers := map[string][]int64{}
-	cancelWaiters := false
+	wc := newWakeCheck(hs, faults, byGroup, ttl, opt)
+	r.WakeUp.Bound = wc.bound.String()
 	for _, h := range hs {
 		if h.Operator() {
 			continue
 		}
-		if strings.HasSuffix(h.File, "-c.jsonl") {
-			cancelWaiters = true
-		}
-		acquires := map[int64]bool{}
-		for _, e := range h.Events {
-			switch {
-			case e.Ev == EvCall && e.Op == OpAcquire:
-				acquires[e.ID] = true
-			case e.Ev == EvReturn && acquires[e.ID]:
-				answers[h.Owner] = append(answers[h.Owner], e.T)
-			}
-		}
-		g := histGroup(h)
-		var w int64
-		for _, e := range h.Events {
-			switch e.Ev {
-			case EvWait:
-				w = e.T
-			case EvGrant:
-				if w != 0 {
-					waits[g] = append(waits[g], wait{span{w, e.T}, h.Owner})
-				}
-				w = 0
-			case EvAcqErr, EvExit:
-				w = 0
-			}
-		}
-	}
-	bound := WakeUpBound(opt.Profile, ttl, opt.RetryInterval, cancelWaiters)
-	r.WakeUp.Bound = bound.String()
-	for _, h := range hs {
-		if h.Operator() {
-			continue
-		}
-		g := histGroup(h)
 		var releasing int64 // the release call began
 		for _, e := range h.Events {
 			if e.Ev == EvRelease {
@@ -1192,69 +1200,151 @@ func (r *Report) wakeUps(hs []*History, faults []Fault, byGroup map[string][]*Te
 			if e.Ev != EvReleased || e.Err != "" || releasing == 0 {
 				continue
 			}
-			// The store freed the resource between the release's start and
-			// its answer; a grant answered after the start, to anyone (the
-			// releaser included: the resource was not left free), ends the
-			// wait for a grant.
-			from := releasing
-			waited := false
-			for _, w := range waits[g] {
-				if w.proc != h.Owner && w.start < e.T && from < w.end {
-					waited = true
-					break
-				}
-			}
-			if !waited {
-				continue
-			}
-			gts := byGroup[g]
-			i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > from })
-			if i == len(gts) {
-				continue
-			}
-			next := gts[i].Reply
-			b := bound
-			excluded := false
-			for _, f := range faults {
-				if f.Start > next || max(f.End, f.Start)+int64(ttl) < e.T {
-					continue
-				}
-				if f.Kind != FaultNotifyHalfOpen {
-					excluded = true
-					break
-				}
-				b = bound + opt.Profile.SilenceBound
-			}
-			// A half-open connection may be found dead up to the bound on
-			// silence after the fault began, and a release before its end
-			// may wait for that.
-			for _, f := range faults {
-				if f.Kind == FaultNotifyHalfOpen && f.Start <= next && f.Start+int64(opt.Profile.SilenceBound) >= e.T {
-					b = bound + opt.Profile.SilenceBound
-				}
-			}
-			if excluded {
-				r.WakeUp.Excluded++
-				continue
-			}
-			// From the release, or from the answer of the grantee's
-			// attempt that was in flight then (one round trip), whichever
-			// is later.
-			from = e.T
-			as := answers[gts[i].Process]
-			if j := sort.Search(len(as), func(j int) bool { return as[j] >= gts[i].Send }); j > 0 {
-				from = max(from, as[j-1])
-			}
-			d := time.Duration(max(gts[i].Send-from, 0))
-			r.WakeUp.add(d)
-			if d > b {
-				r.WakeUp.Over++
-				r.violate("wakeup-late", "%s: released by %s (token %d) at %d while another process waited; the next grant's acquire (%s, token %d) was sent %v later, over the bound %v",
-					g, h.Owner, e.Token, e.T, gts[i].Owner, gts[i].Token, d.Round(time.Millisecond), b)
-			}
+			r.wakeUpAfter(wc, h, releasing, e)
 		}
 	}
 	r.WakeUp.finish()
+}
+
+// wakeCheck is what the wake-up check reads: the waits for a grant in each
+// group, when each process's acquire calls were answered, the grants, the
+// faults, and the bound.
+type wakeCheck struct {
+	waits map[string][]wakeWait
+	// answers: per process, when its acquire calls were answered (in
+	// order): an attempt in flight at the release delays the next one.
+	answers map[string][]int64
+	byGroup map[string][]*Tenure
+	faults  []Fault
+	ttl     time.Duration
+	opt     Options
+	bound   time.Duration // WakeUpBound
+}
+
+// wakeWait is a process's wait that ended in a grant.
+type wakeWait struct {
+	span
+	proc string
+}
+
+func newWakeCheck(hs []*History, faults []Fault, byGroup map[string][]*Tenure, ttl time.Duration, opt Options) *wakeCheck {
+	wc := &wakeCheck{waits: map[string][]wakeWait{}, answers: map[string][]int64{}, byGroup: byGroup, faults: faults, ttl: ttl, opt: opt}
+	cancelWaiters := false
+	for _, h := range hs {
+		if h.Operator() {
+			continue
+		}
+		if strings.HasSuffix(h.File, "-c.jsonl") {
+			cancelWaiters = true
+		}
+		wc.add(h)
+	}
+	wc.bound = WakeUpBound(opt.Profile, ttl, opt.RetryInterval, cancelWaiters)
+	return wc
+}
+
+// add adds the answers to h's acquire calls, and its waits that ended in a
+// grant.
+func (wc *wakeCheck) add(h *History) {
+	acquires := map[int64]bool{}
+	for _, e := range h.Events {
+		switch {
+		case e.Ev == EvCall && e.Op == OpAcquire:
+			acquires[e.ID] = true
+		case e.Ev == EvReturn && acquires[e.ID]:
+			wc.answers[h.Owner] = append(wc.answers[h.Owner], e.T)
+		}
+	}
+	g := histGroup(h)
+	var w int64
+	for _, e := range h.Events {
+		switch e.Ev {
+		case EvWait:
+			w = e.T
+		case EvGrant:
+			if w != 0 {
+				wc.waits[g] = append(wc.waits[g], wakeWait{span{w, e.T}, h.Owner})
+			}
+			w = 0
+		case EvAcqErr, EvExit:
+			w = 0
+		}
+	}
+}
+
+// othersWaited reports whether a process other than owner waited in group
+// g at some time between from and to.
+func (wc *wakeCheck) othersWaited(g, owner string, from, to int64) bool {
+	for _, w := range wc.waits[g] {
+		if w.proc != owner && w.start < to && from < w.end {
+			return true
+		}
+	}
+	return false
+}
+
+// boundFor returns the bound on a wake-up after a release answered at
+// released and the next grant answered at next, and whether a fault
+// between them takes the wake-up out of the check.
+func (wc *wakeCheck) boundFor(released, next int64) (b time.Duration, excluded bool) {
+	b = wc.bound
+	silence := wc.opt.Profile.SilenceBound
+	for _, f := range wc.faults {
+		if f.Start > next || max(f.End, f.Start)+int64(wc.ttl) < released {
+			continue
+		}
+		if f.Kind != FaultNotifyHalfOpen {
+			return b, true
+		}
+		b = wc.bound + silence
+	}
+	// A half-open connection may be found dead up to the bound on silence
+	// after the fault began, and a release before its end may wait for
+	// that.
+	for _, f := range wc.faults {
+		if f.Kind == FaultNotifyHalfOpen && f.Start <= next && f.Start+int64(silence) >= released {
+			b = wc.bound + silence
+		}
+	}
+	return b, false
+}
+
+// wakeUpAfter measures the wake-up after h's release e, whose call began
+// at releasing, when another process waited.
+func (r *Report) wakeUpAfter(wc *wakeCheck, h *History, releasing int64, e Event) {
+	g := histGroup(h)
+	// The store freed the resource between the release's start and its
+	// answer; a grant answered after the start, to anyone (the releaser
+	// included: the resource was not left free), ends the wait for a
+	// grant.
+	if !wc.othersWaited(g, h.Owner, releasing, e.T) {
+		return
+	}
+	gts := wc.byGroup[g]
+	i := sort.Search(len(gts), func(i int) bool { return gts[i].Reply > releasing })
+	if i == len(gts) {
+		return
+	}
+	next := gts[i]
+	b, excluded := wc.boundFor(e.T, next.Reply)
+	if excluded {
+		r.WakeUp.Excluded++
+		return
+	}
+	// From the release, or from the answer of the grantee's attempt that
+	// was in flight then (one round trip), whichever is later.
+	from := e.T
+	as := wc.answers[next.Process]
+	if j := sort.Search(len(as), func(j int) bool { return as[j] >= next.Send }); j > 0 {
+		from = max(from, as[j-1])
+	}
+	d := time.Duration(max(next.Send-from, 0))
+	r.WakeUp.add(d)
+	if d > b {
+		r.WakeUp.Over++
+		r.violate("wakeup-late", "%s: released by %s (token %d) at %d while another process waited; the next grant's acquire (%s, token %d) was sent %v later, over the bound %v",
+			g, h.Owner, e.Token, e.T, next.Owner, next.Token, d.Round(time.Millisecond), b)
+	}
 }
 
 // deletedDuring returns the kind of a deletion of the store's data by an

@@ -197,206 +197,265 @@ func (p Profile) Step(s State, in Input, out Output) []State {
 	if tLo > in.Ret {
 		return nil
 	}
-	var next []State
-	add := func(n State) {
-		if n.Holder != "" && n.Lo >= n.ExpMax {
-			n = State{Lo: n.Lo, NextToken: n.NextToken} // certainly expired: free
-		}
-		for _, o := range next {
-			if o == n {
-				return
-			}
-		}
-		next = append(next, n)
-	}
-	noop := s
-	noop.Lo = tLo
+	st := step{p: p, s: s, in: in, out: out, tLo: tLo}
+	st.noop = s
+	st.noop.Lo = tLo
 	// The lease in s may be live at some t in [tLo, in.Ret].
-	live := s.Holder != "" && tLo < s.ExpMax
+	st.live = s.Holder != "" && tLo < s.ExpMax
 	// The resource may be free at some t >= tFree, t <= in.Ret.
-	tFree := tLo
+	st.tFree = tLo
 	if s.Holder != "" {
-		tFree = max(tLo, s.ExpMin)
+		st.tFree = max(tLo, s.ExpMin)
 	}
-	free := tFree <= in.Ret
-	// tok reports whether the holder's token may be t, and returns the
-	// state with the token pinned.
-	tok := func(t uint64) (State, bool) {
-		n := s
-		switch {
-		case s.Token == t && t != 0:
-		case s.Token == 0 && t != 0 && t+1 >= s.NextToken:
-			n.Token = t
-			n.NextToken = max(n.NextToken, t+1)
-		default:
-			return n, false
-		}
-		return n, true
-	}
-	confirmed := func(n State, t0 int64, ttl time.Duration, ret int64) State {
-		from := in.Call
-		if p.ExpiryFromEffect {
-			from = t0
-		}
-		n.ExpMin = satAdd(from, p.MinTTL(ttl))
-		if ret == Never && p.UnknownMayEndEarly {
-			n.ExpMin = t0
-		}
-		n.ExpMax = satAdd(ret, p.MaxTTL(ttl))
-		n.Lo = t0
-		n.TTL = ttl
-		return n
-	}
-	freed := func(t int64) State { return State{Lo: t, NextToken: s.NextToken} }
-	mine := func(t uint64) (State, bool) {
-		if s.Holder != in.Owner {
-			return s, false
-		}
-		return tok(t)
-	}
-	// lostAnswer: the store said that owner and token do not hold a live
-	// lease.
-	lostAnswer := func() {
-		if _, ok := mine(in.Token); !ok || s.Token == 0 {
-			add(noop) // someone else's lease, or another token
-		}
-		if _, ok := mine(in.Token); ok && free {
-			add(freed(tFree)) // this lease, expired
-		}
-	}
-
+	st.free = st.tFree <= in.Ret
 	switch in.Op {
 	case OpAcquire:
-		switch out.Res {
-		case ResGranted:
-			if out.Holder != in.Owner || out.Token == 0 {
-				return nil
-			}
-			if n, ok := mine(out.Token); ok && live {
-				add(confirmed(n, tLo, in.TTL, in.Ret)) // the same lease, renewed
-			}
-			if free && out.Token >= s.NextToken {
-				n := State{Holder: in.Owner, Token: out.Token, NextToken: out.Token + 1}
-				add(confirmed(n, tFree, in.TTL, in.Ret))
-			}
-		case ResHeld:
-			if out.Holder == "" {
-				// The Cassandra store's answer when its conditional writes
-				// lost a race twice: the row it saw last was free, with
-				// token HolderToken, so it granted nothing. The resource was
-				// free then, and that token had been granted before.
-				if free && out.HolderToken < s.NextToken {
-					add(freed(tFree))
-				}
-				break
-			}
-			if out.Holder != in.Owner && s.Holder == out.Holder && live {
-				if n, ok := tok(out.HolderToken); ok {
-					n.Lo = tLo
-					add(n)
-				}
-			}
-		case ResUnknown:
-			add(noop)
-			if s.Holder == in.Owner && live {
-				add(confirmed(s, tLo, in.TTL, Never))
-			}
-			if free {
-				n := State{Holder: in.Owner, NextToken: s.NextToken + 1}
-				add(confirmed(n, tFree, in.TTL, Never))
-			}
-		default:
-			add(noop)
-		}
+		st.acquire()
 	case OpRenew:
-		switch out.Res {
-		case ResRenewed:
-			if n, ok := mine(in.Token); ok && live {
-				add(confirmed(n, tLo, in.TTL, in.Ret))
-			}
-		case ResLost:
-			lostAnswer()
-		case ResUnknown:
-			add(noop)
-			if n, ok := mine(in.Token); ok && live {
-				add(confirmed(n, tLo, in.TTL, Never))
-			}
-		default:
-			add(noop)
-		}
+		st.renew()
 	case OpRelease:
-		switch out.Res {
-		case ResReleased:
-			if _, ok := mine(in.Token); ok && live {
-				add(freed(tLo))
-			}
-		case ResLost:
-			lostAnswer()
-		case ResUnknown:
-			add(noop)
-			if _, ok := mine(in.Token); ok && live {
-				add(freed(tLo))
-			}
-		default:
-			add(noop)
-		}
+		st.release()
 	case OpKeep:
-		// Lease.ReleaseAfter: the lease of this grant goes to the keeper,
-		// with the same token, for the hold's TTL; nothing renews it.
-		kept := func(ret int64) {
-			if n, ok := mine(in.Token); ok && live {
-				n.Holder = in.Keeper
-				add(confirmed(n, tLo, in.TTL, ret))
-			}
-		}
-		switch out.Res {
-		case ResKept:
-			kept(in.Ret)
-		case ResLost:
-			lostAnswer()
-		case ResUnknown:
-			add(noop)
-			kept(Never)
-		default:
-			add(noop)
-		}
+		st.keep()
 	case OpTerm:
-		// The etcd cluster elected a leader between in.Call and in.Ret: the
-		// new leader gives every lease its full TTL again, plus up to an
-		// election timeout.
-		n := s
-		if s.Holder != "" && live {
-			n.ExpMax = max(s.ExpMax, satAdd(in.Ret, p.MaxTTL(s.TTL)+p.LeaderExtension))
-		}
-		add(n)
+		st.term()
 	case OpDelete, OpReset:
-		// An operator deleted the lease's record (or the whole store): the
-		// resource is free, and the store must still never grant a token
-		// below those it granted before.
-		if out.Res == ResUnknown {
-			add(noop)
-		}
-		add(freed(tLo))
+		st.deleted()
 	case OpGet:
-		switch out.Res {
-		case ResGot:
-			if s.Holder == out.Holder && live {
-				if n, ok := tok(out.HolderToken); ok {
-					n.Lo = tLo
-					add(n)
-				}
-			}
-		case ResNotHeld:
-			if free {
-				add(freed(tFree))
-			}
-		default:
-			add(noop)
-		}
+		st.get()
 	default:
 		return nil
 	}
-	return next
+	return st.next
+}
+
+// step is one application of Step: the operation, the state it applies
+// to, what that state allows between the operation's call and return, and
+// the states found so far.
+type step struct {
+	p    Profile
+	s    State
+	in   Input
+	out  Output
+	tLo  int64 // the earliest linearization point
+	noop State // s, unchanged by the operation, at tLo
+	// live: the lease in s may be live at some t in [tLo, in.Ret].
+	live bool
+	// free: the resource may be free at some t >= tFree, t <= in.Ret.
+	tFree int64
+	free  bool
+	next  []State
+}
+
+// add adds n to the states found, once; a lease certainly expired by n.Lo
+// is a free resource.
+func (st *step) add(n State) {
+	if n.Holder != "" && n.Lo >= n.ExpMax {
+		n = State{Lo: n.Lo, NextToken: n.NextToken} // certainly expired: free
+	}
+	for _, o := range st.next {
+		if o == n {
+			return
+		}
+	}
+	st.next = append(st.next, n)
+}
+
+// tok reports whether the holder's token may be t, and returns the state
+// with the token pinned.
+func (st *step) tok(t uint64) (State, bool) {
+	s, n := st.s, st.s
+	switch {
+	case s.Token == t && t != 0:
+	case s.Token == 0 && t != 0 && t+1 >= s.NextToken:
+		n.Token = t
+		n.NextToken = max(n.NextToken, t+1)
+	default:
+		return n, false
+	}
+	return n, true
+}
+
+// mine is tok for a lease that the operation's owner holds.
+func (st *step) mine(t uint64) (State, bool) {
+	if st.s.Holder != st.in.Owner {
+		return st.s, false
+	}
+	return st.tok(t)
+}
+
+// confirmed returns n written at t0 with ttl by a request whose answer
+// arrived at ret (Never: the answer was lost, the effect may come later).
+func (st *step) confirmed(n State, t0 int64, ttl time.Duration, ret int64) State {
+	from := st.in.Call
+	if st.p.ExpiryFromEffect {
+		from = t0
+	}
+	n.ExpMin = satAdd(from, st.p.MinTTL(ttl))
+	if ret == Never && st.p.UnknownMayEndEarly {
+		n.ExpMin = t0
+	}
+	n.ExpMax = satAdd(ret, st.p.MaxTTL(ttl))
+	n.Lo = t0
+	n.TTL = ttl
+	return n
+}
+
+// freed is the resource free from t on.
+func (st *step) freed(t int64) State { return State{Lo: t, NextToken: st.s.NextToken} }
+
+// lostAnswer: the store said that owner and token do not hold a live
+// lease.
+func (st *step) lostAnswer() {
+	_, ok := st.mine(st.in.Token)
+	if !ok || st.s.Token == 0 {
+		st.add(st.noop) // someone else's lease, or another token
+	}
+	if ok && st.free {
+		st.add(st.freed(st.tFree)) // this lease, expired
+	}
+}
+
+func (st *step) acquire() {
+	s, in, out := st.s, st.in, st.out
+	switch out.Res {
+	case ResGranted:
+		if out.Holder != in.Owner || out.Token == 0 {
+			return
+		}
+		if n, ok := st.mine(out.Token); ok && st.live {
+			st.add(st.confirmed(n, st.tLo, in.TTL, in.Ret)) // the same lease, renewed
+		}
+		if st.free && out.Token >= s.NextToken {
+			n := State{Holder: in.Owner, Token: out.Token, NextToken: out.Token + 1}
+			st.add(st.confirmed(n, st.tFree, in.TTL, in.Ret))
+		}
+	case ResHeld:
+		if out.Holder == "" {
+			// The Cassandra store's answer when its conditional writes
+			// lost a race twice: the row it saw last was free, with
+			// token HolderToken, so it granted nothing. The resource was
+			// free then, and that token had been granted before.
+			if st.free && out.HolderToken < s.NextToken {
+				st.add(st.freed(st.tFree))
+			}
+			return
+		}
+		if out.Holder != in.Owner && s.Holder == out.Holder && st.live {
+			if n, ok := st.tok(out.HolderToken); ok {
+				n.Lo = st.tLo
+				st.add(n)
+			}
+		}
+	case ResUnknown:
+		st.add(st.noop)
+		if s.Holder == in.Owner && st.live {
+			st.add(st.confirmed(s, st.tLo, in.TTL, Never))
+		}
+		if st.free {
+			n := State{Holder: in.Owner, NextToken: s.NextToken + 1}
+			st.add(st.confirmed(n, st.tFree, in.TTL, Never))
+		}
+	default:
+		st.add(st.noop)
+	}
+}
+
+func (st *step) renew() {
+	switch st.out.Res {
+	case ResRenewed:
+		if n, ok := st.mine(st.in.Token); ok && st.live {
+			st.add(st.confirmed(n, st.tLo, st.in.TTL, st.in.Ret))
+		}
+	case ResLost:
+		st.lostAnswer()
+	case ResUnknown:
+		st.add(st.noop)
+		if n, ok := st.mine(st.in.Token); ok && st.live {
+			st.add(st.confirmed(n, st.tLo, st.in.TTL, Never))
+		}
+	default:
+		st.add(st.noop)
+	}
+}
+
+func (st *step) release() {
+	switch st.out.Res {
+	case ResReleased:
+		if _, ok := st.mine(st.in.Token); ok && st.live {
+			st.add(st.freed(st.tLo))
+		}
+	case ResLost:
+		st.lostAnswer()
+	case ResUnknown:
+		st.add(st.noop)
+		if _, ok := st.mine(st.in.Token); ok && st.live {
+			st.add(st.freed(st.tLo))
+		}
+	default:
+		st.add(st.noop)
+	}
+}
+
+// keep is Lease.ReleaseAfter: the lease of this grant goes to the keeper,
+// with the same token, for the hold's TTL; nothing renews it.
+func (st *step) keep() {
+	kept := func(ret int64) {
+		if n, ok := st.mine(st.in.Token); ok && st.live {
+			n.Holder = st.in.Keeper
+			st.add(st.confirmed(n, st.tLo, st.in.TTL, ret))
+		}
+	}
+	switch st.out.Res {
+	case ResKept:
+		kept(st.in.Ret)
+	case ResLost:
+		st.lostAnswer()
+	case ResUnknown:
+		st.add(st.noop)
+		kept(Never)
+	default:
+		st.add(st.noop)
+	}
+}
+
+// term: the etcd cluster elected a leader between in.Call and in.Ret: the
+// new leader gives every lease its full TTL again, plus up to an election
+// timeout.
+func (st *step) term() {
+	n := st.s
+	if st.s.Holder != "" && st.live {
+		n.ExpMax = max(st.s.ExpMax, satAdd(st.in.Ret, st.p.MaxTTL(st.s.TTL)+st.p.LeaderExtension))
+	}
+	st.add(n)
+}
+
+// deleted: an operator deleted the lease's record (or the whole store):
+// the resource is free, and the store must still never grant a token below
+// those it granted before.
+func (st *step) deleted() {
+	if st.out.Res == ResUnknown {
+		st.add(st.noop)
+	}
+	st.add(st.freed(st.tLo))
+}
+
+func (st *step) get() {
+	switch st.out.Res {
+	case ResGot:
+		if st.s.Holder == st.out.Holder && st.live {
+			if n, ok := st.tok(st.out.HolderToken); ok {
+				n.Lo = st.tLo
+				st.add(n)
+			}
+		}
+	case ResNotHeld:
+		if st.free {
+			st.add(st.freed(st.tFree))
+		}
+	default:
+		st.add(st.noop)
+	}
 }
 
 // Model returns the porcupine model of a lease on one resource in a store

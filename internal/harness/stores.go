@@ -114,115 +114,11 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 	env := &storeEnv{scheme: su.Scheme(), workerURL: raw, raw: raw}
 	switch scfg := su.Config().(type) {
 	case *sqlite.Config:
-		env.profile = SQLiteProfile
-		p := scfg.Path
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, err
-		}
-		if err := su.Init(ctx); err != nil { // creates the file and schema
-			return nil, err
-		}
-		env.sqlitePth = p
-		env.faults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultStoreReset}
-		return env, nil
+		return setupSQLite(ctx, env, su, scfg)
 	case *cassandra.Config:
-		env.profile = CassandraProfile
-		env.nodeScript = cfg.CassandraScript
-		port := scfg.Port
-		if port == 0 {
-			port = 9042
-		}
-		var pairs []string
-		for _, h := range scfg.Hosts {
-			ip := net.ParseIP(h)
-			if ip == nil || !ip.IsLoopback() {
-				env.close()
-				return nil, fmt.Errorf("harness: cassandra host %q: the harness drives nodes on loopback addresses only (scripts/cassandra)", h)
-			}
-			target := net.JoinHostPort(h, strconv.Itoa(port))
-			// Each node's proxy listens on the node's own address: gocql
-			// tells nodes apart by IP address alone, so proxies sharing
-			// 127.0.0.1 made it see one node (and take one node's failure
-			// for another's).
-			p, err := netfault.StartOn(h, target)
-			if err != nil {
-				env.close()
-				return nil, err
-			}
-			env.proxies = append(env.proxies, p)
-			pairs = append(pairs, target+"="+p.Addr())
-			if len(scfg.Hosts) > 1 {
-				env.nodes = append(env.nodes, int(ip.To4()[3])) // node N is 127.0.0.N
-			} else {
-				env.nodes = append(env.nodes, 0) // the one-node server
-			}
-		}
-		env.translate = strings.Join(pairs, ",")
-		// A cluster that has just started may still reset connections
-		// while it settles: try the schema a few times.
-		for try := 1; ; try++ {
-			err = su.Init(ctx)
-			if err == nil {
-				break
-			}
-			if try == 5 || !sleep(ctx, 3*time.Second) {
-				env.close()
-				return nil, err
-			}
-		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultStaleRenewal}
-		if len(scfg.Hosts) >= 3 {
-			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultCASTimeout)
-		}
-		return env, nil
+		return setupCassandra(ctx, cfg, env, su, scfg)
 	case *etcd.Config:
-		env.profile = EtcdProfile
-		// Each member gets a proxy on its own address; the workers' URL
-		// names the proxies.
-		var eps []string
-		for _, ep := range scfg.Client.Endpoints {
-			h, _, err := net.SplitHostPort(ep)
-			if err != nil {
-				env.close()
-				return nil, fmt.Errorf("harness: etcd endpoint %q: %w", ep, err)
-			}
-			ip := net.ParseIP(h)
-			if ip == nil || !ip.IsLoopback() {
-				env.close()
-				return nil, fmt.Errorf("harness: etcd endpoint %q: the harness drives servers on loopback addresses only", ep)
-			}
-			p, err := netfault.StartOn(h, ep)
-			if err != nil {
-				env.close()
-				return nil, err
-			}
-			env.proxies = append(env.proxies, p)
-			eps = append(eps, p.Addr())
-			if len(scfg.Client.Endpoints) > 1 {
-				env.nodes = append(env.nodes, int(ip.To4()[3])) // member N is on 127.0.0.N (scripts/etcd start3)
-			}
-		}
-		_, query, _ := strings.Cut(raw, "?")
-		env.workerURL = "etcd://" + strings.Join(eps, ",")
-		if query != "" {
-			env.workerURL += "?" + query
-		}
-		if err := su.Init(ctx); err != nil {
-			env.close()
-			return nil, err
-		}
-		env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete,
-			FaultNotifyHalfOpen}
-		if len(env.nodes) >= 3 {
-			if err := checkScriptNodes(ctx, cfg.EtcdScript, scfg.Client.Endpoints); err != nil {
-				env.close()
-				return nil, err
-			}
-			env.nodeScript = cfg.EtcdScript
-			env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultLeaderChange)
-			env.extra = []string{FaultLeaderPause}
-		}
-		return env, nil
+		return setupEtcd(ctx, cfg, env, su, scfg)
 	case *mysql.Config:
 		if cfg.Galera != "" {
 			return setupGalera(ctx, cfg, env, su)
@@ -232,44 +128,7 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 		if scfg.Failover == nil && scfg.Cluster == nil {
 			return setupOneServer(ctx, cfg, env, su, raw)
 		}
-		// A Sentinel set or a cluster: the workers reach the servers
-		// directly (the sentinels hand out the master's own address, and a
-		// cluster its nodes'), so no network faults. Without a proxy that
-		// holds requests back, and with faults that kill masters (a killed
-		// server applies nothing later), a call takes effect before it
-		// returns or never: no late effects. (A request applied after its
-		// caller gave up would make the checker report a violation, never
-		// hide one.)
-		env.profile = RedisProfile
-		env.profile.LateEffects = false
-		addrs, script, name := []string(nil), cfg.RedisClusterScript, "TENURE_REDIS_CLUSTER"
-		if scfg.Failover != nil {
-			addrs, script, name = scfg.Failover.SentinelAddrs, cfg.RedisSentinelScript, "TENURE_REDIS_SENTINEL"
-		} else {
-			addrs = scfg.Cluster.Addrs
-		}
-		for _, a := range addrs {
-			h, _, err := net.SplitHostPort(a)
-			if ip := net.ParseIP(h); err != nil || ip == nil || !ip.IsLoopback() {
-				return nil, fmt.Errorf("harness: %s address %q: the harness drives servers on loopback addresses only", env.scheme, a)
-			}
-		}
-		if err := su.Init(ctx); err != nil {
-			return nil, err
-		}
-		env.faults = []string{FaultPause, FaultKill}
-		if cfg.ServerFaults {
-			v, err := scriptEnv(ctx, script, name)
-			if err != nil {
-				return nil, fmt.Errorf("harness: server faults: %w", err)
-			}
-			if vs, _, _ := strings.Cut(v, "?"); !strings.HasPrefix(raw, vs) {
-				return nil, fmt.Errorf("harness: server faults: %s manages %s, not the store's servers (set its TENURE_* variables, or leave out -server-faults)", script, store.Redact(v))
-			}
-			env.nodeScript = script
-			env.faults = append(env.faults, FaultMasterFailover)
-		}
-		return env, nil
+		return setupRedisServers(ctx, cfg, env, su, scfg)
 	case *postgres.Config:
 		return setupOneServer(ctx, cfg, env, su, raw)
 	}
@@ -277,6 +136,173 @@ func setupStore(ctx context.Context, cfg Config) (*storeEnv, error) {
 		return setupKind(ctx, k, env, cfg)
 	}
 	return nil, fmt.Errorf("harness: store %q: the harness knows sqlite:, cassandra://, postgres://, mysql://, etcd:// and redis:// stores, and those of RegisterKind", su.Scheme())
+}
+
+// setupSQLite prepares a SQLite file: its directory, the file and its
+// schema. Its faults are the processes' and the file's; there is no
+// network to put a proxy in.
+func setupSQLite(ctx context.Context, env *storeEnv, su *store.URL, scfg *sqlite.Config) (*storeEnv, error) {
+	env.profile = SQLiteProfile
+	p := scfg.Path
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, err
+	}
+	if err := su.Init(ctx); err != nil { // creates the file and schema
+		return nil, err
+	}
+	env.sqlitePth = p
+	env.faults = []string{FaultPause, FaultKill, FaultStuckWriter, FaultStoreReset}
+	return env, nil
+}
+
+// setupCassandra puts a proxy in front of each node, on the node's own
+// loopback address, makes the schema, and adds the node faults for a
+// cluster of three or more.
+func setupCassandra(ctx context.Context, cfg Config, env *storeEnv, su *store.URL, scfg *cassandra.Config) (*storeEnv, error) {
+	env.profile = CassandraProfile
+	env.nodeScript = cfg.CassandraScript
+	port := scfg.Port
+	if port == 0 {
+		port = 9042
+	}
+	var pairs []string
+	for _, h := range scfg.Hosts {
+		ip := net.ParseIP(h)
+		if ip == nil || !ip.IsLoopback() {
+			env.close()
+			return nil, fmt.Errorf("harness: cassandra host %q: the harness drives nodes on loopback addresses only (scripts/cassandra)", h)
+		}
+		target := net.JoinHostPort(h, strconv.Itoa(port))
+		// Each node's proxy listens on the node's own address: gocql
+		// tells nodes apart by IP address alone, so proxies sharing
+		// 127.0.0.1 made it see one node (and take one node's failure
+		// for another's).
+		p, err := netfault.StartOn(h, target)
+		if err != nil {
+			env.close()
+			return nil, err
+		}
+		env.proxies = append(env.proxies, p)
+		pairs = append(pairs, target+"="+p.Addr())
+		if len(scfg.Hosts) > 1 {
+			env.nodes = append(env.nodes, int(ip.To4()[3])) // node N is 127.0.0.N
+		} else {
+			env.nodes = append(env.nodes, 0) // the one-node server
+		}
+	}
+	env.translate = strings.Join(pairs, ",")
+	// A cluster that has just started may still reset connections
+	// while it settles: try the schema a few times.
+	for try := 1; ; try++ {
+		err := su.Init(ctx)
+		if err == nil {
+			break
+		}
+		if try == 5 || !sleep(ctx, 3*time.Second) {
+			env.close()
+			return nil, err
+		}
+	}
+	env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultStaleRenewal}
+	if len(scfg.Hosts) >= 3 {
+		env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultCASTimeout)
+	}
+	return env, nil
+}
+
+// setupEtcd puts a proxy in front of each member, on the member's own
+// loopback address, points the workers' URL at the proxies, makes the
+// schema, and adds the member faults for a cluster of three or more.
+func setupEtcd(ctx context.Context, cfg Config, env *storeEnv, su *store.URL, scfg *etcd.Config) (*storeEnv, error) {
+	env.profile = EtcdProfile
+	// Each member gets a proxy on its own address; the workers' URL
+	// names the proxies.
+	var eps []string
+	for _, ep := range scfg.Client.Endpoints {
+		h, _, err := net.SplitHostPort(ep)
+		if err != nil {
+			env.close()
+			return nil, fmt.Errorf("harness: etcd endpoint %q: %w", ep, err)
+		}
+		ip := net.ParseIP(h)
+		if ip == nil || !ip.IsLoopback() {
+			env.close()
+			return nil, fmt.Errorf("harness: etcd endpoint %q: the harness drives servers on loopback addresses only", ep)
+		}
+		p, err := netfault.StartOn(h, ep)
+		if err != nil {
+			env.close()
+			return nil, err
+		}
+		env.proxies = append(env.proxies, p)
+		eps = append(eps, p.Addr())
+		if len(scfg.Client.Endpoints) > 1 {
+			env.nodes = append(env.nodes, int(ip.To4()[3])) // member N is on 127.0.0.N (scripts/etcd start3)
+		}
+	}
+	_, query, _ := strings.Cut(env.raw, "?")
+	env.workerURL = "etcd://" + strings.Join(eps, ",")
+	if query != "" {
+		env.workerURL += "?" + query
+	}
+	if err := su.Init(ctx); err != nil {
+		env.close()
+		return nil, err
+	}
+	env.faults = []string{FaultPause, FaultKill, FaultProxyDelay, FaultProxyDrop, FaultProxyBlackhole, FaultProxyPartition, FaultLateDelivery, FaultKeyDelete,
+		FaultNotifyHalfOpen}
+	if len(env.nodes) >= 3 {
+		if err := checkScriptNodes(ctx, cfg.EtcdScript, scfg.Client.Endpoints); err != nil {
+			env.close()
+			return nil, err
+		}
+		env.nodeScript = cfg.EtcdScript
+		env.faults = append(env.faults, FaultNodeKill, FaultNodePause, FaultLeaderChange)
+		env.extra = []string{FaultLeaderPause}
+	}
+	return env, nil
+}
+
+// setupRedisServers prepares a Redis Sentinel set or a Redis Cluster.
+func setupRedisServers(ctx context.Context, cfg Config, env *storeEnv, su *store.URL, scfg *redis.Config) (*storeEnv, error) {
+	// A Sentinel set or a cluster: the workers reach the servers
+	// directly (the sentinels hand out the master's own address, and a
+	// cluster its nodes'), so no network faults. Without a proxy that
+	// holds requests back, and with faults that kill masters (a killed
+	// server applies nothing later), a call takes effect before it
+	// returns or never: no late effects. (A request applied after its
+	// caller gave up would make the checker report a violation, never
+	// hide one.)
+	env.profile = RedisProfile
+	env.profile.LateEffects = false
+	addrs, script, name := []string(nil), cfg.RedisClusterScript, "TENURE_REDIS_CLUSTER"
+	if scfg.Failover != nil {
+		addrs, script, name = scfg.Failover.SentinelAddrs, cfg.RedisSentinelScript, "TENURE_REDIS_SENTINEL"
+	} else {
+		addrs = scfg.Cluster.Addrs
+	}
+	for _, a := range addrs {
+		h, _, err := net.SplitHostPort(a)
+		if ip := net.ParseIP(h); err != nil || ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("harness: %s address %q: the harness drives servers on loopback addresses only", env.scheme, a)
+		}
+	}
+	if err := su.Init(ctx); err != nil {
+		return nil, err
+	}
+	env.faults = []string{FaultPause, FaultKill}
+	if cfg.ServerFaults {
+		v, err := scriptEnv(ctx, script, name)
+		if err != nil {
+			return nil, fmt.Errorf("harness: server faults: %w", err)
+		}
+		if vs, _, _ := strings.Cut(v, "?"); !strings.HasPrefix(env.raw, vs) {
+			return nil, fmt.Errorf("harness: server faults: %s manages %s, not the store's servers (set its TENURE_* variables, or leave out -server-faults)", script, store.Redact(v))
+		}
+		env.nodeScript = script
+		env.faults = append(env.faults, FaultMasterFailover)
+	}
+	return env, nil
 }
 
 // setupOneServer prepares a PostgreSQL or MySQL server or a single Redis server:

@@ -287,41 +287,8 @@ type Store struct {
 // the layout of earlier versions (see RemoveOldLayout; not on a cluster).
 // Bad configuration returns an error before any I/O.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	n := 0
-	for _, set := range []bool{cfg.Options != nil, cfg.Failover != nil, cfg.Cluster != nil} {
-		if set {
-			n++
-		}
-	}
-	switch {
-	case n == 0:
-		return nil, errors.New("redis store: no options")
-	case n > 1:
-		return nil, errors.New("redis store: set only one of Options, Failover and Cluster")
-	case cfg.Failover != nil && (cfg.Failover.MasterName == "" || len(cfg.Failover.SentinelAddrs) == 0):
-		return nil, errors.New("redis store: Failover needs MasterName and SentinelAddrs")
-	case cfg.Failover != nil && (cfg.Failover.ReplicaOnly || cfg.Failover.UseDisconnectedReplicas ||
-		cfg.Failover.RouteByLatency || cfg.Failover.RouteRandomly):
-		// Leases are written and read on the master; go-redis's failover
-		// client panics on the two routing options.
-		return nil, errors.New("redis store: Failover: replica_only, use_disconnected_replicas, route_by_latency and route_randomly are not allowed (leases live on the master)")
-	case cfg.Cluster != nil && len(cfg.Cluster.Addrs) == 0:
-		return nil, errors.New("redis store: Cluster needs Addrs")
-	case cfg.Cluster != nil && (cfg.Cluster.ReadOnly || cfg.Cluster.RouteByLatency || cfg.Cluster.RouteRandomly):
-		return nil, errors.New("redis store: Cluster: read_only, route_by_latency and route_randomly are not allowed (leases are read on the masters)")
-	case cfg.WaitReplicas < 0:
-		return nil, fmt.Errorf("redis store: WaitReplicas %d is negative", cfg.WaitReplicas)
-	case cfg.WaitTimeout < 0:
-		return nil, fmt.Errorf("redis store: WaitTimeout %v is negative", cfg.WaitTimeout)
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if strings.ContainsAny(cfg.Prefix, "*?[]\\") {
-		return nil, fmt.Errorf("redis store: prefix %q: glob characters are not allowed", cfg.Prefix)
-	}
-	if cfg.Cluster != nil && strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("redis store: prefix %q: '{' and '}' are not allowed on a cluster", cfg.Prefix)
+	if err := checkConfig(&cfg); err != nil {
+		return nil, err
 	}
 	s := &Store{
 		prefix:      cfg.Prefix,
@@ -342,66 +309,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	var readTimeout time.Duration
 	switch {
 	case cfg.Options != nil:
-		o := *cfg.Options
-		o.MaxRetries = -1
-		o.ContextTimeoutEnabled = true
-		if o.DialTimeout == 0 {
-			o.DialTimeout = DefaultDialTimeout
-		}
-		s.single = redis.NewClient(&o)
-		s.rdb, s.where, s.dial, readTimeout = s.single, o.Addr, o.DialTimeout, o.ReadTimeout
-		s.expired = fmt.Sprintf("__keyevent@%d__:expired", o.DB)
+		readTimeout = s.newSingleClient(*cfg.Options)
 	case cfg.Failover != nil:
-		o := *cfg.Failover
-		o.MaxRetries = -1
-		o.ContextTimeoutEnabled = true
-		if o.DialTimeout == 0 {
-			o.DialTimeout = DefaultDialTimeout
-		}
-		s.single = redis.NewFailoverClient(&o)
-		s.rdb, s.dial, readTimeout = s.single, o.DialTimeout, o.ReadTimeout
-		s.where = fmt.Sprintf("master %q of sentinels %s", o.MasterName, strings.Join(o.SentinelAddrs, ","))
-		s.expired = fmt.Sprintf("__keyevent@%d__:expired", o.DB)
+		readTimeout = s.newFailoverClient(*cfg.Failover)
 	default:
-		o := *cfg.Cluster
-		o.MaxRetries = -1
-		o.ContextTimeoutEnabled = true
-		if o.DialTimeout == 0 {
-			o.DialTimeout = DefaultDialTimeout
-		}
-		// Every command goes to a node's client: the hooks are theirs.
-		newClient := o.NewClient
-		if newClient == nil {
-			newClient = redis.NewClient
-		}
-		s.newNode = func(opt *redis.Options) *redis.Client {
-			c := newClient(opt)
-			for _, h := range cfg.Hooks {
-				c.AddHook(h)
-			}
-			return c
-		}
-		o.NewClient = func(opt *redis.Options) *redis.Client {
-			s.nodesMu.Lock()
-			if s.nodeOptions == nil {
-				keep := *opt
-				s.nodeOptions = &keep
-			}
-			s.nodesMu.Unlock()
-			return s.newNode(opt)
-		}
-		s.cluster = redis.NewClusterClient(&o)
-		s.rdb, s.dial, readTimeout = s.cluster, o.DialTimeout, o.ReadTimeout
-		s.where = "cluster " + strings.Join(o.Addrs, ",")
+		readTimeout = s.newClusterClient(*cfg.Cluster, cfg.Hooks)
 	}
-	if rt := readTimeout; s.waitN > 0 && rt >= 0 {
-		if rt == 0 {
-			rt = 3 * time.Second // go-redis's default
-		}
-		if s.waitTimeout+time.Second > rt {
-			s.closeClients()
-			return nil, fmt.Errorf("redis store: WaitTimeout %v needs a read timeout at least a second longer (it is %v)", s.waitTimeout, rt)
-		}
+	if err := s.checkWaitTimeout(readTimeout); err != nil {
+		s.closeClients()
+		return nil, err
 	}
 	if s.cluster == nil {
 		for _, h := range cfg.Hooks {
@@ -415,55 +331,193 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	fail := func(err error) (*Store, error) {
+	if err := s.checkServers(pctx, cfg.AllowEviction); err != nil {
 		s.closeClients()
-		return nil, fmt.Errorf("redis store: connect %s: %w", s.where, err)
+		return nil, err
 	}
-	if err := s.rdb.Ping(pctx).Err(); err != nil {
+	return s, nil
+}
+
+// checkConfig refuses a bad configuration before any I/O, and fills in the
+// default prefix.
+func checkConfig(cfg *Config) error {
+	n := 0
+	for _, set := range []bool{cfg.Options != nil, cfg.Failover != nil, cfg.Cluster != nil} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return errors.New("redis store: no options")
+	case n > 1:
+		return errors.New("redis store: set only one of Options, Failover and Cluster")
+	case cfg.Failover != nil && (cfg.Failover.MasterName == "" || len(cfg.Failover.SentinelAddrs) == 0):
+		return errors.New("redis store: Failover needs MasterName and SentinelAddrs")
+	case cfg.Failover != nil && (cfg.Failover.ReplicaOnly || cfg.Failover.UseDisconnectedReplicas ||
+		cfg.Failover.RouteByLatency || cfg.Failover.RouteRandomly):
+		// Leases are written and read on the master; go-redis's failover
+		// client panics on the two routing options.
+		return errors.New("redis store: Failover: replica_only, use_disconnected_replicas, route_by_latency and route_randomly are not allowed (leases live on the master)")
+	case cfg.Cluster != nil && len(cfg.Cluster.Addrs) == 0:
+		return errors.New("redis store: Cluster needs Addrs")
+	case cfg.Cluster != nil && (cfg.Cluster.ReadOnly || cfg.Cluster.RouteByLatency || cfg.Cluster.RouteRandomly):
+		return errors.New("redis store: Cluster: read_only, route_by_latency and route_randomly are not allowed (leases are read on the masters)")
+	case cfg.WaitReplicas < 0:
+		return fmt.Errorf("redis store: WaitReplicas %d is negative", cfg.WaitReplicas)
+	case cfg.WaitTimeout < 0:
+		return fmt.Errorf("redis store: WaitTimeout %v is negative", cfg.WaitTimeout)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(cfg.Prefix, "*?[]\\") {
+		return fmt.Errorf("redis store: prefix %q: glob characters are not allowed", cfg.Prefix)
+	}
+	if cfg.Cluster != nil && strings.ContainsAny(cfg.Prefix, "{}") {
+		return fmt.Errorf("redis store: prefix %q: '{' and '}' are not allowed on a cluster", cfg.Prefix)
+	}
+	return nil
+}
+
+// Every client is made so that the store decides every resend: go-redis
+// retries nothing (MaxRetries −1), each command is bounded by its context,
+// and a dial by DefaultDialTimeout unless set. Each newXClient returns the
+// read timeout.
+
+// newSingleClient makes the client of one server.
+func (s *Store) newSingleClient(o redis.Options) time.Duration {
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	s.single = redis.NewClient(&o)
+	s.rdb, s.where, s.dial = s.single, o.Addr, o.DialTimeout
+	s.expired = fmt.Sprintf("__keyevent@%d__:expired", o.DB)
+	return o.ReadTimeout
+}
+
+// newFailoverClient makes the client of the master that Sentinel names.
+func (s *Store) newFailoverClient(o redis.FailoverOptions) time.Duration {
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	s.single = redis.NewFailoverClient(&o)
+	s.rdb, s.dial = s.single, o.DialTimeout
+	s.where = fmt.Sprintf("master %q of sentinels %s", o.MasterName, strings.Join(o.SentinelAddrs, ","))
+	s.expired = fmt.Sprintf("__keyevent@%d__:expired", o.DB)
+	return o.ReadTimeout
+}
+
+// newClusterClient makes the client of a cluster. Every command goes to a
+// node's client: the hooks are theirs, and the options of the first node's
+// client are kept for the clients that redirections need (nodeClient).
+func (s *Store) newClusterClient(o redis.ClusterOptions, hooks []redis.Hook) time.Duration {
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	newClient := o.NewClient
+	if newClient == nil {
+		newClient = redis.NewClient
+	}
+	s.newNode = func(opt *redis.Options) *redis.Client {
+		c := newClient(opt)
+		for _, h := range hooks {
+			c.AddHook(h)
+		}
+		return c
+	}
+	o.NewClient = func(opt *redis.Options) *redis.Client {
+		s.nodesMu.Lock()
+		if s.nodeOptions == nil {
+			keep := *opt
+			s.nodeOptions = &keep
+		}
+		s.nodesMu.Unlock()
+		return s.newNode(opt)
+	}
+	s.cluster = redis.NewClusterClient(&o)
+	s.rdb, s.dial = s.cluster, o.DialTimeout
+	s.where = "cluster " + strings.Join(o.Addrs, ",")
+	return o.ReadTimeout
+}
+
+// checkWaitTimeout refuses a WAIT whose timeout the read timeout would cut
+// short.
+func (s *Store) checkWaitTimeout(readTimeout time.Duration) error {
+	rt := readTimeout
+	if s.waitN == 0 || rt < 0 {
+		return nil
+	}
+	if rt == 0 {
+		rt = 3 * time.Second // go-redis's default
+	}
+	if s.waitTimeout+time.Second > rt {
+		return fmt.Errorf("redis store: WaitTimeout %v needs a read timeout at least a second longer (it is %v)", s.waitTimeout, rt)
+	}
+	return nil
+}
+
+// checkServers checks, within ctx, that the servers answer, that a single
+// server is not a cluster node, that no eviction policy can delete leases
+// (unless allowEviction), and reads the slot map of a cluster, or whether
+// a single server has keys of the old layout.
+func (s *Store) checkServers(ctx context.Context, allowEviction bool) error {
+	fail := func(err error) error {
+		return fmt.Errorf("redis store: connect %s: %w", s.where, err)
+	}
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return fail(err)
 	}
 	if s.cluster == nil {
 		// A node of a cluster serves only its slots: the store's keys
 		// would be in slots of other nodes (MOVED) or of two (CROSSSLOT).
 		// A server that does not allow INFO is taken as it is.
-		if info, err := s.single.Info(pctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
-			s.closeClients()
-			return nil, fmt.Errorf("redis store: %s is a node of a Redis Cluster: use a redis+cluster:// URL (Config.Cluster)", s.where)
+		if info, err := s.single.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			return fmt.Errorf("redis store: %s is a node of a Redis Cluster: use a redis+cluster:// URL (Config.Cluster)", s.where)
 		}
 	}
-	if !cfg.AllowEviction {
-		check := func(ctx context.Context, c *redis.Client) error {
-			policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-			if err == nil && policy["maxmemory-policy"] != "" && policy["maxmemory-policy"] != "noeviction" {
-				return fmt.Errorf("%w (it is %s on %s)", ErrEvictionPolicy, policy["maxmemory-policy"], c.Options().Addr)
-			}
-			return nil
-		}
-		var err error
-		if s.cluster != nil {
-			err = s.cluster.ForEachMaster(pctx, check)
-		} else {
-			err = check(pctx, s.single)
-		}
-		if err != nil {
-			s.closeClients()
-			return nil, err
+	if !allowEviction {
+		if err := s.checkEviction(ctx); err != nil {
+			return err
 		}
 	}
 	if s.cluster != nil {
 		// The slot map, and a node's client whose options nodeClient
 		// copies.
-		if _, err := s.cluster.MasterForKey(pctx, s.leaseKey("x")); err != nil {
+		if _, err := s.cluster.MasterForKey(ctx, s.leaseKey("x")); err != nil {
 			return fail(err)
 		}
-	} else {
-		n, err := s.rdb.Exists(pctx, s.oldIndexKey()).Result()
-		if err != nil {
-			return fail(err)
-		}
-		s.compat.Store(n > 0)
+		return nil
 	}
-	return s, nil
+	n, err := s.rdb.Exists(ctx, s.oldIndexKey()).Result()
+	if err != nil {
+		return fail(err)
+	}
+	s.compat.Store(n > 0)
+	return nil
+}
+
+// checkEviction returns an error wrapping ErrEvictionPolicy when the
+// server, or a master of the cluster, may evict keys. A server that does
+// not allow CONFIG GET is taken as it is.
+func (s *Store) checkEviction(ctx context.Context) error {
+	check := func(ctx context.Context, c *redis.Client) error {
+		policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err == nil && policy["maxmemory-policy"] != "" && policy["maxmemory-policy"] != "noeviction" {
+			return fmt.Errorf("%w (it is %s on %s)", ErrEvictionPolicy, policy["maxmemory-policy"], c.Options().Addr)
+		}
+		return nil
+	}
+	if s.cluster != nil {
+		return s.cluster.ForEachMaster(ctx, check)
+	}
+	return check(ctx, s.single)
 }
 
 // The store's clients, for tenure's own tests and benchmarks: the client of
