@@ -598,7 +598,9 @@ func OnWait(f func(holder *HeldError, waited time.Duration)) AcquireOption {
 func (lk *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	var ac acquireConfig
 	for _, o := range opts {
-		o(&ac)
+		if o != nil { // a nil option chooses nothing
+			o(&ac)
+		}
 	}
 	if err := driver.ValidateResource(resource); err != nil {
 		return nil, err

@@ -64,7 +64,9 @@ func newConfig(opts []Option) config {
 		maxRenewals: DefaultMaxConcurrentRenewals,
 	}
 	for _, o := range opts {
-		o(&c)
+		if o != nil { // a nil option chooses nothing
+			o(&c)
+		}
 	}
 	if c.ownerID == "" {
 		c.ownerID = DefaultOwnerID()

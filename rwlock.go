@@ -240,7 +240,9 @@ func (rw *RWLock) TryAcquireShared(ctx context.Context, ttl time.Duration) (*Lea
 func (rw *RWLock) AcquireShared(ctx context.Context, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	ac := &acquireConfig{}
 	for _, o := range opts {
-		o(ac)
+		if o != nil { // a nil option chooses nothing
+			o(ac)
+		}
 	}
 	if err := rw.lk.CheckTTL(ttl); err != nil {
 		return nil, err
@@ -435,7 +437,9 @@ func (rw *RWLock) AcquireExclusive(ctx context.Context, ttl time.Duration, opts 
 	lk := rw.lk
 	ac := &acquireConfig{}
 	for _, o := range opts {
-		o(ac)
+		if o != nil { // a nil option chooses nothing
+			o(ac)
+		}
 	}
 	if err := lk.CheckTTL(ttl); err != nil {
 		return nil, err

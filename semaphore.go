@@ -312,7 +312,9 @@ func (s *Semaphore) tryAcquire(ctx context.Context, ttl time.Duration) (*SlotLea
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...AcquireOption) (*SlotLease, error) {
 	var ac acquireConfig
 	for _, o := range opts {
-		o(&ac)
+		if o != nil { // a nil option chooses nothing
+			o(&ac)
+		}
 	}
 	if err := s.lk.CheckTTL(ttl); err != nil {
 		return nil, err

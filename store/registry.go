@@ -367,7 +367,9 @@ func Inspect() Option { return func(o *options) { o.inspect = true } }
 func (u *URL) Open(ctx context.Context, opts ...Option) (driver.Store, error) {
 	var o options
 	for _, f := range opts {
-		f(&o)
+		if f != nil { // a nil option chooses nothing
+			f(&o)
+		}
 	}
 	s, err := u.e.open(ctx, u.cfg, o.inspect)
 	if err != nil {

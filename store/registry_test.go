@@ -633,3 +633,12 @@ func TestErrorsHideSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A nil option chooses nothing: Open does not panic on one.
+func TestOpenNilOption(t *testing.T) {
+	s, err := store.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "leases.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}

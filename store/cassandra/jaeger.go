@@ -118,7 +118,9 @@ func NewJaegerLock(store *Store, ownerID string, opts ...JaegerLockOption) (*Jae
 	l := &JaegerLock{store: store, owner: owner, timeout: 4 * store.cfg.Timeout, log: slog.Default(),
 		held: map[string]*jaegerHeld{}, pending: map[string]string{}}
 	for _, o := range opts {
-		o(l)
+		if o != nil { // a nil option chooses nothing
+			o(l)
+		}
 	}
 	return l, nil
 }
