@@ -5,6 +5,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -41,4 +42,25 @@ func (p Policy) Delay(attempt int) time.Duration {
 		return 0
 	}
 	return time.Duration(rand.Int64N(int64(c) + 1))
+}
+
+// Passed spreads the writes of one lease that pass each other: handles
+// that write one lease under an owner string they share (every holder of a
+// semaphore renews its marker with an acquire), each conditioned on the
+// write it read, lose to one another when they retry in step. After the
+// n-th loss (from 0) a store waits Passed.Delay(n): below 4 ms, doubled at
+// each loss, at most 200 ms.
+var Passed = Policy{Base: 4 * time.Millisecond, Cap: 200 * time.Millisecond}
+
+// Wait sleeps for Delay(attempt), or until ctx ends; then it returns ctx's
+// cause.
+func (p Policy) Wait(ctx context.Context, attempt int) error {
+	t := time.NewTimer(p.Delay(attempt))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

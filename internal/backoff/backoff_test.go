@@ -1,6 +1,8 @@
 package backoff
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -33,5 +35,20 @@ func TestDelayStaysWithinCeilingAndSpreads(t *testing.T) {
 	}
 	if d := (Policy{}).Delay(3); d != 0 {
 		t.Fatalf("zero policy Delay = %v", d)
+	}
+}
+
+// Wait sleeps within the ceiling, and returns ctx's cause at once when ctx
+// has ended.
+func TestWait(t *testing.T) {
+	p := Policy{Base: time.Millisecond, Cap: time.Millisecond}
+	if err := p.Wait(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("stopped")
+	cancel(stop)
+	if err := (Policy{Base: time.Hour, Cap: time.Hour}).Wait(ctx, 3); !errors.Is(err, stop) {
+		t.Fatalf("Wait on an ended context: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/backoff"
 )
 
 // newWriteID returns the id of one conditional write: max(the last id this
@@ -48,8 +49,11 @@ var lastWriteID atomic.Int64
 
 // renewAttempts bounds casRenew's tries: one may be spent learning the
 // write to renew over (a shared owner string, or a lease this store has
-// not written).
-const renewAttempts = 4
+// not written); after each later loss the call waits as backoff.Passed
+// says, so that handles renewing one shared lease at once (every holder of
+// a semaphore renews its marker) spread out instead of passing each other
+// again.
+const renewAttempts = 10
 
 // renewArgs returns the renew statement's arguments: the lease held by
 // (owner, token) under the write with id expect (an int64, or nil for a
@@ -96,6 +100,11 @@ func (s *Store) casRenew(ctx context.Context, secs int, newOwner string, ttlMs i
 		s.cache.saw(resource, cur)
 		if i == renewAttempts || !passed(cur, owner, token, expect) {
 			return applied, cur, wid, nil
+		}
+		if i > 1 {
+			if err := backoff.Passed.Wait(ctx, i-2); err != nil {
+				return false, cur, wid, fmt.Errorf("cassandra store: renew %q: %w", resource, err)
+			}
 		}
 		expect = cur.writeIDCell
 	}

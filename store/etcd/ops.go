@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/backoff"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -310,16 +310,11 @@ func (s *Store) moveKV(ctx context.Context, op, resource, owner, to string, ttl 
 }
 
 // moveTries bounds the moves of one call that another write of the same
-// owner string and token passes (moveKVTries); between two, the call
-// waits a random time below moveBackoff doubled at each try, up to
-// moveBackoffCap, so that Stores renewing one shared key at once (every
-// holder of a semaphore renews its marker) spread out instead of passing
-// each other again.
-const (
-	moveTries      = 10
-	moveBackoff    = 4 * time.Millisecond
-	moveBackoffCap = 200 * time.Millisecond
-)
+// owner string and token passes (moveKVTries); between two, the call waits
+// as backoff.Passed says, so that Stores renewing one shared key at once
+// (every holder of a semaphore renews its marker) spread out instead of
+// passing each other again.
+const moveTries = 10
 
 // moveKVTries is moveKV; write makes it move the key even where a renewal
 // needs no write (rewriteKV). The move is conditioned on the key's
@@ -338,25 +333,10 @@ func (s *Store) moveKVTries(ctx context.Context, op, resource, owner, to string,
 		if try == moveTries {
 			return driver.UnknownOutcome(fmt.Errorf("etcd store: %s %q: other writes of this owner's lease passed this one %d times", op, resource, moveTries))
 		}
-		if err := passedBackoff(ctx, try); err != nil {
+		if err := backoff.Passed.Wait(ctx, try-1); err != nil {
 			return fmt.Errorf("etcd store: %s %q: %w", op, resource, err)
 		}
 		kv = moved
-	}
-}
-
-// passedBackoff waits, after the try-th move of a call that another write
-// of the same lease passed, a random time below moveBackoff·2^(try−1), at
-// most moveBackoffCap, or until ctx ends (its error). Nothing of the call
-// was applied yet.
-func passedBackoff(ctx context.Context, try int) error {
-	t := time.NewTimer(rand.N(min(moveBackoff<<(try-1), moveBackoffCap)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctxErr(ctx)
 	}
 }
 
@@ -493,7 +473,7 @@ func (s *Store) Keep(ctx context.Context, resource, owner string, token uint64, 
 		if try == moveTries {
 			return driver.UnknownOutcome(fmt.Errorf("etcd store: keep %q: other writes of this owner's lease passed this one %d times", resource, moveTries))
 		}
-		if err := passedBackoff(ctx, try); err != nil {
+		if err := backoff.Passed.Wait(ctx, try-1); err != nil {
 			return fmt.Errorf("etcd store: keep %q: %w", resource, err)
 		}
 		kv = moved
