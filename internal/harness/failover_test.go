@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// fakeClusterScript writes a stand-in for scripts/redis-cluster: three
-// masters (0, 1, 2) with replicas 3, 4, 5. "kill N" notes N; when
+// fakeClusterScript writes a stand-in for scripts/redis-cluster (and
+// scripts/redis-sentinel): three masters (0, 1, 2) with replicas 3, 4, 5.
+// "kill N" notes N ("kill-master" notes and prints 0); when
 // takeover is true, the next "masters" after it names N's replica instead
 // of N (its replica took over), otherwise N stays a master (the node was
 // restarted before a replica was elected). It logs every call to the file
@@ -33,6 +34,7 @@ masters)
 		if [ "$n" = "$k" ] && [ ` + takes + ` = yes ]; then echo $((n + 3)); else echo "$n"; fi
 	done ;;
 kill) echo "$2" >"$state" ;;
+kill-master) echo 0 >"$state"; echo 0 ;;
 esac
 exit 0
 `
@@ -42,26 +44,30 @@ exit 0
 	return script, calls
 }
 
-// TestMasterFailoverNeedsTakeover: a cluster's master-failover fault is
-// one only when a replica took over the killed master's slots before the
-// node came back; a node that is a master again after its restart (its
-// script's wait-failover returned while the cluster only suspected it)
-// came back without its keys, and the harness must report the fault as
-// failed instead of charging the store with the leases lost.
+// TestMasterFailoverNeedsTakeover: a master-failover fault is one only
+// when a replica took the killed master's place before the node came
+// back; a node that is a master again after its restart (its script's
+// wait-failover returned while the cluster only suspected it) came back
+// without its keys, and the harness must report the fault as failed
+// instead of charging the store with the leases lost.
 func TestMasterFailoverNeedsTakeover(t *testing.T) {
-	for _, takeover := range []bool{true, false} {
+	for _, c := range []struct {
+		scheme   string
+		takeover bool
+	}{{"redis+cluster", true}, {"redis+cluster", false}, {"redis+sentinel", true}, {"redis+sentinel", false}} {
+		takeover := c.takeover
 		script, calls := fakeClusterScript(t, takeover)
 		o := &orch{
-			env: &storeEnv{scheme: "redis+cluster", nodeScript: script},
+			env: &storeEnv{scheme: c.scheme, nodeScript: script},
 			rng: rand.New(rand.NewPCG(1, 2)),
 		}
 		f, err := o.masterFailover(context.Background(), Fault{Kind: FaultMasterFailover})
 		log, _ := os.ReadFile(calls)
 		switch {
 		case takeover && err != nil:
-			t.Errorf("a replica took over: %v", err)
+			t.Errorf("%s, a replica took over: %v", c.scheme, err)
 		case !takeover && err == nil:
-			t.Errorf("the killed node is a master again after its restart: no error (fault %+v; calls:\n%s)", f, log)
+			t.Errorf("%s, the killed node is a master again after its restart: no error (fault %+v; calls:\n%s)", c.scheme, f, log)
 		case !takeover && !strings.Contains(err.Error(), "master again"):
 			t.Errorf("error %q does not say that the node is a master again", err)
 		}
