@@ -1074,6 +1074,17 @@ func (o *orch) masterFailover(ctx context.Context, f Fault) (Fault, error) {
 	err := o.script(bg, "start") // waits until the replicas are in sync
 	f.End = MonoNow()
 	f.Detail = fmt.Sprintf("a replica took over %v after the kill", time.Duration(promoted-f.Start).Round(time.Millisecond))
+	if err == nil {
+		// A node that is a master again was started before a replica
+		// took its place: it came back without its keys (no persistence)
+		// and its replicas copied it. That loses every lease it had (on
+		// a cluster, of its slots), and is not the failover this fault
+		// stands for.
+		var out string
+		if out, err = runScript(bg, o.env.nodeScript, "masters"); err == nil && slices.Contains(strings.Fields(out), n) {
+			err = fmt.Errorf("harness: node %s is a master again after its restart: %s wait-failover %s returned before a replica took its place", n, o.env.nodeScript, n)
+		}
+	}
 	return f, err
 }
 

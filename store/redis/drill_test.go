@@ -6,14 +6,18 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/clock"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/internal/naming"
 	"github.com/tenure-go/tenure/internal/testserver"
 	tredis "github.com/tenure-go/tenure/store/redis"
@@ -209,23 +213,7 @@ func TestClusterFailoverDrill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The node number: its port less the first node's (the URL's first host).
-	node, err := s.ClusterClient().MasterForKey(ctx, "tenure:lease:{"+rs[0]+"}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := tredis.ParseURL(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, p0, _ := net.SplitHostPort(first.Cluster.Addrs[0])
-	_, pm, _ := net.SplitHostPort(node.Options().Addr)
-	n0, _ := strconv.Atoi(p0)
-	nm, _ := strconv.Atoi(pm)
-	killed := strconv.Itoa(nm - n0)
-	if os.Getenv("TENURE_REDIS_CLUSTER_PORT") != "" && os.Getenv("TENURE_REDIS_CLUSTER_PORT") != p0 {
-		t.Skipf("the URL's first node (%s) is not scripts/redis-cluster's node 0", p0)
-	}
+	killed, _ := masterNode(t, s, raw, "tenure:lease:{"+rs[0]+"}")
 	testserver.Run(t, script, "kill", killed)
 	restarted := false
 	defer func() {
@@ -256,5 +244,123 @@ func TestClusterFailoverDrill(t *testing.T) {
 	}
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// masterNode returns the number, in scripts/redis-cluster, of the node
+// that s finds as the master of key's slot (its port less the first
+// node's: the URL raw's first host), and the first node's port. It skips
+// the test when the URL's first host is not the script's node 0.
+func masterNode(t *testing.T, s *tredis.Store, raw, key string) (node string, port0 int) {
+	t.Helper()
+	m, err := s.ClusterClient().MasterForKey(testserver.Ctx(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := tredis.ParseURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p0, _ := net.SplitHostPort(first.Cluster.Addrs[0])
+	_, pm, _ := net.SplitHostPort(m.Options().Addr)
+	if os.Getenv("TENURE_REDIS_CLUSTER_PORT") != "" && os.Getenv("TENURE_REDIS_CLUSTER_PORT") != p0 {
+		t.Skipf("the URL's first node (%s) is not scripts/redis-cluster's node 0", p0)
+	}
+	n0, _ := strconv.Atoi(p0)
+	nm, _ := strconv.Atoi(pm)
+	return strconv.Itoa(nm - n0), n0
+}
+
+// slotServers returns, for every node of scripts/redis-cluster (ports
+// port0 to port0+5) that answers, the port of the master that its CLUSTER
+// SLOTS names for slot.
+func slotServers(t *testing.T, port0, slot int) map[int]int {
+	t.Helper()
+	ctx := testserver.Ctx(t)
+	out := map[int]int{}
+	for p := port0; p < port0+6; p++ {
+		c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), MaxRetries: -1,
+			DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+		ranges, err := c.ClusterSlots(ctx).Result()
+		c.Close()
+		if err != nil {
+			continue // killed, or not answering
+		}
+		for _, r := range ranges {
+			if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
+				_, pm, _ := net.SplitHostPort(r.Nodes[0].Addr)
+				out[p], _ = strconv.Atoi(pm)
+			}
+		}
+	}
+	return out
+}
+
+// TestClusterMasterFailoverKeepsConfirmedWrites (TENURE_SERVER_FAULTS=1,
+// with the cluster of scripts/redis-cluster): the safety harness's
+// master-failover, twice on the master of one slot, through the script as
+// the harness calls it: kill the master, wait-failover, restart the node,
+// start (until the replicas are in sync). When wait-failover returns,
+// every node that answers names another node as the slot's master (a
+// replica took over); after the restart the killed node is a replica, and
+// what the store confirmed with WaitReplicas=1 before the kill is there:
+// A's lease with its token (B is refused it), and R, granted and
+// released, stays free. A node restarted while the cluster only suspected
+// it (before its replica was elected) comes back as the master of its
+// slots without their keys, and its replica copies it: every lease of
+// those slots would be lost.
+func TestClusterMasterFailoverKeepsConfirmedWrites(t *testing.T) {
+	raw := clusterURL(t)
+	script := testserver.ServerScript(t, "redis-cluster")
+	ctx := testserver.Ctx(t)
+	s := openCluster(t, func(c *tredis.Config) { c.WaitReplicas = 1 })
+	rs := sameSlot(testserver.Resource(t), 2)
+	key := "tenure:lease:{" + rs[0] + "}"
+	slot := tredis.KeySlot(key)
+	a, _ := naming.NewOwner("a")
+	b, _ := naming.NewOwner("b")
+	r, _ := naming.NewOwner("r")
+	held, err := s.Acquire(ctx, rs[0], a, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = openCluster(t).Release(ctx, rs[0], a, held.Token) }()
+	for round := 1; round <= 2; round++ {
+		freed, err := s.Acquire(ctx, rs[1], r, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, rs[1], r, freed.Token); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Renew(ctx, rs[0], a, held.Token, 2*time.Minute); err != nil {
+			t.Fatalf("round %d: A's renewal before the kill: %v", round, err)
+		}
+		killed, port0 := masterNode(t, s, raw, key)
+		testserver.Run(t, script, "kill", killed)
+		testserver.Run(t, script, "wait-failover", killed)
+		servers := slotServers(t, port0, slot)
+		testserver.Run(t, script, "restart", killed)
+		testserver.Run(t, script, "start")
+		kp, _ := strconv.Atoi(killed)
+		for node, m := range servers {
+			if m == port0+kp {
+				t.Errorf("round %d: when wait-failover %s returned, node %d still named it (port %d) the master of slot %d", round, killed, node-port0, m, slot)
+			}
+		}
+		if slices.Contains(strings.Fields(scriptOutput(t, script, "masters")), killed) {
+			t.Errorf("round %d: node %s is a master again after its restart", round, killed)
+		}
+		s2 := openCluster(t)
+		got, err := s2.Get(ctx, rs[0])
+		if err != nil || got.Owner != a || got.Token != held.Token {
+			t.Fatalf("round %d: A's lease after the failover: %+v, %v; want owner %s, token %d", round, got, err, a, held.Token)
+		}
+		if _, err := s2.Acquire(ctx, rs[0], b, time.Second); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("round %d: B's acquire after the failover: %v; want ErrHeld", round, err)
+		}
+		if got, err := s2.Get(ctx, rs[1]); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("round %d: R, released before the kill: %+v, %v; want ErrNotHeld", round, got, err)
+		}
 	}
 }

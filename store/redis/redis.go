@@ -111,7 +111,11 @@
 // the master acknowledged, and with it exclusion (two holders until the
 // first one's next renewal), while tokens keep increasing within the clock
 // condition above. Config.WaitReplicas makes each write wait for replicas
-// (WAIT) before it is confirmed.
+// (WAIT) before it is confirmed. A crashed master without persistence
+// must stay down until a replica took its place: started again before, it
+// is still the master, empty, and its replicas copy it (Redis's
+// replication documentation warns of this), which loses every lease it
+// had, acknowledged by WAIT or not.
 package redis
 
 import (
@@ -204,8 +208,11 @@ type Config struct {
 	// trip per write (docs/store-redis.md gives the measured cost). WAIT
 	// narrows, but does not close, the window in which a failover loses an
 	// acknowledged grant (the Redis documentation of WAIT says so too):
-	// Sentinel or the cluster must promote a replica that acknowledged, and
-	// a replica restarted without persistence forgets.
+	// Sentinel or the cluster must promote a replica that acknowledged, a
+	// replica restarted without persistence forgets, and a master without
+	// persistence started again before a replica took its place comes back
+	// empty as the master, and its replicas copy it (every lease it had is
+	// lost).
 	WaitReplicas int
 
 	// WaitTimeout bounds each WAIT. Default DefaultWaitTimeout.
