@@ -454,112 +454,156 @@ type chunk struct {
 // its due time (when read, or SetLate later). When the client ends, what it
 // sent is still delivered, then the server's side is half-closed.
 func (p *Proxy) copyRequests(l *link, server, client net.Conn) {
-	var (
-		mu      sync.Mutex
-		q       []chunk
-		eof     bool
-		dead    bool // the sender stopped: later chunks are dropped
-		lastDue time.Time
-		wake    = make(chan struct{}, 1)
-	)
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := client.Read(buf)
-			if n > 0 {
-				l.record(buf[:n])
-				now := time.Now()
-				late := time.Duration(p.late.Load())
-				mu.Lock()
-				if dead {
-					mu.Unlock()
-					continue
-				}
-				c := chunk{b: append([]byte(nil), buf[:n]...), due: now.Add(late)}
-				if c.due.Before(lastDue) {
-					c.due = lastDue // in order, behind what is held
-				}
-				lastDue = c.due
-				c.held = late > 0 || len(q) > 0 && q[len(q)-1].held
-				if c.held {
-					p.held.Add(1)
-					p.mu.Lock()
-					p.queued++
-					p.mu.Unlock()
-				}
-				q = append(q, c)
-				mu.Unlock()
-				signal()
+	r := &requestQueue{p: p, wake: make(chan struct{}, 1)}
+	go r.read(l, client)
+	defer r.drop()
+	for {
+		c, more := r.next()
+		if !more {
+			if tc, ok := server.(*net.TCPConn); ok {
+				tc.CloseWrite() //nolint:errcheck // the server may be gone already
 			}
-			if err != nil {
-				mu.Lock()
-				eof = true
-				mu.Unlock()
-				signal()
-				return
-			}
-		}
-	}()
-	done := func(c chunk) {
-		if !c.held {
 			return
 		}
-		p.mu.Lock()
-		p.queued--
-		if p.queued == 0 {
-			p.idle.Broadcast()
-		}
-		p.mu.Unlock()
-	}
-	defer func() {
-		// Whatever is left was dropped (the server failed).
-		mu.Lock()
-		for _, c := range q {
-			done(c)
-		}
-		q, dead = nil, true
-		mu.Unlock()
-	}()
-	for {
-		mu.Lock()
-		if len(q) == 0 {
-			ended := eof
-			mu.Unlock()
-			if ended {
-				if tc, ok := server.(*net.TCPConn); ok {
-					tc.CloseWrite() //nolint:errcheck // the server may be gone already
-				}
-				return
-			}
-			<-wake
-			continue
-		}
-		c := q[0]
-		mu.Unlock()
 		if d := time.Until(c.due); d > 0 {
 			t := time.NewTimer(d)
 			<-t.C
 		}
 		ok := p.forward(l, server, c.b, false)
-		mu.Lock()
-		q = q[1:]
-		gone := eof
-		mu.Unlock()
+		gone := r.pop()
 		if c.held && ok {
 			p.delivered.Add(1)
 			if gone {
 				p.afterClose.Add(1)
 			}
 		}
-		done(c)
+		r.done(c)
 		if !ok {
 			return
 		}
 	}
+}
+
+// requestQueue holds a client's chunks between the goroutine that reads
+// them (read) and the one that forwards them to the server in order
+// (copyRequests).
+type requestQueue struct {
+	p       *Proxy
+	mu      sync.Mutex
+	q       []chunk
+	eof     bool
+	dead    bool // the sender stopped: later chunks are dropped
+	lastDue time.Time
+	wake    chan struct{} // one signal: the queue or eof changed
+}
+
+func (r *requestQueue) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// read queues what the client sends, chunk by chunk, until it ends.
+func (r *requestQueue) read(l *link, client net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			l.record(buf[:n])
+			if !r.add(buf[:n], time.Now(), time.Duration(r.p.late.Load())) {
+				continue
+			}
+		}
+		if err != nil {
+			r.mu.Lock()
+			r.eof = true
+			r.mu.Unlock()
+			r.signal()
+			return
+		}
+	}
+}
+
+// add queues a copy of b, read at now, due late after it but never before
+// the chunk ahead of it. It is held (counted in the Proxy's held and
+// queued) when late is on or the chunk ahead is held. After the sender
+// stopped, b is dropped and add returns false.
+func (r *requestQueue) add(b []byte, now time.Time, late time.Duration) bool {
+	r.mu.Lock()
+	if r.dead {
+		r.mu.Unlock()
+		return false
+	}
+	c := chunk{b: append([]byte(nil), b...), due: now.Add(late)}
+	if c.due.Before(r.lastDue) {
+		c.due = r.lastDue // in order, behind what is held
+	}
+	r.lastDue = c.due
+	c.held = late > 0 || len(r.q) > 0 && r.q[len(r.q)-1].held
+	if c.held {
+		r.p.held.Add(1)
+		r.p.mu.Lock()
+		r.p.queued++
+		r.p.mu.Unlock()
+	}
+	r.q = append(r.q, c)
+	r.mu.Unlock()
+	r.signal()
+	return true
+}
+
+// next waits for the chunk at the head of the queue and returns it, still
+// queued, or returns more = false once the queue is empty and the client
+// has ended.
+func (r *requestQueue) next() (c chunk, more bool) {
+	for {
+		r.mu.Lock()
+		if len(r.q) > 0 {
+			c := r.q[0]
+			r.mu.Unlock()
+			return c, true
+		}
+		ended := r.eof
+		r.mu.Unlock()
+		if ended {
+			return chunk{}, false
+		}
+		<-r.wake
+	}
+}
+
+// pop removes the chunk at the head of the queue, and says whether the
+// client had ended by then.
+func (r *requestQueue) pop() (clientEnded bool) {
+	r.mu.Lock()
+	r.q = r.q[1:]
+	gone := r.eof
+	r.mu.Unlock()
+	return gone
+}
+
+// done takes a held chunk, delivered or dropped, off the Proxy's count of
+// queued chunks, and wakes those waiting for it to reach zero.
+func (r *requestQueue) done(c chunk) {
+	if !c.held {
+		return
+	}
+	r.p.mu.Lock()
+	r.p.queued--
+	if r.p.queued == 0 {
+		r.p.idle.Broadcast()
+	}
+	r.p.mu.Unlock()
+}
+
+// drop ends the queue when the sender stops: whatever is left was dropped
+// (the server failed), and what the client sends later is dropped too.
+func (r *requestQueue) drop() {
+	r.mu.Lock()
+	for _, c := range r.q {
+		r.done(c)
+	}
+	r.q, r.dead = nil, true
+	r.mu.Unlock()
 }

@@ -88,72 +88,95 @@ func (s *Store) Acquire(ctx context.Context, resource, owner string, ttl time.Du
 			return driver.Record{}, err
 		}
 		if resp.Succeeded {
-			rev := resp.Header.Revision
-			g := &grant{key: key, resource: resource, owner: owner, token: rev, mod: rev, ss: ss,
-				life: time.Duration(secs) * time.Second}
-			if !s.addChecked(g) {
-				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: %w", resource, errGhostDeleting))
-			}
-			if err := wait(ctx, f); err != nil {
-				if errors.Is(err, errSessionGone) {
-					// Put on an etcd lease that expired and awaits revocation:
-					// the key goes with it. Neither deleted here nor tried
-					// again in this call: each call has one effect that
-					// others can see (a reader saw this key between a delete
-					// and a retry that then answered "held": not
-					// linearizable, seed 3670411738911098). The caller's
-					// retry with the same owner finds the key (or its
-					// absence) and grants anew once it is gone.
-					s.forget(g)
-					return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: put on an etcd lease that has expired: %w", resource, err))
-				}
-				// The key is ours, but for how long is unknown: a retry of
-				// this grant finds it and renews it.
-				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: %w", resource, err))
-			}
-			if !s.confirm(g) {
-				// The put was applied (readers may have seen it) and the
-				// reaper has deleted it, or is deleting it: not a definite
-				// failure, an unknown outcome (found by a review).
-				return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: taken by the reaper while the keep-alive ran", resource))
-			}
-			return driver.Record{Resource: resource, Owner: owner, Token: uint64(rev), TTL: ttl,
-				Remaining: time.Duration(secs) * time.Second}, nil
+			rev, life := resp.Header.Revision, time.Duration(secs)*time.Second
+			g := &grant{key: key, resource: resource, owner: owner, token: rev, mod: rev, ss: ss, life: life}
+			return s.granted(ctx, g, f, driver.Record{Resource: resource, Owner: owner, Token: uint64(rev), TTL: ttl, Remaining: life})
 		}
 		kv := firstKV(resp, 0)
 		if kv == nil { // deleted between the compare and the read: cannot happen in one txn
 			return driver.Record{}, fmt.Errorf("etcd store: acquire %q: key neither absent nor present", resource)
 		}
-		if string(kv.Value) == owner {
-			// The same grant: the same lease, renewed. If its etcd lease has
-			// expired (and awaits revocation), wait for the key to go and
-			// grant anew.
-			// Always a write (rewriteKV): an owner string may be shared (a
-			// semaphore's marker, renewed by every holder with an acquire),
-			// and only a write keeps a move of another Store, sent before
-			// this renewal and delivered after it, from applying.
-			err := s.rewriteKV(ctx, resource, owner, ttl, begin, kv)
-			if err == nil {
-				return driver.Record{Resource: resource, Owner: owner, Token: uint64(kv.CreateRevision), TTL: ttl,
-					Remaining: time.Duration(secs) * time.Second}, nil
-			}
-			if !errors.Is(err, driver.ErrLeaseLost) || attempt >= 20 {
-				return driver.Record{}, err
-			}
-			select {
-			case <-time.After(100 * time.Millisecond):
-				continue
-			case <-ctx.Done():
-				return driver.Record{}, fmt.Errorf("etcd store: acquire %q: %w", resource, ctxErr(ctx))
-			}
+		if string(kv.Value) != owner {
+			return driver.Record{}, s.heldBy(ctx, resource, kv)
 		}
-		holder := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
-		if tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && tl.TTL >= 0 {
-			holder.TTL = visibleTTL(tl.GrantedTTL)
-			holder.Remaining = min(time.Duration(tl.TTL)*time.Second, holder.TTL)
+		rec, again, err := s.acquireOwn(ctx, resource, owner, ttl, begin, kv, attempt)
+		if !again {
+			return rec, err
 		}
-		return driver.Record{}, &driver.HeldError{Holder: holder}
 	}
+}
+
+// granted ends an acquire whose put created the key of g: it registers g,
+// waits for the keep-alive f that makes the etcd lease last the TTL, and
+// confirms that the reaper has not taken the key meanwhile; then it
+// returns rec, the grant. Any failure after the put is an unknown
+// outcome: the put was applied.
+func (s *Store) granted(ctx context.Context, g *grant, f *keepAlive, rec driver.Record) (driver.Record, error) {
+	resource := rec.Resource
+	if !s.addChecked(g) {
+		return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: %w", resource, errGhostDeleting))
+	}
+	if err := wait(ctx, f); err != nil {
+		if errors.Is(err, errSessionGone) {
+			// Put on an etcd lease that expired and awaits revocation:
+			// the key goes with it. Neither deleted here nor tried
+			// again in this call: each call has one effect that
+			// others can see (a reader saw this key between a delete
+			// and a retry that then answered "held": not
+			// linearizable, seed 3670411738911098). The caller's
+			// retry with the same owner finds the key (or its
+			// absence) and grants anew once it is gone.
+			s.forget(g)
+			return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: put on an etcd lease that has expired: %w", resource, err))
+		}
+		// The key is ours, but for how long is unknown: a retry of
+		// this grant finds it and renews it.
+		return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: %w", resource, err))
+	}
+	if !s.confirm(g) {
+		// The put was applied (readers may have seen it) and the
+		// reaper has deleted it, or is deleting it: not a definite
+		// failure, an unknown outcome.
+		return driver.Record{}, driver.UnknownOutcome(fmt.Errorf("etcd store: acquire %q: taken by the reaper while the keep-alive ran", resource))
+	}
+	return rec, nil
+}
+
+// acquireOwn renews the lease of kv, which this owner string holds (a
+// retry of the same grant), for ttl, with the same token. If its etcd
+// lease has expired (and awaits revocation), it returns again = true
+// after 100 ms, before the 20th attempt, so that the acquire waits for the
+// key to go and grants anew.
+func (s *Store) acquireOwn(ctx context.Context, resource, owner string, ttl time.Duration, begin time.Time, kv *mvccpb.KeyValue, attempt int) (rec driver.Record, again bool, err error) {
+	// Always a write (rewriteKV): an owner string may be shared (a
+	// semaphore's marker, renewed by every holder with an acquire),
+	// and only a write keeps a move of another Store, sent before
+	// this renewal and delivered after it, from applying.
+	err = s.rewriteKV(ctx, resource, owner, ttl, begin, kv)
+	if err == nil {
+		return driver.Record{Resource: resource, Owner: owner, Token: uint64(kv.CreateRevision), TTL: ttl,
+			Remaining: time.Duration(wholeSeconds(ttl)) * time.Second}, false, nil
+	}
+	if !errors.Is(err, driver.ErrLeaseLost) || attempt >= 20 {
+		return driver.Record{}, false, err
+	}
+	select {
+	case <-time.After(100 * time.Millisecond):
+		return driver.Record{}, true, nil
+	case <-ctx.Done():
+		return driver.Record{}, false, fmt.Errorf("etcd store: acquire %q: %w", resource, ctxErr(ctx))
+	}
+}
+
+// heldBy returns the *driver.HeldError of an acquire that found kv held by
+// another owner, with the time left on its etcd lease when etcd says.
+func (s *Store) heldBy(ctx context.Context, resource string, kv *mvccpb.KeyValue) error {
+	holder := driver.Record{Resource: resource, Owner: string(kv.Value), Token: uint64(kv.CreateRevision)}
+	if tl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && tl.TTL >= 0 {
+		holder.TTL = visibleTTL(tl.GrantedTTL)
+		holder.Remaining = min(time.Duration(tl.TTL)*time.Second, holder.TTL)
+	}
+	return &driver.HeldError{Holder: holder}
 }
 
 // wholeSeconds returns ttl in whole seconds, rounded up.

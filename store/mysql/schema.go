@@ -205,105 +205,21 @@ func (want column) mismatch(ci columnInfo) string {
 // reservations table exists (a schema of an earlier version has none).
 // Two round trips.
 func (s *Store) checkTables(ctx context.Context, c *sql.Conn) (exist, reservations bool, err error) {
-	type table struct {
-		quoted, db, name string
-		cols             []column
-		key              string
-		found            map[string]columnInfo
-		engine           string
-		unique           map[string][]string // unique index -> its columns
-	}
-	tables := []*table{{quoted: s.table, cols: leaseColumns, key: "resource"}, {quoted: s.floor, cols: floorColumns, key: "id"},
-		{quoted: s.waits, cols: waitColumns, key: "resource"}}
-	for _, t := range tables {
-		t.name = strings.Trim(t.quoted, "`")
-		if d, n, ok := strings.Cut(t.quoted, "."); ok {
-			t.db, t.name = strings.Trim(d, "`"), strings.Trim(n, "`")
-		}
-		t.found, t.unique = map[string]columnInfo{}, map[string][]string{}
-	}
-	// information_schema compares names without regard to case: a row
-	// counts only for the table of exactly this name, unless the server
-	// folds names itself (lower_case_table_names) and reports one table.
-	pick := func(rowsOf map[string]int, name string) string {
-		if _, ok := rowsOf[name]; ok || len(rowsOf) != 1 {
-			return name
-		}
-		for n := range rowsOf {
-			return n
-		}
-		return name
-	}
-	in := func(t *table) []any { return []any{t.db, t.name} }
-	rows, err := c.QueryContext(ctx, `SELECT c.TABLE_NAME, COALESCE(t.ENGINE, ''), c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.IS_NULLABLE,
-	c.CHARACTER_MAXIMUM_LENGTH, c.DATETIME_PRECISION
-FROM information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
-WHERE (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)
-   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)
-   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)`, slices.Concat(in(tables[0]), in(tables[1]), in(tables[2]))...)
+	tables := s.checkedTables()
+	cols, err := queryColumns(ctx, c, tables)
 	if err != nil {
 		return false, false, err
 	}
-	type colRow struct {
-		table, engine, name string
-		info                columnInfo
-	}
-	var cols []colRow
-	for rows.Next() {
-		var r colRow
-		if err := rows.Scan(&r.table, &r.engine, &r.name, &r.info.dataType, &r.info.columnType, &r.info.nullable, &r.info.length, &r.info.precision); err != nil {
-			rows.Close()
-			return false, false, err
-		}
-		cols = append(cols, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, false, err
-	}
-	rows, err = c.QueryContext(ctx, `SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
-WHERE NON_UNIQUE = 0 AND ((TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
-   OR (TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
-   OR (TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?))
-ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, slices.Concat(in(tables[0]), in(tables[1]), in(tables[2]))...)
+	keys, err := queryUniqueKeys(ctx, c, tables)
 	if err != nil {
-		return false, false, err
-	}
-	type keyRow struct{ table, index, column string }
-	var keys []keyRow
-	for rows.Next() {
-		var k keyRow
-		if err := rows.Scan(&k.table, &k.index, &k.column); err != nil {
-			rows.Close()
-			return false, false, err
-		}
-		keys = append(keys, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return false, false, err
 	}
 	exist = true
 	for i, t := range tables {
-		names := map[string]int{}
-		for _, r := range cols {
-			if strings.EqualFold(r.table, t.name) {
-				names[r.table]++
-			}
-		}
-		name := pick(names, t.name)
-		for _, r := range cols {
-			if r.table == name {
-				t.engine = r.engine
-				t.found[strings.ToLower(r.name)] = r.info
-			}
-		}
-		for _, k := range keys {
-			if k.table == name {
-				t.unique[k.index] = append(t.unique[k.index], strings.ToLower(k.column))
-			}
-		}
+		t.take(cols, keys)
 		if len(t.found) == 0 {
+			// exist says both the leases and token tables (the first
+			// two) exist; the reservations table may be missing alone.
 			if i < 2 {
 				exist = false
 			}
@@ -312,40 +228,180 @@ ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, slices.Concat(in(tables[0]), in(
 		if i == 2 {
 			reservations = true
 		}
-		what := strings.ReplaceAll(t.quoted, "`", "")
-		if !strings.EqualFold(t.engine, "InnoDB") {
-			return false, false, fmt.Errorf("the table %s exists with engine %s, not InnoDB: it is not tenure's: %w", what, t.engine, driver.ErrNotStore)
-		}
-		var have, want []string
-		for n := range t.found {
-			have = append(have, n)
-		}
-		for _, col := range t.cols {
-			want = append(want, col.name)
-		}
-		slices.Sort(have)
-		slices.Sort(want)
-		if !slices.Equal(have, want) {
-			return false, false, fmt.Errorf("the table %s exists with the columns (%s), not tenure's (%s): %w",
-				what, strings.Join(have, ", "), strings.Join(want, ", "), driver.ErrNotStore)
-		}
-		for _, col := range t.cols {
-			if m := col.mismatch(t.found[col.name]); m != "" {
-				return false, false, fmt.Errorf("the table %s is not tenure's: %s: %w", what, m, driver.ErrNotStore)
-			}
-		}
-		if len(t.unique) != 1 || !slices.Equal(t.unique["PRIMARY"], []string{t.key}) {
-			var ks []string
-			for idx, cs := range t.unique {
-				ks = append(ks, fmt.Sprintf("%s (%s)", idx, strings.Join(cs, ", ")))
-			}
-			slices.Sort(ks)
-			if len(ks) == 0 {
-				ks = []string{"none"}
-			}
-			return false, false, fmt.Errorf("the table %s is not tenure's: its unique keys are %s; tenure's table has one, the primary key (%s): %w",
-				what, strings.Join(ks, ", "), t.key, driver.ErrNotStore)
+		if err := t.check(); err != nil {
+			return false, false, err
 		}
 	}
 	return exist, reservations, nil
+}
+
+// checkedTable is one of tenure's tables as checkTables finds it.
+type checkedTable struct {
+	quoted, db, name string
+	cols             []column
+	key              string
+	found            map[string]columnInfo
+	engine           string
+	unique           map[string][]string // unique index -> its columns
+}
+
+// checkedTables returns the tables checkTables checks, in this order: the
+// leases table, its token table and its reservations table.
+func (s *Store) checkedTables() []*checkedTable {
+	tables := []*checkedTable{{quoted: s.table, cols: leaseColumns, key: "resource"}, {quoted: s.floor, cols: floorColumns, key: "id"},
+		{quoted: s.waits, cols: waitColumns, key: "resource"}}
+	for _, t := range tables {
+		t.name = strings.Trim(t.quoted, "`")
+		if d, n, ok := strings.Cut(t.quoted, "."); ok {
+			t.db, t.name = strings.Trim(d, "`"), strings.Trim(n, "`")
+		}
+		t.found, t.unique = map[string]columnInfo{}, map[string][]string{}
+	}
+	return tables
+}
+
+// tableArgs returns the database and name of each of the three tables, the
+// arguments of the information_schema queries.
+func tableArgs(tables []*checkedTable) []any {
+	in := func(t *checkedTable) []any { return []any{t.db, t.name} }
+	return slices.Concat(in(tables[0]), in(tables[1]), in(tables[2]))
+}
+
+// schemaColumn is a row of information_schema.COLUMNS with its table's engine.
+type schemaColumn struct {
+	table, engine, name string
+	info                columnInfo
+}
+
+// queryColumns reads the columns of the three tables, and their engines.
+func queryColumns(ctx context.Context, c *sql.Conn, tables []*checkedTable) ([]schemaColumn, error) {
+	rows, err := c.QueryContext(ctx, `SELECT c.TABLE_NAME, COALESCE(t.ENGINE, ''), c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.IS_NULLABLE,
+	c.CHARACTER_MAXIMUM_LENGTH, c.DATETIME_PRECISION
+FROM information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
+WHERE (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)
+   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)
+   OR (c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?)`, tableArgs(tables)...)
+	if err != nil {
+		return nil, err
+	}
+	var cols []schemaColumn
+	for rows.Next() {
+		var r schemaColumn
+		if err := rows.Scan(&r.table, &r.engine, &r.name, &r.info.dataType, &r.info.columnType, &r.info.nullable, &r.info.length, &r.info.precision); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		cols = append(cols, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return cols, nil
+}
+
+// schemaKey is a column of a unique index, from information_schema.STATISTICS.
+type schemaKey struct{ table, index, column string }
+
+// queryUniqueKeys reads the columns of the unique indexes of the three
+// tables, each index's columns in their order in it.
+func queryUniqueKeys(ctx context.Context, c *sql.Conn, tables []*checkedTable) ([]schemaKey, error) {
+	rows, err := c.QueryContext(ctx, `SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+WHERE NON_UNIQUE = 0 AND ((TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
+   OR (TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
+   OR (TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?))
+ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX`, tableArgs(tables)...)
+	if err != nil {
+		return nil, err
+	}
+	var keys []schemaKey
+	for rows.Next() {
+		var k schemaKey
+		if err := rows.Scan(&k.table, &k.index, &k.column); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// take keeps the columns, engine and unique keys of t from what the queries
+// returned. information_schema compares names without regard to case: a
+// row counts only for the table of exactly this name, unless the server
+// folds names itself (lower_case_table_names) and reports one table.
+func (t *checkedTable) take(cols []schemaColumn, keys []schemaKey) {
+	names := map[string]int{}
+	for _, r := range cols {
+		if strings.EqualFold(r.table, t.name) {
+			names[r.table]++
+		}
+	}
+	name := t.name
+	if _, ok := names[name]; !ok && len(names) == 1 {
+		for n := range names {
+			name = n
+		}
+	}
+	for _, r := range cols {
+		if r.table == name {
+			t.engine = r.engine
+			t.found[strings.ToLower(r.name)] = r.info
+		}
+	}
+	for _, k := range keys {
+		if k.table == name {
+			t.unique[k.index] = append(t.unique[k.index], strings.ToLower(k.column))
+		}
+	}
+}
+
+// check returns an error wrapping driver.ErrNotStore when the table t,
+// which exists, is not tenure's: its engine, then its column names, then
+// their types, then its unique keys.
+func (t *checkedTable) check() error {
+	what := strings.ReplaceAll(t.quoted, "`", "")
+	if !strings.EqualFold(t.engine, "InnoDB") {
+		return fmt.Errorf("the table %s exists with engine %s, not InnoDB: it is not tenure's: %w", what, t.engine, driver.ErrNotStore)
+	}
+	var have, want []string
+	for n := range t.found {
+		have = append(have, n)
+	}
+	for _, col := range t.cols {
+		want = append(want, col.name)
+	}
+	slices.Sort(have)
+	slices.Sort(want)
+	if !slices.Equal(have, want) {
+		return fmt.Errorf("the table %s exists with the columns (%s), not tenure's (%s): %w",
+			what, strings.Join(have, ", "), strings.Join(want, ", "), driver.ErrNotStore)
+	}
+	for _, col := range t.cols {
+		if m := col.mismatch(t.found[col.name]); m != "" {
+			return fmt.Errorf("the table %s is not tenure's: %s: %w", what, m, driver.ErrNotStore)
+		}
+	}
+	if len(t.unique) != 1 || !slices.Equal(t.unique["PRIMARY"], []string{t.key}) {
+		return fmt.Errorf("the table %s is not tenure's: its unique keys are %s; tenure's table has one, the primary key (%s): %w",
+			what, t.uniqueKeys(), t.key, driver.ErrNotStore)
+	}
+	return nil
+}
+
+// uniqueKeys describes t's unique keys for a message, sorted, or "none".
+func (t *checkedTable) uniqueKeys() string {
+	var ks []string
+	for idx, cs := range t.unique {
+		ks = append(ks, fmt.Sprintf("%s (%s)", idx, strings.Join(cs, ", ")))
+	}
+	slices.Sort(ks)
+	if len(ks) == 0 {
+		ks = []string{"none"}
+	}
+	return strings.Join(ks, ", ")
 }

@@ -63,34 +63,52 @@ func (s stmt) args(values map[string]any) []any {
 	return out
 }
 
+// prepareSQL builds the store's statements for its table names.
 func (s *Store) prepareSQL() {
-	t, f := s.table, s.floor
-	floor := fmt.Sprintf(`COALESCE((SELECT top FROM %s WHERE id = 1 LOCK IN SHARE MODE), 0) + 1`, f)
-	// Acquire: one statement that grants a free resource, renews the same
-	// grant's live lease (a retry), or, when another owner holds it,
-	// changes nothing. ON DUPLICATE KEY UPDATE locks the row and evaluates
-	// the assignments on its newest committed version (also under READ
-	// COMMITTED, and on Galera, where a concurrent write of the row by
-	// another node fails one of the two at certification).
-	//
-	// The assignments are ordered so that each one reads only columns
-	// that no earlier assignment changed, or reads them in a way whose
-	// answer the change cannot alter: MySQL and MariaDB evaluate them left
-	// to right, each seeing the values the earlier ones set, while
-	// MariaDB's SIMULTANEOUS_ASSIGNMENT mode evaluates all of them on the
-	// old row, and the statement must mean the same under both. ttl_us,
-	// granted_at and token read the old owner and expiry. owner reads the
-	// old expiry and itself. expires_at reads owner after it changed:
-	// "live and another owner than :o" is true before the change exactly
-	// when it is after it (an owner that was kept is still another; one
-	// that became :o no longer is).
-	//
-	// LAST_INSERT_ID(expr) hands the row's token back in the reply's
-	// insert id (no second round trip); the count of changed rows says
-	// what happened: 1 a new row (granted), 2 a changed row (granted, or
-	// the same grant renewed), 0 nothing changed (held by another owner).
-	other := fmt.Sprintf(`(owner IS NOT NULL AND expires_at > %s AND owner <> :o)`, now)
-	s.sql.acquire = named(fmt.Sprintf(`INSERT INTO %[1]s (resource, owner, token, ttl_us, expires_at, granted_at)
+	s.sql.acquire = s.acquireSQL()
+	s.sql.acquireRes = s.acquireReservedSQL()
+	s.prepareReservationSQL()
+	s.prepareGrantSQL()
+	s.prepareListSQL()
+	s.prepareSweepSQL()
+}
+
+// tokenFloor is the lowest token the token table allows for a new grant:
+// one above its top, read in share mode so that a sweep cannot raise it
+// while the grant's statement runs.
+func (s *Store) tokenFloor() string {
+	return fmt.Sprintf(`COALESCE((SELECT top FROM %s WHERE id = 1 LOCK IN SHARE MODE), 0) + 1`, s.floor)
+}
+
+// heldByOther is the condition of a live lease on the row held by another
+// owner than :o.
+const heldByOther = `(owner IS NOT NULL AND expires_at > ` + now + ` AND owner <> :o)`
+
+// acquireSQL is Acquire: one statement that grants a free resource,
+// renews the same grant's live lease (a retry), or, when another owner
+// holds it, changes nothing. ON DUPLICATE KEY UPDATE locks the row and evaluates
+// the assignments on its newest committed version (also under READ
+// COMMITTED, and on Galera, where a concurrent write of the row by
+// another node fails one of the two at certification).
+//
+// The assignments are ordered so that each one reads only columns
+// that no earlier assignment changed, or reads them in a way whose
+// answer the change cannot alter: MySQL and MariaDB evaluate them left
+// to right, each seeing the values the earlier ones set, while
+// MariaDB's SIMULTANEOUS_ASSIGNMENT mode evaluates all of them on the
+// old row, and the statement must mean the same under both. ttl_us,
+// granted_at and token read the old owner and expiry. owner reads the
+// old expiry and itself. expires_at reads owner after it changed:
+// "live and another owner than :o" is true before the change exactly
+// when it is after it (an owner that was kept is still another; one
+// that became :o no longer is).
+//
+// LAST_INSERT_ID(expr) hands the row's token back in the reply's
+// insert id (no second round trip); the count of changed rows says
+// what happened: 1 a new row (granted), 2 a changed row (granted, or
+// the same grant renewed), 0 nothing changed (held by another owner).
+func (s *Store) acquireSQL() stmt {
+	return named(fmt.Sprintf(`INSERT INTO %[1]s (resource, owner, token, ttl_us, expires_at, granted_at)
 VALUES (:r, :o, LAST_INSERT_ID(GREATEST(%[2]s, %[3]s)), :ttl, %[4]s + INTERVAL :ttl MICROSECOND, %[4]s)
 ON DUPLICATE KEY UPDATE
 	ttl_us = IF(%[5]s, ttl_us, :ttl),
@@ -98,35 +116,38 @@ ON DUPLICATE KEY UPDATE
 	token = LAST_INSERT_ID(IF(%[6]s, token, GREATEST(token + 1, %[2]s, %[3]s))),
 	owner = IF(%[5]s, owner, :o),
 	expires_at = IF(%[5]s, expires_at, %[4]s + INTERVAL :ttl MICROSECOND)`,
-		t, floor, clockMicros, now, other, live("")))
-	// Acquire on a store with reservations (driver.Reserver): the same
-	// statement, with the resource also kept from anyone else while it is
-	// free and reserved for another waiter than :w (NULL for a plain
-	// Acquire) behind the lease that freed it: a reservation names the
-	// token of the lease it waited behind, and reserves only the release
-	// of that lease, so one left behind by a waiter that was granted since
-	// (its clearing is a statement of its own) keeps nothing. The
-	// reservation is read once, by a locking read (the newest committed
-	// one), into the user variable @tenure_reserved (its token; 0: none)
-	// while the VALUES row is evaluated, before the row is inserted or
-	// updated; every assignment reads that variable, which no assignment
-	// changes. Evaluating the subquery in each assignment instead could
-	// give them different answers under READ COMMITTED (no gap lock keeps
-	// a reservation from being inserted meanwhile); an INSERT ... SELECT
-	// is unsafe for statement-based replication. "blocked" (held by
-	// another owner, or free and reserved for another waiter behind its
-	// last lease) reads the owner, the expiry, the token and the variable,
-	// and, like "other" above, means the same before and after the
-	// assignments that change them: they change only when it is false, and
-	// it stays false (a new token is above the reservation's; a reservation
-	// and not blocked means that :o holds a live lease, which the change
-	// keeps). A row that does not exist is inserted whatever the
-	// reservation: one is made only while the resource is held, and a
-	// lease's row stays until the sweep, a minute after its release or
-	// expiry.
-	blocked := fmt.Sprintf(`(%s OR (@tenure_reserved >= token AND NOT COALESCE(%s, FALSE)))`, other, live(""))
+		s.table, s.tokenFloor(), clockMicros, now, heldByOther, live("")))
+}
+
+// acquireReservedSQL is Acquire on a store with reservations
+// (driver.Reserver): the same statement, with the resource also kept from anyone else while it is
+// free and reserved for another waiter than :w (NULL for a plain
+// Acquire) behind the lease that freed it: a reservation names the
+// token of the lease it waited behind, and reserves only the release
+// of that lease, so one left behind by a waiter that was granted since
+// (its clearing is a statement of its own) keeps nothing. The
+// reservation is read once, by a locking read (the newest committed
+// one), into the user variable @tenure_reserved (its token; 0: none)
+// while the VALUES row is evaluated, before the row is inserted or
+// updated; every assignment reads that variable, which no assignment
+// changes. Evaluating the subquery in each assignment instead could
+// give them different answers under READ COMMITTED (no gap lock keeps
+// a reservation from being inserted meanwhile); an INSERT ... SELECT
+// is unsafe for statement-based replication. "blocked" (held by
+// another owner, or free and reserved for another waiter behind its
+// last lease) reads the owner, the expiry, the token and the variable,
+// and, like heldByOther, means the same before and after the
+// assignments that change them: they change only when it is false, and
+// it stays false (a new token is above the reservation's; a reservation
+// and not blocked means that :o holds a live lease, which the change
+// keeps). A row that does not exist is inserted whatever the
+// reservation: one is made only while the resource is held, and a
+// lease's row stays until the sweep, a minute after its release or
+// expiry.
+func (s *Store) acquireReservedSQL() stmt {
+	blocked := fmt.Sprintf(`(%s OR (@tenure_reserved >= token AND NOT COALESCE(%s, FALSE)))`, heldByOther, live(""))
 	reservedTok := fmt.Sprintf(`COALESCE((SELECT token FROM %s WHERE resource = :r AND expires_at > %s AND NOT (waiter <=> :w) LOCK IN SHARE MODE), 0)`, s.waits, now)
-	s.sql.acquireRes = named(fmt.Sprintf(`INSERT INTO %[1]s (resource, owner, token, ttl_us, expires_at, granted_at)
+	return named(fmt.Sprintf(`INSERT INTO %[1]s (resource, owner, token, ttl_us, expires_at, granted_at)
 VALUES (IF((@tenure_reserved := %[7]s) >= 0, :r, :r), :o, LAST_INSERT_ID(GREATEST(%[2]s, %[3]s)), :ttl, %[4]s + INTERVAL :ttl MICROSECOND, %[4]s)
 ON DUPLICATE KEY UPDATE
 	ttl_us = IF(%[5]s, ttl_us, :ttl),
@@ -134,7 +155,13 @@ ON DUPLICATE KEY UPDATE
 	token = LAST_INSERT_ID(IF(%[6]s OR %[5]s, token, GREATEST(token + 1, %[2]s, %[3]s))),
 	owner = IF(%[5]s, owner, :o),
 	expires_at = IF(%[5]s, expires_at, %[4]s + INTERVAL :ttl MICROSECOND)`,
-		t, floor, clockMicros, now, blocked, live(""), reservedTok))
+		s.table, s.tokenFloor(), clockMicros, now, blocked, live(""), reservedTok))
+}
+
+// prepareReservationSQL builds the statements of the reservations table
+// (driver.Reserver) other than the acquire's and the sweep's.
+func (s *Store) prepareReservationSQL() {
+	t := s.table
 	// The live reservation of a free resource by another waiter than :w
 	// behind its last lease, with its time left in microseconds.
 	s.sql.reserved = named(fmt.Sprintf(`SELECT w.waiter, TIMESTAMPDIFF(MICROSECOND, %[3]s, w.expires_at) FROM %[1]s w JOIN %[2]s l ON l.resource = w.resource
@@ -159,9 +186,12 @@ ON DUPLICATE KEY UPDATE
 	// that lapsed) ends; Unreserve ends a waiter's.
 	s.sql.clearReserved = named(fmt.Sprintf(`DELETE FROM %s WHERE resource = :r AND (waiter = :w OR expires_at <= %s)`, s.waits, now))
 	s.sql.unreserve = named(fmt.Sprintf(`DELETE FROM %s WHERE resource = :r AND waiter = :w`, s.waits))
-	// Lapsed reservations are swept with the leases, a SweepGrace after
-	// they lapsed.
-	s.sql.sweepReserved = fmt.Sprintf(`DELETE FROM %s WHERE expires_at < %s - INTERVAL %d MICROSECOND`, s.waits, now, SweepGrace.Microseconds())
+}
+
+// prepareGrantSQL builds the statements that read and change one
+// resource's lease.
+func (s *Store) prepareGrantSQL() {
+	t := s.table
 	s.sql.holder = named(fmt.Sprintf(`SELECT owner, token, COALESCE(ttl_us, 0), %[2]s FROM %[1]s WHERE resource = :r AND %[3]s`,
 		t, remaining(""), live("")))
 	// Renew, Keep and Release change the row only when the live lease is
@@ -173,6 +203,12 @@ ON DUPLICATE KEY UPDATE
 	// Release frees the row; its token stays as the floor of the next
 	// grant, and the time it was freed is kept in granted_at for the sweep.
 	s.sql.release = named(fmt.Sprintf(`UPDATE %s SET owner = NULL, ttl_us = NULL, expires_at = NULL, granted_at = %s %s`, t, now, match))
+}
+
+// prepareListSQL builds the statements that read the live leases of many
+// resources.
+func (s *Store) prepareListSQL() {
+	t := s.table
 	// List: LEFT counts bytes in a binary string; the range lets the
 	// primary key find the first row. The empty prefix has a statement of
 	// its own: MariaDB's EMPTY_STRING_IS_NULL reads '' as NULL.
@@ -180,22 +216,31 @@ ON DUPLICATE KEY UPDATE
 		t, remaining(""), live(""))
 	s.sql.list = named(fmt.Sprintf(`SELECT resource, owner, token, COALESCE(ttl_us, 0), %[2]s FROM %[1]s
 WHERE resource >= :p AND LEFT(resource, :n) = :p AND %[3]s ORDER BY resource`, t, remaining(""), live("")))
-	// Sweep: rows of leases that expired or were released SweepGrace ago,
-	// and rows that are neither a lease nor a released one (partial rows).
-	// Three statements, each committed on its own, so that the sweep holds
-	// no lock between two of them (a sweeping process that is paused or
-	// cut off must not stop the grants of other processes): read the rows
-	// due and their tokens; raise the floor to the largest; delete those
-	// rows that are still due and whose token the floor covers. A grant
-	// that read the floor before it was raised held the floor row in share
-	// mode until its statement ended, and so ended before the raise and
-	// before the delete: it found the row, and took the token above it.
+	// Poll: which of the watched resources have a live lease.
+	s.sql.poll = fmt.Sprintf(`SELECT resource FROM %s WHERE resource IN (%%s) AND %s`, t, live(""))
+}
+
+// prepareSweepSQL builds the sweep's statements. The sweep deletes the
+// rows of leases that expired or were released SweepGrace ago, and rows
+// that are neither a lease nor a released one (partial rows).
+// Three statements, each committed on its own, so that the sweep holds
+// no lock between two of them (a sweeping process that is paused or
+// cut off must not stop the grants of other processes): read the rows
+// due and their tokens; raise the floor to the largest; delete those
+// rows that are still due and whose token the floor covers. A grant
+// that read the floor before it was raised held the floor row in share
+// mode until its statement ended, and so ended before the raise and
+// before the delete: it found the row, and took the token above it.
+func (s *Store) prepareSweepSQL() {
+	t, f := s.table, s.floor
 	grace := fmt.Sprintf(`%s - INTERVAL %d MICROSECOND`, now, SweepGrace.Microseconds())
 	dead := fmt.Sprintf(`NOT COALESCE((owner IS NOT NULL AND expires_at > %[1]s) OR (owner IS NULL AND granted_at > %[1]s), FALSE)`, grace)
 	s.sql.deadRows = fmt.Sprintf(`SELECT resource, token FROM %s WHERE %s LIMIT %d`, t, dead, sweepBatch)
 	s.sql.deleteDead = fmt.Sprintf(`DELETE FROM %s WHERE resource IN (%%s) AND token <= ? AND %s`, t, dead)
 	s.sql.raiseFloor = named(fmt.Sprintf(`INSERT INTO %s (id, top) VALUES (1, :top) ON DUPLICATE KEY UPDATE top = GREATEST(top, :top)`, f))
-	s.sql.poll = fmt.Sprintf(`SELECT resource FROM %s WHERE resource IN (%%s) AND %s`, t, live(""))
+	// Lapsed reservations are swept with the leases, a SweepGrace after
+	// they lapsed.
+	s.sql.sweepReserved = fmt.Sprintf(`DELETE FROM %s WHERE expires_at < %s - INTERVAL %d MICROSECOND`, s.waits, now, SweepGrace.Microseconds())
 }
 
 // sweepBatch bounds the rows one sweep statement deletes.
