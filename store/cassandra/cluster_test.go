@@ -80,6 +80,20 @@ func openCluster(t *testing.T, cfg cassandra.Config) *cassandra.Store {
 	return s
 }
 
+// reopenCluster opens another handle on cfg's keyspace, closed at the end
+// of the test; the keyspace is left to the test that opened it first.
+func reopenCluster(t *testing.T, cfg cassandra.Config) *cassandra.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := cassandra.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // testLogger sends a Locker's warnings to the test log.
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -311,14 +325,17 @@ func TestClusterConformance(t *testing.T) {
 	s := openCluster(t, cfg)
 	onOneNode := "run on one node (TestConformanceNative)"
 	storetest.Run(t, storetest.Config{
-		New:         func(*testing.T) driver.Store { return s },
-		Fresh:       func(t *testing.T) driver.Store { return openCluster(t, cfg) },
-		Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return openCluster(t, cfg) },
+		New: func(*testing.T) driver.Store { return s },
+		// A keyspace of its own for Fresh, dropped when its test ends; a
+		// handle on the suite's keyspace for Reopen, which must not drop it.
+		Fresh:       func(t *testing.T) driver.Store { return openCluster(t, clusterConfig(t, cassandra.ModeNative)) },
+		Reopen:      func(t *testing.T, _ driver.Store) driver.Store { return reopenCluster(t, cfg) },
 		ShortTTL:    cassandra.MinTTL,
 		ExpirySlack: time.Second,
 		InvalidTTLs: invalidTTLs,
 		// As on one node (nativeCfg).
-		HoldResolution: time.Second,
+		HoldResolution:     time.Second,
+		SharedOwnerUnknown: "eight handles writing one partition at once make Paxos rounds on three nodes time out (CAS timeouts are unknown outcomes)",
 		Skip: map[string]string{"C01": onOneNode, "C03": onOneNode, "C04": onOneNode, "C05": onOneNode,
 			"C06c": onOneNode, "C07": onOneNode, "C08": onOneNode, "C10": onOneNode},
 	})
