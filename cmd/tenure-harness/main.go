@@ -14,39 +14,15 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/tenure-go/tenure/internal/harness"
 )
 
-func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(harness.ExitUsage)
-	}
-	switch os.Args[1] {
-	case "run":
-		exe, err := os.Executable()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "tenure-harness:", err)
-			os.Exit(harness.ExitError)
-		}
-		os.Exit(harness.RunMain(os.Args[2:], os.Stdout, os.Stderr, exe))
-	case "worker":
-		os.Exit(harness.WorkerMain(os.Args[2:]))
-	case "check":
-		os.Exit(harness.CheckMain(os.Args[2:], os.Stdout, os.Stderr))
-	case "-h", "-help", "--help", "help":
-		usage()
-	default:
-		usage()
-		os.Exit(harness.ExitUsage)
-	}
-}
-
-func usage() {
-	fmt.Fprintln(os.Stderr, `usage: tenure-harness run [flags]     (tenure-harness run -h for the flags)
+const usage = `usage: tenure-harness run [flags]     (tenure-harness run -h for the flags)
        tenure-harness check -out DIR [-store sqlite|cassandra|postgres|mysql|etcd|redis]   (check a run's histories again)
-       tenure-harness worker [flags]  (started by run)`)
+       tenure-harness worker [flags]  (started by run)`
+
+func main() {
+	os.Exit(harness.Main(os.Args[1:], os.Stdout, os.Stderr, usage))
 }

@@ -24,6 +24,37 @@ const (
 	exitAbandon   = 4 // a worker exited without releasing, on purpose
 )
 
+// Main is the tenure-harness command: it runs the subcommand args[0]
+// ("run", "worker" or "check") with the rest of args and returns the exit
+// code; usage is printed to stderr for "help" or a missing or unknown
+// subcommand. Commands that add stores to the harness register them
+// before calling it.
+func Main(args []string, stdout, stderr io.Writer, usage string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "run":
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(stderr, "tenure-harness:", err)
+			return ExitError
+		}
+		return RunMain(args[1:], stdout, stderr, exe)
+	case "worker":
+		return WorkerMain(args[1:])
+	case "check":
+		return CheckMain(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stderr, usage)
+		return ExitOK
+	default:
+		fmt.Fprintln(stderr, usage)
+		return ExitUsage
+	}
+}
+
 // WorkerMain is the "worker" subcommand: one contender process.
 func WorkerMain(args []string) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
