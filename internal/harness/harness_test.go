@@ -23,16 +23,23 @@ func TestMain(m *testing.M) {
 
 func shortRun(t *testing.T, unsafe bool, faults []string, d time.Duration) *Report {
 	t.Helper()
+	return sqliteRun(t, unsafe, faults, d, func(c *Config) {
+		c.Workers, c.SemWorkers, c.Slots = 4, 3, 2
+	})
+}
+
+// sqliteRun runs the harness on a SQLite file of the test's own for d
+// with faults (a short TTL, a random seed), after shape set the workers;
+// it skips with -short.
+func sqliteRun(t *testing.T, unsafe bool, faults []string, d time.Duration, shape func(*Config)) *Report {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("real processes and a real store: skipped with -short")
 	}
 	out := t.TempDir()
 	var log strings.Builder
-	rep, err := Run(context.Background(), Config{
+	cfg := Config{
 		Store:                  "sqlite:" + filepath.Join(out, "leases.db"),
-		Workers:                4,
-		SemWorkers:             3,
-		Slots:                  2,
 		Duration:               d,
 		TTL:                    400 * time.Millisecond,
 		Retry:                  100 * time.Millisecond,
@@ -44,7 +51,9 @@ func shortRun(t *testing.T, unsafe bool, faults []string, d time.Duration) *Repo
 		Exe:                    os.Args[0],
 		LinearizabilityTimeout: time.Minute,
 		Log:                    &log,
-	})
+	}
+	shape(&cfg)
+	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, log.String())
 	}

@@ -1,10 +1,6 @@
 package harness
 
 import (
-	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -105,33 +101,9 @@ func TestCheckRW(t *testing.T) {
 
 func rwRun(t *testing.T, unsafe bool, faults []string, d time.Duration) *Report {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("real processes and a real store: skipped with -short")
-	}
-	out := t.TempDir()
-	var log strings.Builder
-	rep, err := Run(context.Background(), Config{
-		Store:                  "sqlite:" + filepath.Join(out, "leases.db"),
-		Workers:                2,
-		RWWorkers:              4,
-		Duration:               d,
-		TTL:                    400 * time.Millisecond,
-		Retry:                  100 * time.Millisecond,
-		Seed:                   uint64(time.Now().UnixNano()),
-		Faults:                 faults,
-		Unsafe:                 unsafe,
-		Out:                    out,
-		ExitProb:               0.1,
-		HoldProb:               0.15,
-		Exe:                    os.Args[0],
-		LinearizabilityTimeout: time.Minute,
-		Log:                    &log,
+	return sqliteRun(t, unsafe, faults, d, func(c *Config) {
+		c.Workers, c.RWWorkers, c.HoldProb = 2, 4, 0.15
 	})
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, log.String())
-	}
-	t.Log(rep.Summary())
-	return rep
 }
 
 // TestSQLiteRunRW runs shared/exclusive workers (and two lease workers)
