@@ -65,17 +65,11 @@ func clusterConfig(t *testing.T, mode cassandra.Mode) cassandra.Config {
 
 func openCluster(t *testing.T, cfg cassandra.Config) *cassandra.Store {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := cassandra.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	s := reopenCluster(t, cfg)
+	t.Cleanup(func() { // before the handle closes (clean-ups run last first)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = s.Session().Query(`DROP KEYSPACE IF EXISTS ` + cfg.Keyspace).WithContext(ctx).Exec()
-		s.Close()
 	})
 	return s
 }
