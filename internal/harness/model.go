@@ -64,6 +64,14 @@ type Profile struct {
 	// deleted 1.98 s later, with a TTL of 2 s). No holder trusts such a
 	// grant, so this takes nothing from the exclusion checks.
 	UnknownMayEndEarly bool
+	// StaleRefusals says that an acquire may be refused by a view of a lease
+	// that is over: the Kubernetes store judges a lease expired by how long
+	// this Store has seen it unchanged, so a Store that first sees a write
+	// late (a renewal delivered late) still counts it live after others
+	// found it over, released or taken over. Such a refusal names a grant
+	// made before (its token below the next one); it grants nothing and
+	// takes nothing from the exclusion checks.
+	StaleRefusals bool
 	// Takeover, when set, bounds the liveness check instead of MaxTTL: how
 	// long after a killed holder's last write a worker that waits for the
 	// lease may take to be granted it, less the retry interval. For the
@@ -179,6 +187,12 @@ type State struct {
 	Lo int64
 	// NextToken is the smallest token a new grant may carry.
 	NextToken uint64
+	// Unshown says that a grant whose answer was lost may have taken a
+	// token that no answer has shown since: it is at least NextToken−1,
+	// and may be any larger one (Cassandra's tokens follow the clock), so
+	// an answer that names it as a token granted before is possible even
+	// after that grant is over.
+	Unshown bool
 }
 
 func satAdd(t int64, d time.Duration) int64 {
@@ -251,7 +265,7 @@ type step struct {
 // is a free resource.
 func (st *step) add(n State) {
 	if n.Holder != "" && n.Lo >= n.ExpMax {
-		n = State{Lo: n.Lo, NextToken: n.NextToken} // certainly expired: free
+		n = State{Lo: n.Lo, NextToken: n.NextToken, Unshown: n.Unshown} // certainly expired: free
 	}
 	for _, o := range st.next {
 		if o == n {
@@ -270,6 +284,7 @@ func (st *step) tok(t uint64) (State, bool) {
 	case s.Token == 0 && t != 0 && t+1 >= s.NextToken:
 		n.Token = t
 		n.NextToken = max(n.NextToken, t+1)
+		n.Unshown = false
 	default:
 		return n, false
 	}
@@ -302,7 +317,9 @@ func (st *step) confirmed(n State, t0 int64, ttl time.Duration, ret int64) State
 }
 
 // freed is the resource free from t on.
-func (st *step) freed(t int64) State { return State{Lo: t, NextToken: st.s.NextToken} }
+func (st *step) freed(t int64) State {
+	return State{Lo: t, NextToken: st.s.NextToken, Unshown: st.s.Unshown}
+}
 
 // lostAnswer: the store said that owner and token do not hold a live
 // lease.
@@ -336,8 +353,14 @@ func (st *step) acquire() {
 			// lost a race twice: the row it saw last was free, with
 			// token HolderToken, so it granted nothing. The resource was
 			// free then, and that token had been granted before.
-			if st.free && out.HolderToken < s.NextToken {
+			switch {
+			case st.free && out.HolderToken < s.NextToken:
 				st.add(st.freed(st.tFree))
+			case st.free && s.Unshown && out.HolderToken+1 >= s.NextToken:
+				// The token of a grant whose answer was lost, now over.
+				n := st.freed(st.tFree)
+				n.NextToken, n.Unshown = out.HolderToken+1, false
+				st.add(n)
 			}
 			return
 		}
@@ -347,13 +370,16 @@ func (st *step) acquire() {
 				st.add(n)
 			}
 		}
+		if st.p.StaleRefusals && out.HolderToken > 0 && out.HolderToken < s.NextToken && out.HolderToken != s.Token {
+			st.add(st.noop) // a view of a grant that is over
+		}
 	case ResUnknown:
 		st.add(st.noop)
 		if s.Holder == in.Owner && st.live {
 			st.add(st.confirmed(s, st.tLo, in.TTL, Never))
 		}
 		if st.free {
-			n := State{Holder: in.Owner, NextToken: s.NextToken + 1}
+			n := State{Holder: in.Owner, NextToken: s.NextToken + 1, Unshown: true}
 			st.add(st.confirmed(n, st.tFree, in.TTL, Never))
 		}
 	default:
@@ -484,7 +510,7 @@ func (p Profile) model(abort *atomic.Bool) porcupine.Model {
 		Hash: func(state any) uint64 {
 			s := state.(State)
 			h := fnv.New64a()
-			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%d", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken, s.TTL)
+			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%d|%t", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken, s.TTL, s.Unshown)
 			return h.Sum64()
 		},
 		DescribeOperation: func(input, output any) string {
@@ -661,7 +687,74 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 		}
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
-	return ops
+	return dropSuperseded(ops)
+}
+
+// dropSuperseded removes the renewals, releases and hand-overs whose
+// effect may come at any time after their call (Return Never) and whose
+// token was superseded before they were called: an operation on the same
+// resource answered before the call showed a larger token (granted, held
+// or read). In the model the smallest token a new grant may carry never
+// goes down, and such an operation is one only the lease of its token can
+// act on, so it can only leave the state as it is; a history is
+// linearizable with it exactly when it is without it (placed last). Of
+// the releases and hand-overs of one grant whose effect may come at any
+// time, only the first called is kept: once one has acted the lease is no
+// longer the grant's and the others can only leave the state as it is,
+// and the first may act wherever any of them could. Left in, each one is a
+// pending operation porcupine must place: a Kubernetes run of 1,232
+// operations with 28 unanswered releases of one lease, a worker retrying
+// through a partition, was undecided after five minutes.
+func dropSuperseded(ops []porcupine.Operation) []porcupine.Operation {
+	type shown struct {
+		ret   int64
+		token uint64
+	}
+	by := map[string][]shown{}
+	for _, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if op.Return == Never {
+			continue
+		}
+		if t := max(out.Token, out.HolderToken); t > 0 {
+			by[in.Resource] = append(by[in.Resource], shown{op.Return, t})
+		}
+	}
+	for r, ss := range by {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].ret < ss[j].ret })
+		for i := 1; i < len(ss); i++ {
+			ss[i].token = max(ss[i].token, ss[i-1].token) // the largest shown by then
+		}
+		by[r] = ss
+	}
+	// ops are sorted by call: the first of repeated pending releases (or
+	// hand-overs) of one grant is the one with the earliest call.
+	type grantOp struct {
+		op, resource, owner, keeper string
+		token                       uint64
+		ttl                         time.Duration
+	}
+	pending := map[grantOp]bool{}
+	kept := ops[:0]
+	for _, op := range ops {
+		in := op.Input.(Input)
+		if op.Return == Never && in.Token > 0 && (in.Op == OpRenew || in.Op == OpRelease || in.Op == OpKeep) {
+			ss := by[in.Resource]
+			i := sort.Search(len(ss), func(i int) bool { return ss[i].ret >= op.Call })
+			if i > 0 && ss[i-1].token > in.Token {
+				continue
+			}
+		}
+		if op.Return == Never && in.Token > 0 && (in.Op == OpRelease || in.Op == OpKeep) {
+			k := grantOp{in.Op, in.Resource, in.Owner, in.Keeper, in.Token, in.TTL}
+			if pending[k] {
+				continue
+			}
+			pending[k] = true
+		}
+		kept = append(kept, op)
+	}
+	return kept
 }
 
 // LinearizabilityResult is the outcome of the porcupine check.

@@ -59,6 +59,7 @@ var Profile = harness.Profile{
 	MaxTTL:           func(time.Duration) time.Duration { return math.MaxInt64 },
 	LateEffects:      true,
 	ExpiryFromEffect: true,
+	StaleRefusals:    true,
 	Takeover:         func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) + 2*time.Second },
 	Notifies:         true,
 	SilenceBound:     70 * time.Second,
