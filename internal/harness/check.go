@@ -603,9 +603,15 @@ type exclusion struct {
 // grant's send: a deletion of several keys (every lease of the run) may
 // delete a grant applied between two of its commands, whose answer comes
 // after the deletion's end.
+//
+// Either hold may be the one granted before: the trust of a shared/exclusive
+// lock's exclusive holder begins once the shared holders are gone, after
+// the grant of its lease on the resource, so the hold that begins first
+// may be the one granted after the deletion.
 func (x exclusion) outside(a, b *Tenure, end int64) string {
 	for _, f := range x.deletions {
-		if a.Send <= f.End && b.Reply >= f.Start && end <= f.End+int64(x.ttl) {
+		across := a.Send <= f.End && b.Reply >= f.Start || b.Send <= f.End && a.Reply >= f.Start
+		if across && end <= f.End+int64(x.ttl) {
 			return f.Kind
 		}
 	}
@@ -1289,8 +1295,13 @@ func (wc *wakeCheck) othersWaited(g, owner string, from, to int64) bool {
 func (wc *wakeCheck) boundFor(released, next int64) (b time.Duration, excluded bool) {
 	b = wc.bound
 	silence := wc.opt.Profile.SilenceBound
+	// A fault may break the connection that carries the notifications
+	// without closing it (a partition drops its packets): the store finds
+	// it dead within its bound on silence after the fault, and until then
+	// its waiters poll.
+	after := int64(max(wc.ttl, silence))
 	for _, f := range wc.faults {
-		if f.Start > next || max(f.End, f.Start)+int64(wc.ttl) < released {
+		if f.Start > next || max(f.End, f.Start)+after < released {
 			continue
 		}
 		if f.Kind != FaultNotifyHalfOpen {

@@ -402,3 +402,25 @@ func TestCheckWakeUpLate(t *testing.T) {
 		t.Fatalf("a waiter that gave up: %v, %+v; want nothing checked", r.ViolationsByKind, r.WakeUp)
 	}
 }
+
+// A deletion between two grants explains their overlap whichever hold
+// begins first: an exclusive holder of a shared/exclusive lock begins to
+// trust its lease once the shared holders are gone, after a later grant's
+// hold began (a MySQL run: the gate granted at 0 ms, every row deleted at
+// 1,200 ms, another holder granted at 1,210 ms, the first exclusive from
+// 1,220 ms until its renewal found the lease lost).
+func TestDeletionExplainsOverlapEitherOrder(t *testing.T) {
+	x := exclusion{deletions: []Fault{{Kind: FaultKeyDelete, Start: 1200 * ms, End: 1205 * ms}}, ttl: time.Second}
+	first := &Tenure{Owner: "A", Send: 0, Reply: 2 * ms}
+	second := &Tenure{Owner: "B", Send: 1207 * ms, Reply: 1210 * ms}
+	if k := x.outside(second, first, 1300*ms); k != FaultKeyDelete {
+		t.Fatalf("the later grant's hold first: %q", k)
+	}
+	if k := x.outside(first, second, 1300*ms); k != FaultKeyDelete {
+		t.Fatalf("the earlier grant's hold first: %q", k)
+	}
+	late := &Tenure{Owner: "C", Send: 1300 * ms, Reply: 1310 * ms}
+	if k := x.outside(second, late, 1400*ms); k != "" {
+		t.Fatalf("two grants after the deletion: %q", k)
+	}
+}
