@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"sort"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/tenure-go/tenure/clock"
 	"github.com/tenure-go/tenure/driver"
+	"github.com/tenure-go/tenure/internal/backoff"
 )
 
 // Store is a driver.Store on the Lease objects of one namespace. It is safe
@@ -147,27 +147,18 @@ func (s *Store) usable() error {
 
 // maxAttempts bounds the read-and-write rounds of one operation that meets
 // concurrent writes (update conflicts). After a conflict the operation
-// waits a random time below conflictBackoff doubled at each attempt, at
-// most conflictBackoffCap, so that Stores writing one Lease at once (every
-// holder of a semaphore renews its marker with an acquire) spread out
-// instead of conflicting again.
-const (
-	maxAttempts        = 10
-	conflictBackoff    = 4 * time.Millisecond
-	conflictBackoffCap = 200 * time.Millisecond
-)
+// waits as backoff.Passed says, so that Stores writing one Lease at once
+// (every holder of a semaphore renews its marker with an acquire) spread
+// out instead of conflicting again.
+const maxAttempts = 10
 
 // backOff waits after the attempt-th (from 0) update that met a conflict,
 // or until ctx ends (an error; nothing of the operation was applied).
 func backOff(ctx context.Context, attempt int) error {
-	t := time.NewTimer(rand.N(min(conflictBackoff<<attempt, conflictBackoffCap)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("kubernetes store: %w", context.Cause(ctx))
+	if err := backoff.Passed.Wait(ctx, attempt); err != nil {
+		return fmt.Errorf("kubernetes store: %w", err)
 	}
+	return nil
 }
 
 // get reads the Lease of resource: the object (nil when there is none), and
