@@ -72,6 +72,18 @@ type Profile struct {
 	// made before (its token below the next one); it grants nothing and
 	// takes nothing from the exclusion checks.
 	StaleRefusals bool
+	// ConditionalWrites says that every write the store makes is
+	// conditioned on the version of the record that it read before it sent
+	// the request, or on the record's absence for a create, and that every
+	// write applied changes that version (the Kubernetes store's updates
+	// carry the resourceVersion read; the API server refuses them with 409
+	// once the Lease has changed). A write whose answer was lost therefore
+	// takes effect, if at all, before any write applied after its sender
+	// gave up: before the answer of the first write called after that and
+	// confirmed, unless an operator's deletion may come after that write
+	// (a create may then still apply). The checker bounds such a late
+	// effect there rather than leaving it open to the end of the history.
+	ConditionalWrites bool
 	// Takeover, when set, bounds the liveness check instead of MaxTTL: how
 	// long after a killed holder's last write a worker that waits for the
 	// lease may take to be granted it, less the retry interval. For the
@@ -159,6 +171,12 @@ type Input struct {
 	TTL      time.Duration
 	Call     int64 // when the request was sent
 	Ret      int64 // when the answer arrived; Never when the effect may come later
+	// Late says that the answer was lost and the effect may come after
+	// the call ended, up to Ret.
+	Late bool
+	// GaveUp is when a call whose answer was lost ended: its error, or
+	// the reaping of its process; 0 when not known.
+	GaveUp int64
 }
 
 // Output is a store operation's result as the model sees it.
@@ -193,6 +211,12 @@ type State struct {
 	// an answer that names it as a token granted before is possible even
 	// after that grant is over.
 	Unshown bool
+	// Expired and ExpiredToken name the grant whose lease was last judged
+	// expired, while the resource is free and nothing was written since
+	// (ConditionalWrites): the record still names it, and a renewal or
+	// hand-over of that grant still applies to it, making it live again.
+	Expired      string
+	ExpiredToken uint64
 }
 
 func satAdd(t int64, d time.Duration) int64 {
@@ -265,7 +289,7 @@ type step struct {
 // is a free resource.
 func (st *step) add(n State) {
 	if n.Holder != "" && n.Lo >= n.ExpMax {
-		n = State{Lo: n.Lo, NextToken: n.NextToken, Unshown: n.Unshown} // certainly expired: free
+		n = st.p.expired(n, n.Lo) // certainly expired: free
 	}
 	for _, o := range st.next {
 		if o == n {
@@ -316,9 +340,47 @@ func (st *step) confirmed(n State, t0 int64, ttl time.Duration, ret int64) State
 	return n
 }
 
-// freed is the resource free from t on.
+// freed is the resource free from t on: released or deleted.
 func (st *step) freed(t int64) State {
 	return State{Lo: t, NextToken: st.s.NextToken, Unshown: st.s.Unshown}
+}
+
+// expired is the resource free from t on because the lease in s expired
+// (or s is free already). With ConditionalWrites the record still names
+// the expired grant.
+func (p Profile) expired(s State, t int64) State {
+	n := State{Lo: t, NextToken: s.NextToken, Unshown: s.Unshown}
+	if p.ConditionalWrites {
+		n.Expired, n.ExpiredToken = s.Expired, s.ExpiredToken
+		if s.Holder != "" {
+			n.Expired, n.ExpiredToken = s.Holder, s.Token
+		}
+	}
+	return n
+}
+
+// revived reports whether a write of owner's grant of token t may apply to
+// the record of a lease judged expired (ConditionalWrites), and returns
+// the state with that lease back: a write conditioned on the record's
+// version still applies when nothing else wrote it, however late.
+func (st *step) revived(owner string, t uint64) (State, bool) {
+	s := st.s
+	if !st.p.ConditionalWrites || s.Holder != "" || s.Expired != owner || s.Expired == "" {
+		return s, false
+	}
+	switch {
+	case s.ExpiredToken == t && t != 0:
+	case s.ExpiredToken == 0 && t != 0 && t+1 >= s.NextToken:
+	case s.ExpiredToken != 0 && t == 0: // an acquire renewing its own grant
+		t = s.ExpiredToken
+	default:
+		return s, false
+	}
+	n := State{Holder: owner, Token: t, NextToken: max(s.NextToken, t+1), Lo: st.tLo}
+	if t == 0 {
+		n.Unshown = s.Unshown
+	}
+	return n, true
 }
 
 // lostAnswer: the store said that owner and token do not hold a live
@@ -329,7 +391,7 @@ func (st *step) lostAnswer() {
 		st.add(st.noop) // someone else's lease, or another token
 	}
 	if ok && st.free {
-		st.add(st.freed(st.tFree)) // this lease, expired
+		st.add(st.p.expired(st.s, st.tFree)) // this lease, expired
 	}
 }
 
@@ -342,6 +404,9 @@ func (st *step) acquire() {
 		}
 		if n, ok := st.mine(out.Token); ok && st.live {
 			st.add(st.confirmed(n, st.tLo, in.TTL, in.Ret)) // the same lease, renewed
+		}
+		if n, ok := st.revived(in.Owner, out.Token); ok {
+			st.add(st.confirmed(n, st.tLo, in.TTL, in.Ret))
 		}
 		if st.free && out.Token >= s.NextToken {
 			n := State{Holder: in.Owner, Token: out.Token, NextToken: out.Token + 1}
@@ -378,6 +443,9 @@ func (st *step) acquire() {
 		if s.Holder == in.Owner && st.live {
 			st.add(st.confirmed(s, st.tLo, in.TTL, Never))
 		}
+		if n, ok := st.revived(in.Owner, 0); ok {
+			st.add(st.confirmed(n, st.tLo, in.TTL, Never))
+		}
 		if st.free {
 			n := State{Holder: in.Owner, NextToken: s.NextToken + 1, Unshown: true}
 			st.add(st.confirmed(n, st.tFree, in.TTL, Never))
@@ -393,11 +461,17 @@ func (st *step) renew() {
 		if n, ok := st.mine(st.in.Token); ok && st.live {
 			st.add(st.confirmed(n, st.tLo, st.in.TTL, st.in.Ret))
 		}
+		if n, ok := st.revived(st.in.Owner, st.in.Token); ok {
+			st.add(st.confirmed(n, st.tLo, st.in.TTL, st.in.Ret))
+		}
 	case ResLost:
 		st.lostAnswer()
 	case ResUnknown:
 		st.add(st.noop)
 		if n, ok := st.mine(st.in.Token); ok && st.live {
+			st.add(st.confirmed(n, st.tLo, st.in.TTL, Never))
+		}
+		if n, ok := st.revived(st.in.Owner, st.in.Token); ok {
 			st.add(st.confirmed(n, st.tLo, st.in.TTL, Never))
 		}
 	default:
@@ -428,6 +502,10 @@ func (st *step) release() {
 func (st *step) keep() {
 	kept := func(ret int64) {
 		if n, ok := st.mine(st.in.Token); ok && st.live {
+			n.Holder = st.in.Keeper
+			st.add(st.confirmed(n, st.tLo, st.in.TTL, ret))
+		}
+		if n, ok := st.revived(st.in.Owner, st.in.Token); ok {
 			n.Holder = st.in.Keeper
 			st.add(st.confirmed(n, st.tLo, st.in.TTL, ret))
 		}
@@ -477,7 +555,7 @@ func (st *step) get() {
 		}
 	case ResNotHeld:
 		if st.free {
-			st.add(st.freed(st.tFree))
+			st.add(st.p.expired(st.s, st.tFree))
 		}
 	default:
 		st.add(st.noop)
@@ -510,7 +588,7 @@ func (p Profile) model(abort *atomic.Bool) porcupine.Model {
 		Hash: func(state any) uint64 {
 			s := state.(State)
 			h := fnv.New64a()
-			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%d|%t", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken, s.TTL, s.Unshown)
+			fmt.Fprintf(h, "%s|%d|%d|%d|%d|%d|%d|%t|%s|%d", s.Holder, s.Token, s.ExpMin, s.ExpMax, s.Lo, s.NextToken, s.TTL, s.Unshown, s.Expired, s.ExpiredToken)
 			return h.Sum64()
 		},
 		DescribeOperation: func(input, output any) string {
@@ -654,7 +732,7 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 					out.Holder = holder(c.Resource, out.Holder, out.HolderToken)
 				}
 				if e.Res == ResUnknown && p.LateEffects {
-					in.Ret = Never
+					in.Ret, in.Late, in.GaveUp = Never, true, e.T
 				}
 				if p.ResolvedAnswers && p.mayHideEffect(in, out) {
 					out = Output{Res: ResUnknown}
@@ -678,33 +756,92 @@ func (p Profile) Operations(hs []*History) []porcupine.Operation {
 				// 45-minute Cassandra soak, undecided).
 				continue
 			}
-			ret := Never
-			if !p.LateEffects && h.Gone != nil {
-				ret = h.Gone.T
+			ret, late, gaveUp := Never, p.LateEffects, int64(0)
+			if h.Gone != nil {
+				gaveUp = h.Gone.T
+				if !late {
+					ret = h.Gone.T
+				}
 			}
-			in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret, Keeper: c.Keeper}
+			in := Input{Op: c.Op, Resource: c.Resource, Owner: c.Owner, Token: c.Token, TTL: time.Duration(c.TTL), Call: c.T, Ret: ret, Keeper: c.Keeper, Late: late, GaveUp: gaveUp}
 			ops = append(ops, porcupine.Operation{ClientId: ci, Input: in, Call: in.Call, Output: Output{Res: ResUnknown}, Return: ret})
 		}
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	if p.ConditionalWrites {
+		boundLateEffects(ops)
+	}
 	return dropSuperseded(ops)
 }
 
+// boundLateEffects gives each operation whose effect may come late the
+// bound that ConditionalWrites allows: the answer of the first write on
+// its resource called after it gave up and confirmed (granted, renewed,
+// released, kept). An operation stays open when it is not known when it
+// gave up, when no such write follows, or when an operator's deletion of
+// the resource may take effect after it gave up.
+func boundLateEffects(ops []porcupine.Operation) {
+	type write struct{ call, ret int64 }
+	writes := map[string][]write{}     // by resource, ops sorted by call
+	deletedAfter := map[string]int64{} // the latest time a deletion may take effect
+	for _, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		switch {
+		case in.Op == OpDelete || in.Op == OpReset:
+			deletedAfter[in.Resource] = max(deletedAfter[in.Resource], op.Return)
+		case in.Late:
+		case out.Res == ResGranted || out.Res == ResRenewed || out.Res == ResReleased || out.Res == ResKept:
+			writes[in.Resource] = append(writes[in.Resource], write{op.Call, op.Return})
+		}
+	}
+	var resetAfter int64
+	for _, op := range ops {
+		if in := op.Input.(Input); in.Op == OpReset {
+			resetAfter = max(resetAfter, op.Return)
+		}
+	}
+	for i, op := range ops {
+		in := op.Input.(Input)
+		if !in.Late || in.GaveUp == 0 {
+			continue
+		}
+		if max(deletedAfter[in.Resource], resetAfter) > in.GaveUp {
+			continue
+		}
+		ws := writes[in.Resource]
+		j := sort.Search(len(ws), func(j int) bool { return ws[j].call > in.GaveUp })
+		if j == len(ws) {
+			continue
+		}
+		bound := ws[j].ret
+		for _, w := range ws[j+1:] {
+			bound = min(bound, w.ret) // calls are sorted, answers are not
+		}
+		in.Ret = bound
+		ops[i].Input, ops[i].Return = in, bound
+	}
+}
+
 // dropSuperseded removes the renewals, releases and hand-overs whose
-// effect may come at any time after their call (Return Never) and whose
-// token was superseded before they were called: an operation on the same
-// resource answered before the call showed a larger token (granted, held
-// or read). In the model the smallest token a new grant may carry never
-// goes down, and such an operation is one only the lease of its token can
-// act on, so it can only leave the state as it is; a history is
-// linearizable with it exactly when it is without it (placed last). Of
-// the releases and hand-overs of one grant whose effect may come at any
-// time, only the first called is kept: once one has acted the lease is no
-// longer the grant's and the others can only leave the state as it is,
-// and the first may act wherever any of them could. Left in, each one is a
-// pending operation porcupine must place: a Kubernetes run of 1,232
-// operations with 28 unanswered releases of one lease, a worker retrying
-// through a partition, was undecided after five minutes.
+// effect may come after their answer (Input.Late) and whose token was
+// superseded before they were called: an operation on the same resource
+// answered before the call showed a larger token (granted, held or read).
+// In the model the smallest token a new grant may carry never goes down,
+// and such an operation is one only the lease of its token can act on, so
+// it can only leave the state as it is; a history is linearizable with it
+// exactly when it is without it.
+//
+// Of the renewals, releases and hand-overs of one grant whose effect may
+// come late up to the same bound, only the first called is kept: it may
+// act wherever any of them could. Once a release or hand-over has acted,
+// the lease is no longer the grant's and the others can only leave the
+// state as it is; a renewal acting after another only moves the lease's
+// earliest expiry later, which explains fewer answers, never more.
+//
+// Left in, each one is a pending operation porcupine must place: a
+// Kubernetes run of 1,232 operations with 28 unanswered releases of one
+// lease (a worker retrying through a partition) was undecided after five
+// minutes, and so was one of 384 with 21 unanswered renewals of one grant.
 func dropSuperseded(ops []porcupine.Operation) []porcupine.Operation {
 	type shown struct {
 		ret   int64
@@ -713,7 +850,7 @@ func dropSuperseded(ops []porcupine.Operation) []porcupine.Operation {
 	by := map[string][]shown{}
 	for _, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
-		if op.Return == Never {
+		if in.Late {
 			continue
 		}
 		if t := max(out.Token, out.HolderToken); t > 0 {
@@ -727,26 +864,25 @@ func dropSuperseded(ops []porcupine.Operation) []porcupine.Operation {
 		}
 		by[r] = ss
 	}
-	// ops are sorted by call: the first of repeated pending releases (or
-	// hand-overs) of one grant is the one with the earliest call.
+	// ops are sorted by call: the first of repeated late operations of one
+	// grant is the one with the earliest call.
 	type grantOp struct {
 		op, resource, owner, keeper string
 		token                       uint64
 		ttl                         time.Duration
+		bound                       int64
 	}
 	pending := map[grantOp]bool{}
 	kept := ops[:0]
 	for _, op := range ops {
 		in := op.Input.(Input)
-		if op.Return == Never && in.Token > 0 && (in.Op == OpRenew || in.Op == OpRelease || in.Op == OpKeep) {
+		if in.Late && in.Token > 0 && (in.Op == OpRenew || in.Op == OpRelease || in.Op == OpKeep) {
 			ss := by[in.Resource]
 			i := sort.Search(len(ss), func(i int) bool { return ss[i].ret >= op.Call })
 			if i > 0 && ss[i-1].token > in.Token {
 				continue
 			}
-		}
-		if op.Return == Never && in.Token > 0 && (in.Op == OpRelease || in.Op == OpKeep) {
-			k := grantOp{in.Op, in.Resource, in.Owner, in.Keeper, in.Token, in.TTL}
+			k := grantOp{in.Op, in.Resource, in.Owner, in.Keeper, in.Token, in.TTL, op.Return}
 			if pending[k] {
 				continue
 			}

@@ -46,7 +46,9 @@ func ceilSeconds(ttl time.Duration) time.Duration {
 // watches the Lease, so it counts from the holder's last write as it
 // happens: Takeover. A request the proxy held back may still take effect
 // after its sender gave up (late effects), when its resourceVersion
-// condition still holds. The Store wakes its waiters on a release from
+// condition still holds: so before any write applied after that
+// (conditional writes), and even to a Lease every Store has judged
+// expired, when nothing else wrote it since. The Store wakes its waiters on a release from
 // its watch of the namespace's Leases (driver.Notifier); a watch that
 // went silent ends at the latest when the time the Store gives one watch
 // runs out (60 s asked of the API server plus 10 s of grace), and the
@@ -54,15 +56,16 @@ func ceilSeconds(ttl time.Duration) time.Duration {
 // HTTP/2 the watch shares the client's one connection with every other
 // request, so notify-halfopen does not apply.
 var Profile = harness.Profile{
-	Name:             "kubernetes",
-	MinTTL:           func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) - clockSlack },
-	MaxTTL:           func(time.Duration) time.Duration { return math.MaxInt64 },
-	LateEffects:      true,
-	ExpiryFromEffect: true,
-	StaleRefusals:    true,
-	Takeover:         func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) + 2*time.Second },
-	Notifies:         true,
-	SilenceBound:     70 * time.Second,
+	Name:              "kubernetes",
+	MinTTL:            func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) - clockSlack },
+	MaxTTL:            func(time.Duration) time.Duration { return math.MaxInt64 },
+	LateEffects:       true,
+	ExpiryFromEffect:  true,
+	StaleRefusals:     true,
+	ConditionalWrites: true,
+	Takeover:          func(ttl time.Duration) time.Duration { return ceilSeconds(ttl) + 2*time.Second },
+	Notifies:          true,
+	SilenceBound:      70 * time.Second,
 }
 
 // Register adds the kind to the harness.
