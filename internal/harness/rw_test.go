@@ -108,17 +108,24 @@ func rwRun(t *testing.T, unsafe bool, faults []string, d time.Duration) *Report 
 
 // TestSQLiteRunRW runs shared/exclusive workers (and two lease workers)
 // on a real SQLite file with pause, kill and stuck-writer, and expects no
-// violation, shared holders together and exclusive grants.
+// violation, shared holders together and exclusive grants. Whether two
+// shared holds overlap in a short run is chance (faults and random holds
+// decide it), so up to three runs are made until one has; every run must
+// be free of violations.
 func TestSQLiteRunRW(t *testing.T) {
-	rep := rwRun(t, false, []string{FaultPause, FaultKill, FaultStuckWriter}, 6*time.Second)
-	if rep.Violations != 0 {
-		t.Fatalf("violations: %v %+v", rep.ViolationsByKind, rep.Examples)
+	var shared, exclusive, most int
+	for run := 0; run < 3 && (shared == 0 || exclusive == 0 || most < 2); run++ {
+		rep := rwRun(t, false, []string{FaultPause, FaultKill, FaultStuckWriter}, 6*time.Second)
+		if rep.Violations != 0 {
+			t.Fatalf("violations: %v %+v", rep.ViolationsByKind, rep.Examples)
+		}
+		if len(rep.Missing) > 0 {
+			t.Fatalf("faults never injected: %v", rep.Missing)
+		}
+		shared, exclusive, most = shared+rep.SharedGrants, exclusive+rep.ExclusiveGrants, max(most, rep.MostShared)
 	}
-	if len(rep.Missing) > 0 {
-		t.Fatalf("faults never injected: %v", rep.Missing)
-	}
-	if rep.SharedGrants == 0 || rep.ExclusiveGrants == 0 || rep.MostShared < 2 {
-		t.Fatalf("shared grants %d, exclusive grants %d, most shared at once %d: the run did not exercise the lock", rep.SharedGrants, rep.ExclusiveGrants, rep.MostShared)
+	if shared == 0 || exclusive == 0 || most < 2 {
+		t.Fatalf("shared grants %d, exclusive grants %d, most shared at once %d in three runs: the runs did not exercise the lock", shared, exclusive, most)
 	}
 }
 
