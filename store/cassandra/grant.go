@@ -87,6 +87,21 @@ func (g grant) free(ctx context.Context, cell any, last uint64) attempt {
 	return attempt{row: cur}
 }
 
+// ownRow reports whether the row read by a write that was not applied is
+// a lease of this grant's owner string: the same grant (an earlier call of
+// it whose answer was lost), which Acquire renews. It notes the row's write
+// when the row is whole (IF NOT EXISTS answers every column), the write a
+// renewal applies over.
+func (g grant) ownRow(cur row) bool {
+	if !cur.hasOwner || cur.owner != g.owner || cur.token == 0 {
+		return false
+	}
+	if cur.writeIDCell != nil {
+		g.s.cache.saw(g.resource, cur)
+	}
+	return true
+}
+
 // renewal renews the same owner's live lease with token: Acquire by the
 // holder is the same lease, renewed.
 func (g grant) renewal(ctx context.Context, token uint64) attempt {

@@ -79,10 +79,7 @@ func (s *Store) acquire(ctx context.Context, resource, owner string, ttl time.Du
 		// The row was deleted behind our back (an operator); start above
 		// the last token this store knows and the clock.
 		res = g.fresh(ctx, last)
-	case cur.hasOwner && cur.owner == owner && cur.token > 0:
-		if cur.writeIDCell != nil { // a whole row (IF NOT EXISTS): the write to renew over
-			s.cache.saw(resource, cur)
-		}
+	case g.ownRow(cur):
 		res = g.renewal(ctx, cur.token)
 	case cur.hasOwner:
 		return driver.Record{}, g.heldErr(ctx, cur, wait)
@@ -92,6 +89,12 @@ func (s *Store) acquire(ctx context.Context, resource, owner string, ttl time.Du
 		// Free: grant it on the row's token cell as it is (possibly null
 		// or not positive), above every token known.
 		res = g.free(ctx, cur.tokenCell, max(cur.token, last))
+	}
+	if !res.done && g.ownRow(res.row) {
+		// This grant's own write from an earlier call (a retry after a
+		// lost answer) landed between the two attempts: the same lease,
+		// renewed, never a holder to wait for.
+		res = g.renewal(ctx, res.row.token)
 	}
 	if res.done {
 		return res.rec, res.err

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/driver"
 	"github.com/tenure-go/tenure/store/cassandra"
 )
 
@@ -462,5 +464,64 @@ func TestLocalConsistencies(t *testing.T) {
 	}
 	if err := s.Release(ctx, r, a, rec.Token); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// batchHook runs fn after every batch a store's session completes (the
+// driver calls a BatchObserver synchronously, before the caller sees the
+// result).
+type batchHook struct{ fn func() }
+
+func (h batchHook) ObserveBatch(context.Context, gocql.ObservedBatch) { h.fn() }
+
+// An Acquire whose first attempt finds the resource free with another token
+// and whose second attempt then finds the grant's own write (an earlier
+// call of the same grant, whose answer was lost, landing late) holds the
+// same lease: it renews it (docs/design.md: a live lease of the same grant
+// is the same lease, renewed), and never answers that the grant itself
+// holds the resource.
+func TestAcquireMeetsOwnGrantBetweenAttempts(t *testing.T) {
+	ctx := testCtx(t)
+	res := resource(t, "r")
+	g := owner(t, "g")
+	var armed atomic.Bool
+	var late driver.Record
+	var lateErr error
+	var late1 *cassandra.Store // stands for the grant's earlier call
+	a := openStore(t, cassandra.ModeNative, func(cfg *cassandra.Config) {
+		cfg.ClusterHook = func(cc *gocql.ClusterConfig) {
+			cc.BatchObserver = batchHook{func() {
+				if armed.CompareAndSwap(true, false) {
+					late, lateErr = late1.Acquire(context.Background(), res, g, 10*time.Second)
+				}
+			}}
+		}
+	})
+	late1 = openStore(t, cassandra.ModeNative, nil)
+	other := openStore(t, cassandra.ModeNative, nil)
+	// a's token cache learns the resource's token; another grant and its
+	// release move the token on, so a's first attempt is not applied.
+	for _, s := range []*cassandra.Store{a, other} {
+		rec, err := s.Acquire(ctx, res, owner(t, "x"), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, res, rec.Owner, rec.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed.Store(true)
+	got, err := a.Acquire(ctx, res, g, 10*time.Second)
+	if armed.Load() {
+		t.Fatal("the earlier call's write was never made between the attempts")
+	}
+	if lateErr != nil {
+		t.Fatalf("the earlier call's write: %v", lateErr)
+	}
+	if err != nil {
+		t.Fatalf("Acquire after the grant's own write landed: %v; want the same lease, renewed (token %d)", err, late.Token)
+	}
+	if got.Owner != g || got.Token != late.Token {
+		t.Fatalf("granted %s with token %d; want the same lease, token %d", got.Owner, got.Token, late.Token)
 	}
 }
