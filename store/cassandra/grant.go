@@ -80,7 +80,10 @@ func (g grant) free(ctx context.Context, cell any, last uint64) attempt {
 	applied, cur, err := g.s.casBatch(ctx, owner, batchStmt{g.s.st.grantFreeToken, []any{int64(next), g.resource}})
 	switch {
 	case err != nil:
-		return g.resolve(ctx, err, func(r row) bool { return r.present && !r.hasOwner && r.tokenCell == cell })
+		// The condition holds again whenever the row is free with this
+		// token: a lease on it (its grant, or a hold) ends by a release
+		// or by expiry, which keep the token; only a new grant changes it.
+		return g.resolve(ctx, err, func(r row) bool { return r.present && r.tokenCell == cell })
 	case applied:
 		return g.granted(next)
 	}
@@ -120,8 +123,11 @@ func (g grant) renewal(ctx context.Context, token uint64) attempt {
 }
 
 // resolve settles a grant attempt whose answer was lost. pending reports
-// whether, in the row read, the attempt's condition still holds, so that the
-// write may yet be applied if it is still on its way.
+// whether, in the row read, the attempt's condition holds or may hold
+// again, so that the write may yet be applied if it is still on its way: a
+// request held up before its coordinator ran it (a paused node, a late
+// delivery) is evaluated against the row as it is then, however long after
+// the caller gave up.
 func (g grant) resolve(ctx context.Context, cause error, pending func(row) bool) attempt {
 	cur, err := g.s.resolve(ctx, "acquire", g.resource, cause)
 	switch {

@@ -325,7 +325,10 @@ func (s *Store) resolveJaegerGrant(ctx context.Context, resource, owner string, 
 	case cur.owner == "":
 		return unknownf("acquire", resource, cause, "the answer was lost and the resource is free; the write may still be applied")
 	}
-	return cur.held(resource)
+	// Held by another owner: the insert, if still on its way (a request
+	// held up before its coordinator ran it), applies once that lease's
+	// row expires, so the outcome stays unknown.
+	return unknownf("acquire", resource, cause, "the answer was lost and the resource is held (%s); the write may still be applied once that lease ends", cur)
 }
 
 func (s *Store) renewJaeger(ctx context.Context, resource, owner string, token uint64, secs int) error {
