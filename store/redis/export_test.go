@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,3 +28,9 @@ func (s *Store) ClusterClient() *redis.ClusterClient { return s.cluster }
 // SetListenCheck sets s's bound on the pub/sub connection's silence
 // (ListenCheck); call it before the first Subscribe.
 func SetListenCheck(s *Store, d time.Duration) { s.listenCheck = d }
+
+// LoadReleaseScript loads the release script on c (a cluster node), as the
+// store's first release there does after a NOSCRIPT answer.
+func LoadReleaseScript(ctx context.Context, c *redis.Client) error {
+	return releaseScript.Load(ctx, c).Err()
+}

@@ -74,6 +74,13 @@ func TestClusterRedirectedCallNotResent(t *testing.T) {
 		if got, err := s.Get(ctx, r); err != nil || got.Token != rec.Token {
 			t.Fatalf("Get through ASK: %+v, %v", got, err)
 		}
+		// dst must know the release script: with its answers dropped, a
+		// NOSCRIPT answer would be lost too, the store would never send
+		// the source, and nothing would be applied (whether dst knew it
+		// depended on which earlier tests had released a lease there).
+		if err := tredis.LoadReleaseScript(ctx, dst.client); err != nil {
+			t.Fatal(err)
+		}
 		p.SetMode(netfault.DropReplies)
 		applied := make(chan struct{})
 		go func() {
